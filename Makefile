@@ -1,0 +1,68 @@
+# DART-FL: set-up, demo, lint and tests. `make demo` and `make test` are all a user needs.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# System packages the demo and the full suite need (Debian names).
+APT_PACKAGES ?= iproute2 util-linux
+PYTEST_ARGS ?=
+
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
+export PIP_NO_INPUT := 1
+
+.PHONY: help venv system-deps demo lint test test-fast bench clean distclean
+
+help:
+	@echo "make demo       set up, then simulate DART vs baselines on a bursty workload (out/demo-sim.png)"
+	@echo "make test       set up, lint, then the full test suite in a loopback-only network namespace"
+	@echo "make test-fast  fast tests only (no slow, no integration), no lint"
+	@echo "make lint       ruff check, ruff format --check, mypy"
+	@echo "make venv | system-deps | bench | clean | distclean"
+
+venv: $(STAMP)
+
+$(BIN)/python:
+	scripts/make-venv $(PYTHON) $(VENV)
+
+# Re-install only when pyproject.toml changed since the last install.
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -e '.[dev]'
+	touch $@
+
+system-deps:
+	scripts/system-deps $(APT_PACKAGES)
+
+demo: venv system-deps
+	mkdir -p out
+	$(BIN)/dartfl sim --workload pareto-onoff --duration-s 600 --rate 50 --target-load 0.5 \
+	    --profile pi4 --slo-ms 250 --policy dart --policy inference-only --policy inference-first:8 \
+	    --policy static:0.5 --seed 1 --plot out/demo-sim.png
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: system-deps lint
+	scripts/loopback-run $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: venv
+	$(BIN)/python -m pytest -m "not slow and not integration" $(PYTEST_ARGS)
+
+bench: venv system-deps
+	@if [ -f benchmarks/run_all.py ]; then \
+	    scripts/loopback-run $(BIN)/python benchmarks/run_all.py; \
+	else \
+	    echo "no benchmarks yet (benchmarks/run_all.py is missing)"; \
+	fi
+
+clean:
+	rm -rf build dist out test-artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks
+	find . -path ./$(VENV) -prune -o -type d -name __pycache__ -exec rm -rf {} +
+	find . -path ./$(VENV) -prune -o -type d -name '*.egg-info' -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV)

@@ -1,0 +1,72 @@
+"""Entry point of the `dartfl` command.
+
+Each subcommand lives in its own module with a `register(subparsers)` function that adds its
+parser and sets `handler` (a callable taking the parsed namespace, returning an exit code).
+Exit codes: 0 ok, 1 runtime failure, 2 bad input (STYLE.md rule 7).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from dartfl.errors import DartflError, InputError
+
+log = logging.getLogger(__name__)
+
+# Modules that contribute subcommands, in the order `--help` lists them.
+SUBCOMMAND_MODULES = ("dartfl.cli.sim_cmd", "dartfl.cli.workload_cmd", "dartfl.cli.fleet_cmd", "dartfl.cli.runs_cmd")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with a one-line reason (argparse prints usage + reason by default)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"dartfl: error: {message} (see `{self.prog} --help`)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dartfl", description="DART-FL: co-schedule inference and federated training.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name in SUBCOMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:
+                raise
+            continue  # a subcommand not built yet
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.WARNING - 10 * min(args.verbose, 2),
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    handler = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(handler(args))
+    except InputError as exc:
+        print(f"dartfl: error: {exc}", file=sys.stderr)
+        return 2
+    except DartflError as exc:
+        print(f"dartfl: failed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("dartfl: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Write finished runs to the run store (SQLite), so `dartfl runs` and the dashboard see them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dartfl.arrivals import Arrivals
+from dartfl.cli.plots import windowed_p99_s
+from dartfl.metrics import RunRecord
+from dartfl.paths import default_store_path
+from dartfl.store import DecisionRow, RunStore
+from dartfl.types import DeviceProfile
+
+
+def decision_rows(record: RunRecord) -> list[DecisionRow]:
+    """One row per control period: backlog and decision at its start, samples trained in it."""
+    p = record.periods
+    t = p["t_s"]
+    if t.size == 0:
+        return []
+    trained_cum = np.append(p["trained"], sum(record.trained_per_task))
+    trained = np.diff(trained_cum).astype(np.int64)
+    period = float(t[1] - t[0]) if t.size > 1 else record.horizon_s
+    win_t, p99 = windowed_p99_s(record, period)
+    p99_at = dict(zip(np.round(win_t / period).astype(np.int64).tolist(), p99.tolist(), strict=True))
+    shares = p["task_shares"]
+    return [
+        DecisionRow(
+            t_s=float(t[j]),
+            backlog=int(p["backlog"][j]),
+            inference_share=float(p["inference_share"][j]),
+            microbatch=int(p["microbatch"][j]),
+            max_batch=int(p["max_batch"][j]),
+            task_shares=tuple(float(y) for y in shares[j]),
+            trained_samples=max(0, int(trained[j])),
+            latency_p99_s=p99_at.get(int(round(t[j] / period))),
+        )
+        for j in range(t.size)
+    ]
+
+
+def record_sim(
+    store_path: Path | None,
+    args: argparse.Namespace,
+    arrivals: Arrivals,
+    profile: DeviceProfile,
+    outcome: Any,
+    kind: str = "sim",
+) -> int:
+    config = {
+        key: (str(value) if isinstance(value, Path) else value)
+        for key, value in vars(args).items()
+        if key != "handler"
+    }
+    config["profile_name"] = profile.name
+    config["requests"] = arrivals.num_requests
+    config["duration_s"] = arrivals.duration_s
+    config["task_names"] = list(arrivals.task_names)
+    label = f"{arrivals.num_requests} req / {arrivals.duration_s:.0f} s on {profile.name}"
+    with RunStore(store_path or default_store_path()) as store:
+        run_id = store.start_run(kind, label, config)
+        for record, summary in zip(outcome.records, outcome.summaries, strict=True):
+            store.add_decisions(run_id, record.policy, decision_rows(record))
+            store.add_result(run_id, record.policy, summary)
+        store.finish_run(run_id, "ok")
+    return run_id

@@ -1,0 +1,153 @@
+"""`dartfl runs list|show`: read the run store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from dartfl.errors import InputError
+from dartfl.paths import default_store_path
+from dartfl.store import RUN_KINDS, RunInfo, RunStore
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    runs = subparsers.add_parser("runs", help="list and show recorded runs (the run store)")
+    runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--store",
+            type=Path,
+            default=None,
+            help="run store file (default: $DARTFL_STORE, else $XDG_DATA_HOME/dartfl/runs.sqlite)",
+        )
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p_list = runs_sub.add_parser("list", help="recorded runs, newest first")
+    common(p_list)
+    p_list.add_argument("--kind", choices=RUN_KINDS, help="only runs of this kind")
+    p_list.add_argument("--limit", type=int, default=50, help="at most this many runs (default 50)")
+    p_list.set_defaults(handler=_list)
+
+    p_show = runs_sub.add_parser("show", help="one run's config and per-policy results")
+    p_show.add_argument("run_id", type=int, metavar="RUN_ID")
+    common(p_show)
+    p_show.set_defaults(handler=_show)
+
+
+def _store_path(args: argparse.Namespace) -> Path:
+    return args.store if args.store is not None else default_store_path()
+
+
+def _list(args: argparse.Namespace) -> int:
+    if args.limit < 1:
+        raise InputError(f"--limit must be >= 1, got {args.limit}")
+    path = _store_path(args)
+    runs: list[RunInfo] = []
+    if path.exists():  # reading must not create a store as a side effect
+        with RunStore(path) as store:
+            runs = store.list_runs(kind=args.kind, limit=args.limit)
+    if args.json:
+        print(json.dumps([_summary(r) for r in runs], indent=2))
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not runs:
+        console.print(f"no runs in {path}")
+        return 0
+    table = Table(title=f"runs in {path}")
+    for column in ("id", "kind", "label", "status", "started", "took", "policies"):
+        table.add_column(
+            column, justify="right" if column in ("id", "took") else "left", no_wrap=column != "policies"
+        )
+    for r in runs:
+        table.add_row(
+            str(r.run_id),
+            r.kind,
+            r.label or "",
+            r.status,
+            _when(r.created_s),
+            "" if r.duration_s is None else f"{r.duration_s:.1f} s",
+            ", ".join(r.policies),
+        )
+    console.print(table)
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    path = _store_path(args)
+    if not path.exists():
+        raise InputError(f"run store {path} does not exist; pass --store PATH or set DARTFL_STORE")
+    with RunStore(path) as store:
+        run = store.get_run(args.run_id)
+        if run is None:
+            raise InputError(f"no run {args.run_id} in {path}; see `dartfl runs list --store {path}`")
+        results = store.results(run.run_id)
+    if args.json:
+        print(json.dumps({"run": run.to_json(), "results": results}, indent=2))
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(
+        f"[bold]run {run.run_id}[/bold] {run.kind} {run.label or ''}  status={run.status}  "
+        f"started {_when(run.created_s)}"
+    )
+    config = Table(title="config", show_header=False)
+    for key, value in _flatten(run.config).items():
+        config.add_row(key, _cell(value))
+    console.print(config)
+    if not results:
+        console.print("no results recorded")
+        return 0
+    # Metrics as rows, policies as columns: a few policies, many metrics.
+    flat = {policy: _flatten(metrics) for policy, metrics in results.items()}
+    names = list(dict.fromkeys(name for metrics in flat.values() for name in metrics))
+    table = Table(title="results")
+    table.add_column("metric")
+    for policy in flat:
+        table.add_column(policy, justify="right")
+    for name in names:
+        table.add_row(name, *(_cell(flat[policy].get(name)) for policy in flat))
+    console.print(table)
+    return 0
+
+
+def _summary(run: RunInfo) -> dict[str, Any]:
+    summary = run.to_json()
+    del summary["config"]  # `runs show` has it; listings stay short
+    return summary
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested mappings as dotted keys: {"fashion": {"p99_s": 1}} -> {"fashion.p99_s": 1}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return json.dumps(value) if len(value) <= 8 else f"[{len(value)} values]"
+    return str(value)
+
+
+def _when(epoch_s: float) -> str:
+    return datetime.fromtimestamp(epoch_s).strftime("%Y-%m-%d %H:%M:%S")

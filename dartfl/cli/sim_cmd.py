@@ -1,0 +1,103 @@
+"""`dartfl sim`: run several policies on one workload and compare them.
+
+The contract outsiders script against (keep it stable): `--json` prints one object
+`{"results": [...]}` with one entry per policy, each with at least `policy`, `requests`,
+`completed`, `rejected`, `slo_attainment`, `p50_latency_s`, `p99_latency_s`,
+`train_samples`, `train_samples_per_task`, `harvest_efficiency`, `max_backlog`,
+`decision_us_p50`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args
+
+DEFAULT_POLICIES = ("dart", "inference-only", "inference-first", "static:0.5")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "sim",
+        help="simulate policies on a workload and compare them",
+        description="Replay one workload through a simulated device under each policy and compare.",
+    )
+    add_workload_arguments(p)
+    add_device_arguments(p)
+    p.add_argument(
+        "--policy",
+        action="append",
+        dest="policies",
+        metavar="SPEC",
+        help=f"policy to run (repeatable; default: {' '.join(DEFAULT_POLICIES)}); see docs/allocator.md",
+    )
+    p.add_argument("--loss-weights", choices=("uniform", "demand"), help="override each policy's loss weighting")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--plot", type=Path, help="write the over-time PNG here (default: dartfl-sim.png without --json)")
+    p.add_argument("--no-plot", action="store_true", help="do not write a PNG")
+    add_store_arguments(p)
+    p.set_defaults(handler=run)
+
+
+def add_device_arguments(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("device")
+    g.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
+    g.add_argument("--profile-file", type=Path, help="device profile TOML (see docs/profiles.md)")
+    g.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)")
+    g.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
+    g.add_argument("--period-s", type=float, default=0.25, help="control period in s (default 0.25)")
+    g.add_argument("--round-s", type=float, default=60.0, help="FL round length in s (default 60)")
+    g.add_argument(
+        "--round-target", type=int, default=0, help="samples owed per round (default 0: no deadline pressure)"
+    )
+
+
+def add_store_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
+    p.add_argument("--no-store", action="store_true", help="do not record the run")
+
+
+def run(args: argparse.Namespace) -> int:
+    from dartfl.cli.simulation import device_setup, run_policies
+
+    profile, config = device_setup(args)
+    arrivals = arrivals_from_args(args, profile)
+    specs = args.policies or list(DEFAULT_POLICIES)
+    outcome = run_policies(
+        arrivals,
+        profile,
+        None,
+        specs,
+        config,
+        args.loss_weights,
+        seed=args.seed,
+        slo_s=args.slo_ms / 1e3,
+        queue_capacity=args.queue_capacity,
+        progress=sys.stderr.isatty(),
+    )
+    run_id = None
+    if not args.no_store:
+        from dartfl.cli.recording import record_sim
+
+        run_id = record_sim(args.store, args, arrivals, profile, outcome)
+    plot_path = args.plot if args.plot else (None if args.json else Path("dartfl-sim.png"))
+    if plot_path and not args.no_plot:
+        from dartfl.cli.plots import plot_sim
+
+        plot_sim(outcome.records, plot_path, title=f"{profile.name}, SLO {args.slo_ms:g} ms")
+    if args.json:
+        json.dump({"results": outcome.summaries, "run_id": run_id}, sys.stdout, default=float)
+        sys.stdout.write("\n")
+    else:
+        from dartfl.cli.tables import print_sim_table
+
+        print_sim_table(outcome.summaries, arrivals, profile)
+        if run_id is not None:
+            print(f"recorded as run {run_id} in the run store")
+        if plot_path and not args.no_plot:
+            print(f"plot: {plot_path}")
+    return 0

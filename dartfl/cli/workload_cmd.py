@@ -1,0 +1,157 @@
+"""`dartfl workload generate|inspect|plot`: make, examine and draw request workloads.
+
+numpy, matplotlib and the `workloads` package are imported inside the handlers so that
+`dartfl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dartfl.cli.workload_args import WORKLOAD_NAMES, add_generator_arguments, generated_arrivals, parse_tasks
+from dartfl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dartfl.arrivals import Arrivals
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    workload = subparsers.add_parser("workload", help="generate, inspect and plot request workloads")
+    actions = workload.add_subparsers(dest="workload_command", metavar="ACTION", required=True)
+
+    gen = actions.add_parser("generate", help="write a synthetic workload as a time_s,task CSV")
+    gen.add_argument("name", metavar="NAME", help=f"generator, one of: {', '.join(WORKLOAD_NAMES)}")
+    add_generator_arguments(gen)
+    gen.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.csv", help="CSV file to write")
+    gen.set_defaults(handler=_generate)
+
+    def trace_arguments(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "file",
+            type=Path,
+            metavar="FILE",
+            help="a trace: time_s,task CSV, Azure LLM or Azure Functions format",
+        )
+        p.add_argument(
+            "--tasks",
+            default=None,
+            metavar="A,B,...",
+            help="task names to map an Azure trace onto (default digits,fashion,letters)",
+        )
+
+    inspect = actions.add_parser("inspect", help="summary statistics of a trace or generated workload")
+    trace_arguments(inspect)
+    inspect.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    inspect.set_defaults(handler=_inspect)
+
+    plot = actions.add_parser("plot", help="plot the request rate over time, per task")
+    trace_arguments(plot)
+    plot.add_argument(
+        "-o", "--output", type=Path, required=True, metavar="OUT.png", help="image file to write"
+    )
+    plot.add_argument(
+        "--bin-s", type=float, default=1.0, metavar="S", help="bin width in seconds (default 1)"
+    )
+    plot.add_argument("--lines", action="store_true", help="one line per task instead of stacked areas")
+    plot.set_defaults(handler=_plot)
+
+
+def _load(args: argparse.Namespace) -> Arrivals:
+    import workloads
+
+    tasks = parse_tasks(args.tasks) if args.tasks is not None else None
+    return workloads.load_trace(args.file, tasks)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    import workloads
+
+    arrivals = generated_arrivals(args, args.name)
+    workloads.write_time_task_csv(arrivals, args.output)
+    print(
+        f"wrote {arrivals.num_requests:,} requests ({arrivals.mean_rate_per_s():.2f} req/s over "
+        f"{arrivals.duration_s:g} s, tasks {', '.join(arrivals.task_names)}) to {args.output}"
+    )
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    import workloads
+
+    arrivals = _load(args)
+    summary = workloads.summarize(arrivals)
+    if args.json:
+        record = {"file": str(args.file), "format": workloads.detect_format(args.file), **summary.to_dict()}
+        print(json.dumps(record))
+        return 0
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{args.file} ({workloads.detect_format(args.file)})", show_header=False)
+    table.add_column("statistic")
+    table.add_column("value", justify="right")
+    table.add_row("requests", f"{summary.requests:,}")
+    table.add_row("duration", f"{summary.duration_s:.1f} s")
+    table.add_row("mean rate", f"{summary.mean_rate_per_s:.3f} req/s")
+    for name, count in summary.task_counts:
+        share = count / summary.requests if summary.requests else 0.0
+        table.add_row(f"task {name}", f"{count:,} ({share:.1%})")
+    table.add_row("CV of 1-s counts", _fmt(summary.cv_1s))
+    table.add_row("CV of 10-s counts", _fmt(summary.cv_10s))
+    table.add_row("peak/mean of 10-s counts", _fmt(summary.peak_to_mean_10s))
+    table.add_row("max requests in 1 s", str(summary.max_per_s))
+    Console().print(table)
+    return 0
+
+
+def _plot(args: argparse.Namespace) -> int:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    import workloads
+
+    arrivals = _load(args)
+    starts, counts = workloads.binned_counts(arrivals, args.bin_s)
+    # Divide by each bin's real width: the last bin may be cut short by the horizon.
+    widths = np.minimum(args.bin_s, max(arrivals.duration_s, args.bin_s) - starts)
+    rates = counts / np.maximum(widths, 1e-12)
+    edges = np.append(starts, starts[-1] + widths[-1])
+    fig, ax = plt.subplots(figsize=(10, 4), layout="constrained")
+    if args.lines:
+        for name, row in zip(arrivals.task_names, rates, strict=True):
+            ax.stairs(row, edges, label=name)
+    else:
+        bottom = np.zeros(rates.shape[1])
+        for name, row in zip(arrivals.task_names, rates, strict=True):
+            ax.stairs(bottom + row, edges, baseline=bottom, fill=True, label=name)
+            bottom = bottom + row
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel(f"requests/s ({args.bin_s:g}-s bins)")
+    ax.set_title(
+        f"{args.file.name}: {arrivals.num_requests:,} requests, mean {arrivals.mean_rate_per_s():.2f} req/s"
+    )
+    ax.set_xlim(0, edges[-1])
+    ax.legend(title="task", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    try:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(args.output, dpi=120)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {args.output}: {exc.strerror or exc}; check the directory is writable"
+        ) from None
+    finally:
+        plt.close(fig)
+    print(f"wrote {args.output}")
+    return 0
+
+
+def _fmt(value: float) -> str:
+    return f"{value:.3f}" if math.isfinite(value) else "-"

@@ -1,0 +1,128 @@
+"""Metrics of DESIGN.md, computed the same way for simulated and real runs.
+
+Latency is wait + service, from arrival to answer. A request counts towards SLO attainment
+only if it was answered within its task's SLO; rejected requests count as misses.
+Harvest efficiency compares samples trained with the fluid limit: the device spends on
+inference only what serving every request at its cheapest per-request cost needs, and
+trains the rest of the horizon at the cheapest per-sample cost. No policy that serves
+every request can exceed 1.0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["RunRecord", "burst_recovery_s", "fluid_trainable_samples", "summarize"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True, eq=False)
+class RunRecord:
+    """The raw facts of one run, whatever produced it (simulator, real agent, replayer)."""
+
+    policy: str
+    task_names: tuple[str, ...]
+    slo_s: tuple[float, ...]
+    horizon_s: float
+    arrival_s: FloatArray
+    finish_s: FloatArray  # NaN: rejected or never answered
+    tasks: npt.NDArray[np.int64]
+    rejected: npt.NDArray[np.bool_]
+    trained_per_task: tuple[int, ...]
+    training_busy_s: float
+    inference_min_s: float
+    cheapest_sample_s: float
+    max_backlog: int
+    decision_us: FloatArray
+    inference_busy_s: float = 0.0
+    periods: dict[str, FloatArray] = field(default_factory=dict)  # per control period series
+
+
+def fluid_trainable_samples(horizon_s: float, inference_min_s: float, cheapest_sample_s: float) -> float:
+    return max(0.0, horizon_s - inference_min_s) / cheapest_sample_s
+
+
+def _pct(values: FloatArray, q: float) -> float:
+    return float(np.percentile(values, q)) if values.size else float("nan")
+
+
+def burst_recovery_s(t_s: FloatArray, backlog: FloatArray, threshold: float) -> tuple[float, float]:
+    """Mean and max time the backlog stays above `threshold` once it crosses it (0 if never)."""
+    above = backlog > threshold
+    if not above.any():
+        return 0.0, 0.0
+    edges = np.diff(above.astype(np.int8), prepend=0, append=0)
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    t_end = np.append(t_s, t_s[-1] if t_s.size else 0.0)
+    durations = t_end[ends] - t_s[starts]
+    return float(durations.mean()), float(durations.max())
+
+
+def _latency_block(lat: FloatArray, answered_in_slo: int, total: int, rejected: int) -> dict[str, Any]:
+    return {
+        "requests": total,
+        "completed": int(lat.size),
+        "rejected": rejected,
+        "slo_attainment": answered_in_slo / total if total else 1.0,
+        "p50_latency_s": _pct(lat, 50),
+        "p95_latency_s": _pct(lat, 95),
+        "p99_latency_s": _pct(lat, 99),
+    }
+
+
+def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str, Any]:
+    """One flat JSON-ready dict of the run's metrics, with a per-task breakdown."""
+    done = ~np.isnan(run.finish_s)
+    latency = run.finish_s - run.arrival_s
+    slo_per_request = np.asarray(run.slo_s)[run.tasks] if run.tasks.size else np.zeros(0)
+    in_slo = done & (latency <= slo_per_request)
+    per_task: dict[str, Any] = {}
+    for k, name in enumerate(run.task_names):
+        mine = run.tasks == k
+        block = _latency_block(
+            latency[mine & done], int((in_slo & mine).sum()), int(mine.sum()), int((run.rejected & mine).sum())
+        )
+        block["train_samples"] = run.trained_per_task[k]
+        per_task[name] = block
+    total_trained = int(sum(run.trained_per_task))
+    trainable = fluid_trainable_samples(run.horizon_s, run.inference_min_s, run.cheapest_sample_s)
+    result: dict[str, Any] = {"policy": run.policy}
+    result.update(
+        _latency_block(latency[done], int(in_slo.sum()), int(run.arrival_s.size), int(run.rejected.sum()))
+    )
+    result.update(
+        {
+            "lost": int((~done & ~run.rejected).sum()),
+            "train_samples": total_trained,
+            "train_samples_per_task": dict(zip(run.task_names, run.trained_per_task, strict=True)),
+            "training_compute_s": run.training_busy_s,
+            "fluid_trainable_samples": trainable,
+            "harvest_efficiency": total_trained / trainable if trainable > 0 else 0.0,
+            "max_backlog": run.max_backlog,
+            "decision_us_p50": _pct(run.decision_us, 50),
+            "decision_us_p99": _pct(run.decision_us, 99),
+            "horizon_s": run.horizon_s,
+        }
+    )
+    backlog = run.periods.get("backlog")
+    if backlog is not None and backlog.size:
+        result["mean_backlog"] = float(backlog.mean())
+        threshold = burst_threshold if burst_threshold is not None else 0.0
+        mean_rec, max_rec = burst_recovery_s(run.periods["t_s"], backlog, threshold)
+        result["burst_recovery_s_mean"] = mean_rec
+        result["burst_recovery_s_max"] = max_rec
+    result["per_task"] = per_task
+    return result
+
+
+def combine_slo(results: Sequence[dict[str, Any]]) -> float:
+    """Overall SLO attainment of several runs (weighted by their request counts)."""
+    total = sum(r["requests"] for r in results)
+    return sum(r["slo_attainment"] * r["requests"] for r in results) / total if total else 1.0

@@ -1,0 +1,278 @@
+"""The device simulator: a discrete-event replay of one device in virtual time.
+
+One compute resource runs non-preemptible work items: inference batches of one task,
+t_k(b) = a_k + c_k b, and training microbatches, s(m) = a_T + c_T m. Requests wait in bounded
+per-task queues (a full queue rejects). Every control period the policy observes and
+allocates; between decisions the executor enforces the allocation work-conservingly:
+- when requests wait and training may run, inference gets its share x of the period's busy
+  time (x = 1 is strict priority), and the most urgent task (earliest deadline) goes first;
+- idle inference time goes to training, and no training work means inference gets all.
+Time comes from the event sequence only, never from the wall clock (SimPy's rule), so a
+replay is deterministic for a seed. The wall clock is read only to time the policy's
+decisions, which is a measurement, not part of the simulation.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dartfl.arrivals import Arrivals
+from dartfl.errors import ConfigError
+from dartfl.estimators import EwmaRates
+from dartfl.metrics import RunRecord
+from dartfl.policies.base import Policy
+from dartfl.sim.split import SampleSplitter
+from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
+
+__all__ = ["SimConfig", "simulate"]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """How the simulated device runs. Rounds: every `round_s` a new FL round starts that
+    owes `round_target_samples` by its end (0: no target, so no training deficit)."""
+
+    period_s: float = 0.25
+    round_s: float = 60.0
+    round_target_samples: int = 0
+    rate_time_constant_s: float = 2.0
+    exponential_service: bool = False  # M/M/1-style checks: exponential inference service
+    record_periods: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.period_s > 0:
+            raise ConfigError(f"control period must be > 0 s, got {self.period_s}")
+        if not self.round_s > 0:
+            raise ConfigError(f"round length must be > 0 s, got {self.round_s}")
+        if self.round_target_samples < 0:
+            raise ConfigError(f"round target must be >= 0 samples, got {self.round_target_samples}")
+
+
+def _task_costs(profile: DeviceProfile, names: Sequence[str]) -> tuple[list[float], list[float]]:
+    costs = [profile.inference_for(n) for n in names]
+    return [c.batch_fixed_s for c in costs], [c.per_request_s for c in costs]
+
+
+def simulate(
+    arrivals: Arrivals,
+    profile: DeviceProfile,
+    tasks: Sequence[TaskSpec],
+    policy: Policy,
+    config: SimConfig | None = None,
+    rng: np.random.Generator | None = None,
+    timer: Callable[[], int] = time.perf_counter_ns,
+) -> RunRecord:
+    """Replay `arrivals` through one device run by `policy`; drain the queues at the end."""
+    cfg = config or SimConfig()
+    names = arrivals.task_names
+    if tuple(t.name for t in tasks) != names:
+        raise ConfigError(
+            f"task specs {[t.name for t in tasks]} must match the workload's tasks {list(names)}"
+        )
+    rng = rng or np.random.default_rng(0)
+    policy.reset()
+    k_tasks = len(names)
+    fixed, per = _task_costs(profile, names)
+    slo = tuple(t.slo_s for t in tasks)
+    capacity = [t.queue_capacity for t in tasks]
+    b_profile = profile.max_batch
+    train = profile.training
+    a_t, c_t = train.microbatch_fixed_s, train.per_sample_s
+    clairvoyant = bool(getattr(policy, "needs_future", False))
+
+    times = arrivals.times_s.tolist()
+    task_of = arrivals.tasks.tolist()
+    n = len(times)
+    finish = np.full(n, np.nan)
+    rejected = np.zeros(n, dtype=bool)
+    horizon = arrivals.duration_s
+    queues: list[deque[int]] = [deque() for _ in range(k_tasks)]
+    rates = EwmaRates(k_tasks, cfg.rate_time_constant_s)
+    splitter = SampleSplitter(k_tasks)
+    trained = [0] * k_tasks
+    arrivals_since = [0] * k_tasks
+    misses_since = [0] * k_tasks
+    decision_ns: list[int] = []
+    rec_shares: list[tuple[float, ...]] = []
+    rec: dict[str, list[float]] = {
+        k: [] for k in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
+    }
+
+    alloc = Allocation(1.0, (1.0 / k_tasks,) * k_tasks, (1.0,) * k_tasks, 0, b_profile)
+    now = 0.0
+    i = 0  # next arrival
+    next_tick = 0.0
+    busy_until = math.inf  # end of the running work item (inf: idle)
+    running_batch: list[int] = []  # request ids of the running inference batch
+    running_m = 0  # samples of the running training microbatch
+    inf_used = train_used = 0.0  # recent busy seconds per side, for share enforcement
+    training_busy = inference_busy = 0.0
+    backlog_total = max_backlog = 0
+    round_start = 0.0
+    round_trained = 0
+
+    while True:
+        t_arr = times[i] if i < n else math.inf
+        t_tick = next_tick if next_tick < horizon else math.inf
+        now = min(busy_until, t_arr, t_tick)
+        if now == math.inf:
+            break
+
+        # 1. The running work item ends: answer its requests or bank its samples.
+        if busy_until == now:
+            if running_batch:
+                for r in running_batch:
+                    finish[r] = now
+                    k = task_of[r]
+                    if now - times[r] > slo[k]:
+                        misses_since[k] += 1
+                running_batch = []
+            elif running_m:
+                for k, got in enumerate(splitter.split(running_m, alloc.task_shares)):
+                    trained[k] += got
+                round_trained += running_m
+                running_m = 0
+            busy_until = math.inf
+
+        # 2. Arrivals up to now join their queue, or are rejected when it is full.
+        while i < n and times[i] <= now:
+            k = task_of[i]
+            arrivals_since[k] += 1
+            if len(queues[k]) >= capacity[k]:
+                rejected[i] = True
+                misses_since[k] += 1
+            else:
+                queues[k].append(i)
+                backlog_total += 1
+                if backlog_total > max_backlog:
+                    max_backlog = backlog_total
+            i += 1
+
+        # 3. Control period boundary: observe, update, decide.
+        if t_tick == now:
+            if now - round_start >= cfg.round_s:
+                round_start += cfg.round_s * math.floor((now - round_start) / cfg.round_s)
+                round_trained = 0
+            rates.update(arrivals_since, cfg.period_s)
+            obs = Observation(
+                now_s=now,
+                period_s=cfg.period_s,
+                backlog=tuple(len(q) for q in queues),
+                oldest_age_s=tuple(now - times[q[0]] if q else 0.0 for q in queues),
+                arrivals_since_last=tuple(arrivals_since),
+                slo_misses_since_last=tuple(misses_since),
+                arrival_rate_per_s=rates.rates_per_s,
+                slo_s=slo,
+                batch_fixed_s=tuple(fixed),
+                per_request_s=tuple(per),
+                max_batch=b_profile,
+                microbatch_fixed_s=a_t,
+                per_sample_s=c_t,
+                max_microbatch=train.max_microbatch,
+                round_start_s=round_start,
+                round_deadline_s=round_start + cfg.round_s,
+                round_target_samples=cfg.round_target_samples,
+                round_trained_samples=round_trained,
+            )
+            started = timer()
+            policy.update(obs)
+            alloc = policy.decide(obs)
+            decision_ns.append(timer() - started)
+            arrivals_since = [0] * k_tasks
+            misses_since = [0] * k_tasks
+            # Share accounting forgets the past geometrically rather than at once, so a side
+            # that fell behind during one long non-preemptible step can catch up next period.
+            inf_used *= 0.5
+            train_used *= 0.5
+            next_tick += cfg.period_s
+            if cfg.record_periods:
+                rec["t_s"].append(now)
+                rec["backlog"].append(backlog_total)
+                rec["inference_share"].append(alloc.inference_share)
+                rec["microbatch"].append(alloc.microbatch)
+                rec["max_batch"].append(alloc.max_batch)
+                rec["trained"].append(sum(trained))
+                rec_shares.append(alloc.task_shares)
+
+        if busy_until != math.inf:
+            continue
+
+        # 4. The device is free: choose the next work item.
+        training_open = now < horizon and alloc.microbatch > 0
+        serve = backlog_total > 0 and (
+            not training_open
+            or alloc.inference_share >= 1.0
+            or inf_used <= alloc.inference_share * (inf_used + train_used)
+        )
+        if serve:
+            k = _most_urgent(queues, times, slo)
+            q = queues[k]
+            size = min(len(q), alloc.max_batch)
+            running_batch = [q.popleft() for _ in range(size)]
+            backlog_total -= size
+            duration = fixed[k] + per[k] * size
+            if cfg.exponential_service:
+                duration = float(rng.exponential(duration))
+            inf_used += duration
+            inference_busy += duration
+            busy_until = now + duration
+        elif training_open:
+            m = alloc.microbatch
+            if clairvoyant and backlog_total == 0:
+                m = policy.choose_microbatch(  # type: ignore[attr-defined]
+                    now, arrivals.times_s[i:], min(slo), max(fixed), max(per), a_t, c_t, train.max_microbatch
+                )
+            if m > 0:
+                duration = a_t + c_t * m
+                running_m = m
+                train_used += duration
+                training_busy += duration
+                busy_until = now + duration
+
+    inference_min = float(
+        sum(
+            count * profile.inference_for(name).cheapest_per_request_s(b_profile)
+            for name, count in zip(names, arrivals.counts_per_task().tolist(), strict=True)
+        )
+    )
+    periods = {key: np.asarray(v, dtype=np.float64) for key, v in rec.items()}
+    periods["task_shares"] = np.asarray(rec_shares, dtype=np.float64).reshape(-1, k_tasks)
+    return RunRecord(
+        policy=policy.name,
+        task_names=names,
+        slo_s=slo,
+        horizon_s=horizon,
+        arrival_s=arrivals.times_s,
+        finish_s=finish,
+        tasks=arrivals.tasks,
+        rejected=rejected,
+        trained_per_task=tuple(trained),
+        training_busy_s=training_busy,
+        inference_busy_s=inference_busy,
+        inference_min_s=inference_min,
+        cheapest_sample_s=train.cheapest_per_sample_s(),
+        max_backlog=max_backlog,
+        decision_us=np.asarray(decision_ns, dtype=np.float64) / 1e3,
+        periods=periods,
+    )
+
+
+def _most_urgent(queues: list[deque[int]], times: list[float], slo: tuple[float, ...]) -> int:
+    """The task whose oldest request has the earliest deadline (EDF across queue heads)."""
+    best, best_deadline = -1, math.inf
+    for k, q in enumerate(queues):
+        if q:
+            deadline = times[q[0]] + slo[k]
+            if deadline < best_deadline:
+                best, best_deadline = k, deadline
+    return best

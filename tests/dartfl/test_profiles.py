@@ -1,0 +1,250 @@
+"""Device profiles: the built-ins, the TOML format and its error messages."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from dartfl.errors import ConfigError
+from dartfl.profiles import (
+    BUILTIN_PROFILE_NAMES,
+    get_profile,
+    load_profile_toml,
+    profile_to_toml,
+    resolve_profile,
+)
+from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+
+CONTRACT_EXAMPLE = """\
+name = "edge-small"
+[inference]
+batch-fixed-s = 0.004
+per-request-s = 0.002
+max-batch = 32
+[training]
+microbatch-fixed-s = 0.010
+per-sample-s = 0.006
+max-microbatch = 32
+[inference.tasks.fashion]   # optional per-task override; missing keys inherit from [inference]
+per-request-s = 0.003
+"""
+
+
+def _write(tmp_path: Path, text: str, name: str = "profile.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# --- built-in profiles -------------------------------------------------------------------------
+
+
+def test_builtin_names_are_the_documented_four() -> None:
+    assert set(BUILTIN_PROFILE_NAMES) == {"pi4", "pi5", "jetson-orin-nano", "x86-1core"}
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROFILE_NAMES)
+def test_builtin_profile_is_valid_and_described(name: str) -> None:
+    profile = get_profile(name)
+    assert profile.name == name
+    assert profile.description
+    assert profile.inference.per_request_s > 0 and profile.inference.batch_fixed_s >= 0
+    assert profile.training.per_sample_s > 0 and profile.training.microbatch_fixed_s >= 0
+    assert profile.max_batch >= 1 and profile.training.max_microbatch >= 1
+    assert not profile.task_inference
+
+
+def test_cpu_profiles_are_ordered_by_speed_as_documented() -> None:
+    pi4, pi5, x86 = get_profile("pi4"), get_profile("pi5"), get_profile("x86-1core")
+    for slow, fast in ((pi4, pi5), (pi5, x86)):
+        assert slow.inference.per_request_s > fast.inference.per_request_s
+        assert slow.inference.batch_fixed_s > fast.inference.batch_fixed_s
+        assert slow.training.per_sample_s > fast.training.per_sample_s
+        assert slow.training.microbatch_fixed_s > fast.training.microbatch_fixed_s
+    # docs/profiles.md: a Pi 5 is about 2-3.5x a Pi 4 per request.
+    assert 2.0 <= pi4.inference.per_request_s / pi5.inference.per_request_s <= 3.5
+
+
+def test_jetson_has_large_fixed_and_tiny_per_item_costs() -> None:
+    jetson, x86 = get_profile("jetson-orin-nano"), get_profile("x86-1core")
+    assert jetson.inference.per_request_s < x86.inference.per_request_s
+    assert jetson.training.per_sample_s < x86.training.per_sample_s
+    assert jetson.inference.batch_fixed_s > x86.inference.batch_fixed_s
+    assert jetson.training.microbatch_fixed_s > x86.training.microbatch_fixed_s
+    assert jetson.inference.batch_fixed_s > 4 * jetson.inference.per_request_s
+    assert jetson.training.microbatch_fixed_s > 10 * jetson.training.per_sample_s
+
+
+def test_pi4_full_training_microbatch_exceeds_a_250ms_slo_slack() -> None:
+    training = get_profile("pi4").training
+    assert training.microbatch_s(training.max_microbatch) > 0.25
+
+
+def test_unknown_profile_name_lists_the_valid_names() -> None:
+    with pytest.raises(ConfigError) as excinfo:
+        get_profile("pi3")
+    for name in BUILTIN_PROFILE_NAMES:
+        assert name in str(excinfo.value)
+
+
+def test_resolve_profile_takes_exactly_one_source(tmp_path: Path) -> None:
+    assert resolve_profile("pi5", None) is get_profile("pi5")
+    assert resolve_profile(None, _write(tmp_path, CONTRACT_EXAMPLE)).name == "edge-small"
+    with pytest.raises(ConfigError, match="exactly one"):
+        resolve_profile(None, None)
+    with pytest.raises(ConfigError, match="exactly one"):
+        resolve_profile("pi4", tmp_path / "x.toml")
+
+
+# --- reading and writing -----------------------------------------------------------------------
+
+
+def test_contract_example_loads_and_task_override_inherits(tmp_path: Path) -> None:
+    profile = load_profile_toml(_write(tmp_path, CONTRACT_EXAMPLE))
+    assert profile.name == "edge-small"
+    assert profile.inference == InferenceCost(batch_fixed_s=0.004, per_request_s=0.002)
+    assert profile.max_batch == 32
+    assert profile.training == TrainingCost(microbatch_fixed_s=0.010, per_sample_s=0.006, max_microbatch=32)
+    fashion = profile.inference_for("fashion")
+    assert fashion.per_request_s == 0.003
+    assert fashion.batch_fixed_s == 0.004  # inherited from [inference]
+    assert profile.inference_for("mnist") == profile.inference
+
+
+def test_integers_are_accepted_where_seconds_are_expected(tmp_path: Path) -> None:
+    text = CONTRACT_EXAMPLE.replace("batch-fixed-s = 0.004", "batch-fixed-s = 0").replace(
+        "per-sample-s = 0.006", "per-sample-s = 1"
+    )
+    profile = load_profile_toml(_write(tmp_path, text))
+    assert profile.inference.batch_fixed_s == 0.0 and isinstance(profile.inference.batch_fixed_s, float)
+    assert profile.training.per_sample_s == 1.0 and isinstance(profile.training.per_sample_s, float)
+
+
+@pytest.mark.parametrize("name", BUILTIN_PROFILE_NAMES)
+def test_builtin_profiles_round_trip_through_toml(tmp_path: Path, name: str) -> None:
+    profile = get_profile(name)
+    assert load_profile_toml(_write(tmp_path, profile_to_toml(profile))) == profile
+
+
+def test_round_trip_keeps_task_overrides_and_awkward_strings(tmp_path: Path) -> None:
+    profile = DeviceProfile(
+        name='lab "box" \\ 1',
+        inference=InferenceCost(batch_fixed_s=0.0, per_request_s=1e-5),
+        max_batch=7,
+        training=TrainingCost(microbatch_fixed_s=0.1 + 0.2, per_sample_s=1 / 3, max_microbatch=3),
+        task_inference={
+            "fashion": InferenceCost(batch_fixed_s=0.004, per_request_s=0.003),
+            "digits 8x8": InferenceCost(batch_fixed_s=2.5e-4, per_request_s=1.25e-3),
+        },
+        description="line one\nline two\ttabbed, unicode é, control \x01",
+    )
+    loaded = load_profile_toml(_write(tmp_path, profile_to_toml(profile)))
+    assert loaded == profile
+    assert dict(loaded.task_inference) == dict(profile.task_inference)
+
+
+def test_unknown_extra_keys_are_accepted_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    text = (
+        'vendor = "acme"\n'
+        + CONTRACT_EXAMPLE.replace("max-batch = 32", "max-batch = 32\nthreads = 4")
+        + "[power]\nidle-w = 2.5\n"
+        + "[inference.tasks.digits]\nper-request-s = 0.001\nmodel-file = 'digits.onnx'\n"
+    )
+    with caplog.at_level(logging.DEBUG, logger="dartfl.profiles"):
+        profile = load_profile_toml(_write(tmp_path, text))
+    assert profile.inference_for("digits").per_request_s == 0.001
+    logged = caplog.text
+    for key in ("vendor", "power", "inference.threads", "inference.tasks.digits.model-file"):
+        assert key in logged
+
+
+# --- bad input: every error names the file and the key -----------------------------------------
+
+
+def test_missing_file_is_a_config_error_naming_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError, match=r"nope\.toml") as excinfo:
+        load_profile_toml(path)
+    assert "not found" in str(excinfo.value)
+
+
+def test_invalid_toml_keeps_the_line_number(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'name = "x"\n[inference\nper-request-s = 1\n')
+    with pytest.raises(ConfigError) as excinfo:
+        load_profile_toml(path)
+    message = str(excinfo.value)
+    assert "profile.toml" in message and "not valid TOML" in message and "line 2" in message
+
+
+def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"latin1\.toml"):
+        load_profile_toml(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "key", "expected"),
+    [
+        # missing keys and tables
+        (('name = "edge-small"\n', ""), "name", "missing"),
+        (("per-sample-s = 0.006\n", ""), "training.per-sample-s", "missing"),
+        (("max-batch = 32\n", ""), "inference.max-batch", "missing"),
+        (("[training]\n", "[trainning]\n"), "[training]", "missing"),
+        # wrong types
+        (("per-sample-s = 0.006", 'per-sample-s = "fast"'), "training.per-sample-s", "number"),
+        (("max-batch = 32", "max-batch = 32.0"), "inference.max-batch", "integer"),
+        (("max-microbatch = 32", 'max-microbatch = "32"'), "training.max-microbatch", "integer"),
+        (('name = "edge-small"', "name = 3"), "name", "string"),
+        (('name = "edge-small"', 'name = ""'), "name", "non-empty"),
+        (
+            ("per-request-s = 0.003", "per-request-s = [0.003]"),
+            "inference.tasks.fashion.per-request-s",
+            "number",
+        ),
+        # booleans are not numbers
+        (("per-sample-s = 0.006", "per-sample-s = true"), "training.per-sample-s", "number"),
+        (("max-batch = 32", "max-batch = true"), "inference.max-batch", "integer"),
+        # out-of-range values
+        (("batch-fixed-s = 0.004", "batch-fixed-s = -0.004"), "inference.batch-fixed-s", ">= 0"),
+        (("per-request-s = 0.002", "per-request-s = 0"), "inference.per-request-s", "> 0"),
+        (("microbatch-fixed-s = 0.010", "microbatch-fixed-s = nan"), "training.microbatch-fixed-s", ">= 0"),
+        (("per-sample-s = 0.006", "per-sample-s = inf"), "training.per-sample-s", "> 0"),
+        (("max-microbatch = 32", "max-microbatch = 0"), "training.max-microbatch", ">= 1"),
+        (("per-request-s = 0.003", "per-request-s = -1"), "inference.tasks.fashion.per-request-s", "> 0"),
+    ],
+)
+def test_bad_values_raise_config_error_naming_file_key_and_expectation(
+    tmp_path: Path, edit: tuple[str, str], key: str, expected: str
+) -> None:
+    old, new = edit
+    assert old in CONTRACT_EXAMPLE
+    path = _write(tmp_path, CONTRACT_EXAMPLE.replace(old, new, 1))
+    with pytest.raises(ConfigError) as excinfo:
+        load_profile_toml(path)
+    message = str(excinfo.value)
+    assert str(path) in message
+    assert key in message
+    assert expected in message
+
+
+_BASE = 'name = "x"\n'
+_INFERENCE = "[inference]\nbatch-fixed-s = 0\nper-request-s = 1\nmax-batch = 1\n"
+_TRAINING = "[training]\nmicrobatch-fixed-s = 0\nper-sample-s = 1\nmax-microbatch = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        (_BASE + "inference = 3\n" + _TRAINING, "inference"),
+        (_BASE + 'training = "fast"\n' + _INFERENCE, "training"),
+        (_BASE + _INFERENCE + "tasks = 5\n" + _TRAINING, "inference.tasks"),
+        (_BASE + _INFERENCE + _TRAINING + "[inference.tasks]\nfashion = 0.003\n", "inference.tasks.fashion"),
+    ],
+)
+def test_a_value_where_a_table_belongs_is_a_config_error(tmp_path: Path, text: str, key: str) -> None:
+    with pytest.raises(ConfigError, match="table") as excinfo:
+        load_profile_toml(_write(tmp_path, text))
+    assert f"{key} must be a table" in str(excinfo.value)

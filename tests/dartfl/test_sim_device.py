@@ -1,0 +1,165 @@
+"""The device simulator: queueing-theory anchors, conservation, work conservation, rejection."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dartfl.arrivals import Arrivals
+from dartfl.metrics import summarize
+from dartfl.policies import make_policy
+from dartfl.sim import SimConfig, simulate
+from dartfl.types import DeviceProfile, InferenceCost, TaskSpec, TrainingCost
+
+SMALL = DeviceProfile(
+    name="small",
+    inference=InferenceCost(batch_fixed_s=0.005, per_request_s=0.0025),
+    max_batch=32,
+    training=TrainingCost(microbatch_fixed_s=0.012, per_sample_s=0.007, max_microbatch=32),
+)
+
+
+def single_server(service_s: float) -> DeviceProfile:
+    """Batch size 1 and no fixed cost: one request at a time, each taking service_s."""
+    return DeviceProfile(
+        name="single-server",
+        inference=InferenceCost(batch_fixed_s=0.0, per_request_s=service_s),
+        max_batch=1,
+        training=TrainingCost(microbatch_fixed_s=0.0, per_sample_s=1.0, max_microbatch=1),
+    )
+
+
+def poisson(rate: float, n: int, seed: int, tasks: int = 1) -> Arrivals:
+    rng = np.random.default_rng(seed)
+    times = np.cumsum(rng.exponential(1.0 / rate, n))
+    names = tuple(f"t{k}" for k in range(tasks))
+    return Arrivals.build(times, rng.integers(0, tasks, n), names)
+
+
+def specs(arrivals: Arrivals, slo_s: float = 0.25, capacity: int = 1_000_000) -> list[TaskSpec]:
+    return [TaskSpec(name, slo_s, capacity) for name in arrivals.task_names]
+
+
+def mean_wait(arrivals: Arrivals, profile: DeviceProfile, service_s: float, exponential: bool) -> float:
+    config = SimConfig(exponential_service=exponential, record_periods=False, period_s=10.0)
+    record = simulate(
+        arrivals, profile, specs(arrivals), make_policy("inference-only"), config, np.random.default_rng(7)
+    )
+    return float(np.mean(record.finish_s - record.arrival_s)) - service_s
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [0.3, 0.6, 0.9])
+def test_md1_mean_wait_matches_pollaczek_khinchine(load: float) -> None:
+    service = 0.01
+    n = 400_000 if load < 0.85 else 1_500_000
+    arrivals = poisson(load / service, n, seed=11)
+    expected = load * service / (2 * (1 - load))  # P-K with deterministic service
+    measured = mean_wait(arrivals, single_server(service), service, exponential=False)
+    assert measured == pytest.approx(expected, rel=0.03)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("load", [0.3, 0.6, 0.9])
+def test_mm1_mean_wait_matches_theory(load: float) -> None:
+    service = 0.01
+    n = 400_000 if load < 0.85 else 1_500_000
+    arrivals = poisson(load / service, n, seed=12)
+    expected = load * service / (1 - load)  # M/M/1 waiting time in queue
+    measured = mean_wait(arrivals, single_server(service), service, exponential=True)
+    assert measured == pytest.approx(expected, rel=0.03)
+
+
+@pytest.mark.parametrize("spec", ["dart", "inference-only", "inference-first:4", "static:0.5", "threshold", "clairvoyant"])
+def test_every_request_is_answered_or_rejected_and_harvest_stays_physical(spec: str) -> None:
+    arrivals = poisson(150.0, 6000, seed=3, tasks=3)
+    record = simulate(arrivals, SMALL, specs(arrivals, capacity=64), make_policy(spec))
+    m = summarize(record)
+    assert m["completed"] + m["rejected"] == m["requests"] == 6000
+    assert m["lost"] == 0
+    assert m["harvest_efficiency"] >= 0.0
+    if m["rejected"] == 0:  # the fluid limit binds every policy that serves every request
+        assert m["harvest_efficiency"] <= 1.0
+    assert m["train_samples"] == sum(m["train_samples_per_task"].values())
+
+
+def test_same_seed_same_result() -> None:
+    arrivals = poisson(150.0, 3000, seed=4, tasks=2)
+    runs = [simulate(arrivals, SMALL, specs(arrivals), make_policy("dart")) for _ in range(2)]
+    assert np.array_equal(runs[0].finish_s, runs[1].finish_s)
+    assert runs[0].trained_per_task == runs[1].trained_per_task
+
+
+def test_inference_only_never_trains() -> None:
+    arrivals = poisson(100.0, 2000, seed=5)
+    assert sum(simulate(arrivals, SMALL, specs(arrivals), make_policy("inference-only")).trained_per_task) == 0
+
+
+def test_idle_device_trains_the_whole_horizon() -> None:
+    # No requests at all: a work-conserving executor spends the horizon on full microbatches.
+    quiet = Arrivals.build([], [], ("a",), duration_s=100.0)
+    record = simulate(quiet, SMALL, specs(quiet), make_policy("inference-first"))
+    step = 0.012 + 0.007 * 32
+    assert sum(record.trained_per_task) == pytest.approx(32 * 100.0 / step, abs=33)
+    assert summarize(record)["harvest_efficiency"] == pytest.approx(1.0, abs=0.01)
+
+
+def test_full_queues_reject_explicitly() -> None:
+    # 100 requests at once into a queue of 10: the first batch takes 10, 10 wait, 80 are rejected.
+    burst = Arrivals.build(np.zeros(100), np.zeros(100, dtype=int), ("a",), duration_s=5.0)
+    record = simulate(burst, SMALL, specs(burst, capacity=10), make_policy("inference-only"))
+    m = summarize(record)
+    assert m["rejected"] == 90
+    assert m["completed"] == 10
+    assert m["max_backlog"] == 10
+    assert m["slo_attainment"] == pytest.approx(0.10)
+
+
+def test_strict_priority_serves_before_training() -> None:
+    # A lone request arriving during an idle device is served at once under inference-only,
+    # but waits for the running training step under inference-first.
+    one = Arrivals.build([0.5], [0], ("a",), duration_s=2.0)
+    io = simulate(one, SMALL, specs(one), make_policy("inference-only"))
+    assert io.finish_s[0] - 0.5 == pytest.approx(0.0075)
+    fifo = simulate(one, SMALL, specs(one), make_policy("inference-first"))
+    assert fifo.finish_s[0] - 0.5 > 0.0075
+
+
+def test_training_samples_split_follows_task_shares() -> None:
+    arrivals = poisson(60.0, 3000, seed=6, tasks=3)
+    arrivals = Arrivals.build(arrivals.times_s, np.where(arrivals.tasks == 2, 0, arrivals.tasks), arrivals.task_names)
+    record = simulate(arrivals, SMALL, specs(arrivals), make_policy("dart"))
+    trained = record.trained_per_task
+    assert trained[0] > trained[1] > trained[2] > 0  # demand-following, with a floor for task 2
+
+
+def test_dart_keeps_latency_close_to_inference_only_while_training() -> None:
+    arrivals = poisson(180.0, 20000, seed=8, tasks=3)
+    tasks = specs(arrivals, slo_s=0.12)
+    io = summarize(simulate(arrivals, SMALL, tasks, make_policy("inference-only")))
+    dart = summarize(simulate(arrivals, SMALL, tasks, make_policy("dart")))
+    big = summarize(simulate(arrivals, SMALL, tasks, make_policy("inference-first")))
+    assert dart["slo_attainment"] >= io["slo_attainment"] - 0.01
+    assert dart["harvest_efficiency"] > 0.5
+    assert big["slo_attainment"] < dart["slo_attainment"]  # fixed 32-sample steps break the SLO
+
+
+def test_dart_backlog_stays_bounded_near_capacity() -> None:
+    # Load 0.9 of the batched capacity for a long run: the backlog does not drift upwards.
+    capacity = 1.0 / SMALL.inference.cheapest_per_request_s(32)
+    arrivals = poisson(0.9 * capacity, 120_000, seed=9, tasks=2)
+    record = simulate(arrivals, SMALL, specs(arrivals, slo_s=0.25), make_policy("dart"))
+    backlog = record.periods["backlog"]
+    half = backlog.size // 2
+    assert record.max_backlog < 2000
+    assert backlog[half:].mean() < 2 * backlog[:half].mean() + 32
+
+
+def test_round_deadline_pressure_trains_more_during_overload() -> None:
+    # Overloaded device (load 1.3): without owed work DART serves only; with a round target it
+    # takes share from the backlog to meet the target.
+    arrivals = poisson(1.3 / SMALL.inference.cheapest_per_request_s(32), 8000, seed=10)
+    tasks = specs(arrivals, slo_s=0.25, capacity=200)
+    free = simulate(arrivals, SMALL, tasks, make_policy("dart"), SimConfig(round_s=10.0))
+    owed = simulate(arrivals, SMALL, tasks, make_policy("dart"), SimConfig(round_s=10.0, round_target_samples=300))
+    assert sum(owed.trained_per_task) > sum(free.trained_per_task) + 300

@@ -1,0 +1,92 @@
+"""Summary statistics of a workload: volume, rate, task mix and burstiness."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dartfl.arrivals import Arrivals
+from dartfl.errors import ConfigError
+from workloads._common import FloatArray, IntArray
+
+__all__ = ["WorkloadSummary", "binned_counts", "summarize"]
+
+
+@dataclass(frozen=True)
+class WorkloadSummary:
+    """What `dartfl workload inspect` reports.
+
+    Burstiness is measured on the counts in consecutive bins covering [0, duration_s) (the
+    last one may be partial, as in the trace figures of shared/traces/README.md): the
+    coefficient of variation (std / mean; Poisson at rate r gives 1 / sqrt(r x bin)) and the
+    peak-to-mean ratio of the 10-s counts. Undefined values (no request) are NaN.
+    """
+
+    requests: int
+    duration_s: float
+    mean_rate_per_s: float
+    task_counts: tuple[tuple[str, int], ...]
+    cv_1s: float
+    cv_10s: float
+    peak_to_mean_10s: float
+    max_per_s: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready (NaN becomes None)."""
+
+        def clean(x: float) -> float | None:
+            return x if math.isfinite(x) else None
+
+        return {
+            "requests": self.requests,
+            "duration_s": self.duration_s,
+            "mean_rate_per_s": self.mean_rate_per_s,
+            "task_counts": dict(self.task_counts),
+            "cv_1s": clean(self.cv_1s),
+            "cv_10s": clean(self.cv_10s),
+            "peak_to_mean_10s": clean(self.peak_to_mean_10s),
+            "max_per_s": self.max_per_s,
+        }
+
+
+def binned_counts(
+    arrivals: Arrivals, bin_s: float, *, whole_bins_only: bool = False
+) -> tuple[FloatArray, IntArray]:
+    """(bin start times, counts[task, bin]) over [0, duration_s) in bins of bin_s seconds.
+
+    The last bin may be partial unless whole_bins_only, which drops it.
+    """
+    if not (math.isfinite(bin_s) and bin_s > 0):
+        raise ConfigError(f"bin width must be a finite number of seconds > 0, got {bin_s!r}")
+    span = arrivals.duration_s / bin_s
+    bins = math.floor(span) if whole_bins_only else max(1, math.ceil(span))
+    index = np.floor(arrivals.times_s / bin_s).astype(np.int64)
+    keep = index < bins
+    flat = arrivals.tasks[keep] * bins + index[keep]
+    counts = np.bincount(flat, minlength=arrivals.num_tasks * bins).reshape(arrivals.num_tasks, bins)
+    return np.arange(bins, dtype=np.float64) * bin_s, counts.astype(np.int64)
+
+
+def summarize(arrivals: Arrivals) -> WorkloadSummary:
+    """Counts, rate, per-task counts and burstiness of a workload."""
+    per_s = binned_counts(arrivals, 1.0)[1].sum(axis=0)
+    per_10s = binned_counts(arrivals, 10.0)[1].sum(axis=0)
+    mean_10s = float(per_10s.mean()) if per_10s.size else math.nan
+    return WorkloadSummary(
+        requests=arrivals.num_requests,
+        duration_s=float(arrivals.duration_s),
+        mean_rate_per_s=arrivals.mean_rate_per_s(),
+        task_counts=tuple(zip(arrivals.task_names, arrivals.counts_per_task().tolist(), strict=True)),
+        cv_1s=_cv(per_s),
+        cv_10s=_cv(per_10s),
+        peak_to_mean_10s=float(per_10s.max()) / mean_10s if mean_10s > 0 else math.nan,
+        max_per_s=int(per_s.max()) if per_s.size else 0,
+    )
+
+
+def _cv(counts: IntArray) -> float:
+    mean = float(counts.mean()) if counts.size else 0.0
+    return float(counts.std()) / mean if mean > 0 else math.nan

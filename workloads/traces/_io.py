@@ -1,0 +1,139 @@
+"""Reading trace files: opening, row iteration with line numbers, and the checks all readers share.
+
+Every problem becomes a TraceFormatError naming the file, the 1-based line (the header is
+line 1) and what is wrong, so a user can open the file at that line and fix it.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import logging
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from dartfl.arrivals import Arrivals
+from dartfl.errors import ConfigError, TraceFormatError
+from workloads._common import MAX_REQUESTS, FloatArray, IntArray
+
+__all__ = [
+    "DEFAULT_TASK_NAMES",
+    "check_task_names",
+    "finish",
+    "first_line",
+    "header_problem",
+    "parse_time",
+    "rows",
+]
+
+log = logging.getLogger(__name__)
+
+# The tasks of the project's reference setup; traces without task labels map onto these.
+DEFAULT_TASK_NAMES: tuple[str, ...] = ("digits", "fashion", "letters")
+
+
+@contextmanager
+def _open(path: Path) -> Iterator[TextIO]:
+    """Open a text trace (gzip if the name ends in .gz), turning OS errors into TraceFormatError.
+
+    Opened outside a `with` so only opening errors are translated here; the handle is closed below.
+    """
+    try:
+        if path.suffix == ".gz":
+            handle: TextIO = gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # noqa: SIM115
+        else:
+            handle = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115
+    except FileNotFoundError:
+        raise TraceFormatError(str(path), None, "no such file; check the path") from None
+    except IsADirectoryError:
+        raise TraceFormatError(str(path), None, "is a directory, not a trace file") from None
+    except OSError as exc:
+        raise TraceFormatError(str(path), None, f"cannot open: {exc.strerror or exc}") from None
+    with handle:
+        yield handle
+
+
+def rows(path: Path) -> Iterator[tuple[int, list[str]]]:
+    """(line number, stripped fields) for every non-blank CSV row, the header included."""
+    with _open(path) as handle:
+        reader = csv.reader(handle)
+        line = 1
+        try:
+            for fields in reader:
+                line = reader.line_num
+                stripped = [f.strip() for f in fields]
+                if any(stripped):
+                    yield line, stripped
+        except UnicodeDecodeError:
+            raise TraceFormatError(str(path), line + 1, "not UTF-8 text; is this a CSV file?") from None
+        except csv.Error as exc:
+            raise TraceFormatError(str(path), reader.line_num, f"malformed CSV: {exc}") from None
+        except (OSError, EOFError) as exc:  # a corrupt .gz shows up while reading
+            raise TraceFormatError(str(path), None, f"cannot read: {exc}") from None
+
+
+def first_line(path: Path) -> tuple[int, list[str]]:
+    """The first non-blank row (normally the header); an empty file is an error."""
+    for line, fields in rows(path):
+        return line, fields
+    raise TraceFormatError(str(path), 1, "file is empty; expected a header line")
+
+
+def header_problem(expected: str, fields: list[str]) -> str:
+    """Why a first line is not the header `expected` (one or more quoted headers); data gets a hint."""
+    got = ",".join(fields)
+    try:
+        float(fields[0])
+    except ValueError:
+        return f"unrecognised header {got!r}; expected {expected}"
+    return f"missing header: the first line {got!r} looks like data; add a header line, {expected}"
+
+
+def parse_time(path: Path, line: int, text: str, column: str) -> float:
+    """A finite, non-negative number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise TraceFormatError(str(path), line, f"{column} {text!r} is not a number") from None
+    if not math.isfinite(value) or value < 0:
+        raise TraceFormatError(str(path), line, f"{column} must be finite and >= 0, got {text!r}")
+    return value
+
+
+def check_task_names(task_names: Sequence[str] | None) -> tuple[str, ...] | None:
+    """Validate caller-supplied task names (None stays None: the reader picks its default)."""
+    if task_names is None:
+        return None
+    names = tuple(task_names)
+    if not names or not all(names) or len(set(names)) != len(names):
+        raise ConfigError(f"task names must be a non-empty list of unique names, got {list(names)}")
+    return names
+
+
+def finish(
+    path: Path,
+    times: FloatArray,
+    tasks: IntArray,
+    task_names: tuple[str, ...],
+    duration_s: float | None = None,
+) -> Arrivals:
+    """Sort (with a log line: traces are often merged from several sources) and wrap the arrivals."""
+    if times.size > MAX_REQUESTS:
+        raise TraceFormatError(
+            str(path),
+            None,
+            f"{times.size:,} requests is more than the {MAX_REQUESTS:,} this tool holds in memory",
+        )
+    if times.size > 1:
+        unsorted = int(np.count_nonzero(np.diff(times) < 0))
+        if unsorted:
+            log.warning("%s: %d arrivals were out of time order; sorted them by time", path, unsorted)
+            order = np.argsort(times, kind="stable")
+            times, tasks = times[order], tasks[order]
+    end = float(times[-1]) if times.size else 0.0
+    return Arrivals(times, tasks, task_names, end if duration_s is None else max(duration_s, end))

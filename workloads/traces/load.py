@@ -1,0 +1,64 @@
+"""Open any supported trace by its header, and the trace bundled with the package."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from dartfl.arrivals import Arrivals
+from dartfl.errors import TraceFormatError
+from workloads.traces._io import first_line, header_problem
+from workloads.traces.azure_functions import FUNCTIONS_KEY_COLUMNS, read_azure_functions_csv
+from workloads.traces.azure_llm import AZURE_LLM_HEADER, read_azure_llm_csv
+from workloads.traces.time_task import TIME_TASK_HEADER, read_time_task_csv
+
+__all__ = ["BUNDLED_AZURE_CONV", "TRACE_FORMATS", "bundled_azure_conv", "detect_format", "load_trace"]
+
+# Format name -> the leading header columns that identify it.
+TRACE_FORMATS: dict[str, tuple[str, ...]] = {
+    "time-task": TIME_TASK_HEADER,
+    "azure-llm": AZURE_LLM_HEADER,
+    "azure-functions": FUNCTIONS_KEY_COLUMNS,
+}
+BUNDLED_AZURE_CONV = "azure_llm_conv_2023.csv"
+
+
+def detect_format(path: str | Path) -> str:
+    """The trace format named by the file's header (see TRACE_FORMATS)."""
+    path = Path(path)
+    line, fields = first_line(path)
+    lowered = [f.lower() for f in fields]
+    for name, columns in TRACE_FORMATS.items():
+        if lowered[: len(columns)] == [c.lower() for c in columns]:
+            return name
+    expected = "one of " + ", ".join(repr(",".join(c)) for c in TRACE_FORMATS.values())
+    raise TraceFormatError(str(path), line, header_problem(expected, fields))
+
+
+def load_trace(
+    path: str | Path,
+    task_names: Sequence[str] | None = None,
+    rng: np.random.Generator | None = None,
+) -> Arrivals:
+    """Read a trace in any supported format, detected from its header.
+
+    task_names: for `time_s,task` files, the order (and allowed set) of tasks, else the file's
+    own names; for the Azure traces, the K tasks requests are mapped onto (default
+    digits, fashion, letters). rng seeds the within-minute spread of Azure Functions counts.
+    """
+    kind = detect_format(path)
+    if kind == "time-task":
+        return read_time_task_csv(path, task_names)
+    if kind == "azure-llm":
+        return read_azure_llm_csv(path, task_names)
+    return read_azure_functions_csv(path, task_names, rng)
+
+
+def bundled_azure_conv(task_names: Sequence[str] | None = None) -> Arrivals:
+    """The bundled Azure LLM conversation trace (1 h, 19,366 requests; CC-BY 4.0, see data/README.md)."""
+    resource = resources.files("workloads").joinpath("data", BUNDLED_AZURE_CONV)
+    with resources.as_file(resource) as path:
+        return read_azure_llm_csv(path, task_names)
