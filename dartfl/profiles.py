@@ -89,7 +89,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "Raspberry Pi 5 (Cortex-A76, 2.4 GHz), one core; ONNX Runtime inference, PyTorch "
             "training; reference CNN at width 6. Estimate: about 3x a Pi 4 on compute "
             "(docs/profiles.md); a full training microbatch takes ~0.24 s.",
-            (0.00050, 0.0016, 32),
+            (0.00048, 0.0016, 32),
             (0.0060, 0.0073, 32),
         ),
         _builtin(
@@ -97,7 +97,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "NVIDIA Jetson Orin Nano 8GB GPU (1024 CUDA cores); ONNX Runtime CUDA inference, "
             "PyTorch CUDA training; reference CNN at width 6. Estimate: fixed costs dominated by "
             "the Cortex-A78AE host launching kernels, tiny per-item costs (docs/profiles.md).",
-            (0.00090, 0.00016, 64),
+            (0.00087, 0.00016, 64),
             (0.0080, 0.00058, 64),
         ),
         _builtin(

@@ -90,6 +90,8 @@ class DeviceProfile:
             raise ConfigError("a device profile needs a non-empty name")
         if not (isinstance(self.max_batch, int) and self.max_batch >= 1):
             raise ConfigError(f"inference max-batch must be an integer >= 1, got {self.max_batch!r}")
+        # A plain dict, whatever mapping was passed, so profiles pickle into worker processes.
+        object.__setattr__(self, "task_inference", dict(self.task_inference))
 
     def inference_for(self, task: str) -> InferenceCost:
         return self.task_inference.get(task, self.inference)

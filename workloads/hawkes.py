@@ -25,7 +25,7 @@ def hawkes_times(
     rng: np.random.Generator,
     *,
     branching: float = 0.9,
-    kernel_s: float = 2.0,
+    kernel_s: float = 0.5,
 ) -> FloatArray:
     """Hawkes process with an exponential kernel; mean cluster size 1 / (1 - branching)."""
     check_horizon("hawkes", duration_s, rate_per_s)

@@ -43,6 +43,15 @@ def decision_rows(record: RunRecord) -> list[DecisionRow]:
     ]
 
 
+def _plain(value: Any) -> Any:
+    """Flag values as JSON: paths as strings, sets as sorted lists."""
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, set | frozenset):
+        return sorted(value)
+    return value
+
+
 def record_sim(
     store_path: Path | None,
     args: argparse.Namespace,
@@ -51,11 +60,7 @@ def record_sim(
     outcome: Any,
     kind: str = "sim",
 ) -> int:
-    config = {
-        key: (str(value) if isinstance(value, Path) else value)
-        for key, value in vars(args).items()
-        if key != "handler"
-    }
+    config = {key: _plain(value) for key, value in vars(args).items() if key != "handler"}
     config["profile_name"] = profile.name
     config["requests"] = arrivals.num_requests
     config["duration_s"] = arrivals.duration_s

@@ -240,7 +240,9 @@ def generated_arrivals(
     target_load: float | None = None,
 ) -> Arrivals:
     """A synthetic workload from the generator flags; target_load picks the rate for `profile`."""
-    import workloads
+    from workloads.mix import TaskMix
+    from workloads.registry import generate
+    from workloads.rescale import rate_for_load
 
     tasks = parse_tasks(args.tasks)
     rate = float(args.rate)
@@ -249,9 +251,9 @@ def generated_arrivals(
             raise ConfigError("--target-load needs a device profile to measure the load against")
         # Rate from the expected task mix, so the duration and the generator's time scales
         # (burst lengths, periods) stay as given instead of being stretched.
-        shares = workloads.TaskMix(tasks, args.zipf, args.rotate_s).expected_shares(args.duration_s)
-        rate = workloads.rate_for_load(profile, tasks, shares, target_load)
-    return workloads.generate(
+        shares = TaskMix(tasks, args.zipf, args.rotate_s).expected_shares(args.duration_s)
+        rate = rate_for_load(profile, tasks, shares, target_load)
+    return generate(
         name,
         duration_s=float(args.duration_s),
         rate_per_s=rate,
@@ -270,7 +272,8 @@ def _trace_arrivals(
     target_load: float | None,
     profile: DeviceProfile | None,
 ) -> Arrivals:
-    import workloads
+    from workloads.rescale import rescale_to_load, scale_to_rate
+    from workloads.traces.load import load_trace
 
     misplaced = [flag for dest, flag in _GENERATOR_ONLY.items() if dest in given]
     if misplaced:
@@ -280,11 +283,11 @@ def _trace_arrivals(
     if target_load is not None and "rate" in given:
         raise ConfigError("--rate and --target-load both rescale the trace; pass only one of them")
     tasks = parse_tasks(args.tasks) if "tasks" in given else None
-    arrivals = workloads.load_trace(trace, tasks, _rng(args.seed))
+    arrivals = load_trace(trace, tasks, _rng(args.seed))
     if target_load is not None and profile is not None:
-        return workloads.rescale_to_load(arrivals, profile, target_load)
+        return rescale_to_load(arrivals, profile, target_load)
     if "rate" in given:
-        return workloads.scale_to_rate(arrivals, float(args.rate))
+        return scale_to_rate(arrivals, float(args.rate))
     return arrivals
 
 

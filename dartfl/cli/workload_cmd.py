@@ -1,7 +1,8 @@
 """`dartfl workload generate|inspect|plot`: make, examine and draw request workloads.
 
 numpy, matplotlib and the `workloads` package are imported inside the handlers so that
-`dartfl --help` stays fast.
+`dartfl --help` stays fast. Handlers import `workloads` submodules, not the facade: under
+pytest, tests/workloads/ can shadow the package's top level (see tests/cli/test_workload_cmd.py).
 """
 
 from __future__ import annotations
@@ -61,17 +62,17 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _load(args: argparse.Namespace) -> Arrivals:
-    import workloads
+    from workloads.traces.load import load_trace
 
     tasks = parse_tasks(args.tasks) if args.tasks is not None else None
-    return workloads.load_trace(args.file, tasks)
+    return load_trace(args.file, tasks)
 
 
 def _generate(args: argparse.Namespace) -> int:
-    import workloads
+    from workloads.traces.time_task import write_time_task_csv
 
     arrivals = generated_arrivals(args, args.name)
-    workloads.write_time_task_csv(arrivals, args.output)
+    write_time_task_csv(arrivals, args.output)
     print(
         f"wrote {arrivals.num_requests:,} requests ({arrivals.mean_rate_per_s():.2f} req/s over "
         f"{arrivals.duration_s:g} s, tasks {', '.join(arrivals.task_names)}) to {args.output}"
@@ -80,19 +81,20 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    import workloads
+    from workloads.stats import summarize
+    from workloads.traces.load import detect_format
 
     arrivals = _load(args)
-    summary = workloads.summarize(arrivals)
+    summary = summarize(arrivals)
     if args.json:
-        record = {"file": str(args.file), "format": workloads.detect_format(args.file), **summary.to_dict()}
+        record = {"file": str(args.file), "format": detect_format(args.file), **summary.to_dict()}
         print(json.dumps(record))
         return 0
 
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{args.file} ({workloads.detect_format(args.file)})", show_header=False)
+    table = Table(title=f"{args.file} ({detect_format(args.file)})", show_header=False)
     table.add_column("statistic")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{summary.requests:,}")
@@ -116,10 +118,10 @@ def _plot(args: argparse.Namespace) -> int:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    import workloads
+    from workloads.stats import binned_counts
 
     arrivals = _load(args)
-    starts, counts = workloads.binned_counts(arrivals, args.bin_s)
+    starts, counts = binned_counts(arrivals, args.bin_s)
     # Divide by each bin's real width: the last bin may be cut short by the horizon.
     widths = np.minimum(args.bin_s, max(arrivals.duration_s, args.bin_s) - starts)
     rates = counts / np.maximum(widths, 1e-12)

@@ -63,7 +63,7 @@ def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
     if name == "dart":
         v = float(_number(spec, arg, float)) if arg else DartConfig().v
         policy = DartPolicy(DartConfig(v=v, loss_weighting=weighting))
-        policy.name = f"dart:{arg}" if arg else "dart"
+        policy.name = f"{name}:{arg}" if arg else name
     elif name == "inference-only" and not arg:
         policy = InferenceOnly(weighting)
     elif name == "inference-first":

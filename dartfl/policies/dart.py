@@ -5,8 +5,8 @@ Every control period it weighs three queues against the training it could do:
 - the virtual training-deficit queue Z (samples owed to the current FL round: how far
   training lags the pace that meets the round's target by its deadline);
 - the virtual SLO-miss queue H (misses beyond the budget delta of all arrivals).
-One knob, V, prices a trained sample in SLO misses (V = 0.05: one miss is worth 20 samples). The decision is closed form
-plus a scan over at most five candidate step sizes, so it is O(K) and allocation-light.
+One knob, V, prices a trained sample in SLO misses (V = 0.05: one miss is worth 20 samples).
+The decision is closed form plus a scan over at most four candidate step sizes: O(K).
 
 Numbered steps in `decide` follow the derivation in docs/allocator.md.
 """
@@ -21,7 +21,7 @@ from dartfl.policies.base import Policy
 from dartfl.policies.shares import LOSS_WEIGHTINGS, demand_shares, loss_weights
 from dartfl.types import Allocation, Observation
 
-__all__ = ["DartConfig", "DartPolicy"]
+__all__ = ["DartConfig", "DartPolicy", "training_deficit"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class DartConfig:
     v: float = 0.05  # worth of one trained sample in SLO misses (0.05: a miss costs 20 samples)
     miss_budget: float = 0.002  # delta: long-run fraction of requests DART may add as misses
     slack_margin: float = 0.1  # gamma: fraction of the SLO kept in reserve for estimate error
+    burst_memory_s: float = 30.0  # how long the step size remembers a past burst's rate
     share_floor: float = 0.05  # epsilon: least training share any task gets
     loss_weighting: str = "demand"
 
@@ -41,6 +42,8 @@ class DartConfig:
             raise ConfigError(f"dart miss budget must lie in [0, 1), got {self.miss_budget}")
         if not 0.0 <= self.slack_margin < 1.0:
             raise ConfigError(f"dart slack margin must lie in [0, 1), got {self.slack_margin}")
+        if not (math.isfinite(self.burst_memory_s) and self.burst_memory_s >= 0):
+            raise ConfigError(f"dart burst memory must be a finite number >= 0 s, got {self.burst_memory_s}")
         if not 0.0 < self.share_floor <= 1.0:
             raise ConfigError(f"dart share floor must lie in (0, 1], got {self.share_floor}")
         if self.loss_weighting not in LOSS_WEIGHTINGS:
@@ -66,30 +69,50 @@ class DartPolicy(Policy):
         self.config = config or DartConfig()
         self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
         self.miss_queue = 0.0  # H, in requests
+        self.peak_rates: list[float] = []  # per task, decaying with burst_memory_s
+        self._decay = 0.0
+        self._decay_period_s = -1.0
 
     def reset(self) -> None:
         self.miss_queue = 0.0
+        self.peak_rates = []
 
     def update(self, obs: Observation) -> None:
-        """H <- max(H + misses - delta * arrivals, 0): the miss budget as a virtual queue."""
+        """Fold in the last period: the miss budget queue H and the remembered burst rates."""
+        # H <- max(H + misses - delta * arrivals, 0)
         excess = sum(obs.slo_misses_since_last) - self.config.miss_budget * sum(obs.arrivals_since_last)
         self.miss_queue = max(0.0, self.miss_queue + excess)
+        if obs.period_s != self._decay_period_s:
+            memory = self.config.burst_memory_s
+            self._decay = math.exp(-obs.period_s / memory) if memory > 0 else 0.0
+            self._decay_period_s = obs.period_s
+        if len(self.peak_rates) != obs.num_tasks:
+            self.peak_rates = [0.0] * obs.num_tasks
+        decay = self._decay
+        for k, rate in enumerate(obs.arrival_rate_per_s):
+            self.peak_rates[k] = max(rate, self.peak_rates[k] * decay)
 
     def decide(self, obs: Observation) -> Allocation:
         cfg = self.config
         tau = obs.period_s
         a_t, c_t, m_max = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch
-        b_max = obs.max_batch
         backlog, fixed, per = obs.backlog, obs.batch_fixed_s, obs.per_request_s
+        peaks = self.peak_rates if len(self.peak_rates) == obs.num_tasks else obs.arrival_rate_per_s
 
-        # 1. Burst-robust arrival rates: the estimate, or last period's count if that is higher.
-        lam = [max(r, n / tau) for r, n in zip(obs.arrival_rate_per_s, obs.arrivals_since_last, strict=True)]
-        lam_total = sum(lam)
-        lam_cost = 0.0  # sum_k c_k lambda_k: device seconds per second that arrivals add
-        active_fixed = 0.0  # sum of a_k over tasks that will need a batch after a step
+        # 1. Arrival rates to plan for: the smoothed estimate; last period's count when it
+        #    exceeds that by more than Poisson noise (a burst is starting); and the rate of a
+        #    recent burst, which may come back while a long step runs.
+        lam = [
+            max(r, p, (n - 2.0 * math.sqrt(n)) / tau)
+            for r, p, n in zip(obs.arrival_rate_per_s, peaks, obs.arrivals_since_last, strict=True)
+        ]
+        lam_total = 0.0
+        lam_cost = 0.0  # Lambda_c = sum_k c_k lambda_k: device seconds per second arrivals need
+        active_fixed = 0.0  # A = sum of a_k over active tasks: one batch each after a step
         slo_min = math.inf
         for k, rate in enumerate(lam):
             if rate > 0.0 or backlog[k] > 0:
+                lam_total += rate
                 lam_cost += per[k] * rate
                 active_fixed += fixed[k]
                 slo_min = min(slo_min, obs.slo_s[k])
@@ -97,89 +120,103 @@ class DartPolicy(Policy):
             slo_min = min(obs.slo_s)
         budget_s = slo_min * (1.0 - cfg.slack_margin)
 
-        # 2. SLO-safe step length when the backlog is served first: a request arriving as the
-        #    step starts waits s, then one batch per active task holding what arrived meanwhile.
+        # 2. The SLO-safe step: a request arriving as a step of s starts waits s, then one batch
+        #    per active task holding what arrived meanwhile: s (1 + Lambda_c) + A <= budget.
         s_safe = (budget_s - active_fixed) / (1.0 + lam_cost)
 
-        # 3. Choose the step size m maximising (Z + V) * r_T(m) - (1 + H) * r_M(m).
+        # 3. Step size m maximising (Z + V) r_T(m) - (1 + H) r_M(m) per second of training.
         deficit = training_deficit(obs)
         gain = deficit + cfg.v
-        miss_cost = (1.0 + self.miss_queue) * lam_total
-        m = self._best_microbatch(a_t, c_t, m_max, s_safe, gain, miss_cost)
+        if lam_cost >= 1.0:  # overloaded: every step costs misses; train only what is owed
+            m = 1 if deficit > 0.0 else 0
+        else:
+            m = _best_microbatch(
+                a_t, c_t, m_max, s_safe, budget_s, lam_cost, active_fixed, lam_total, gain, 1.0 + self.miss_queue
+            )
 
-        # 4. Inference share by max-weight against the deficit only: below capacity the total
-        #    training time is fixed by work conservation, so taking time from waiting requests
-        #    gains nothing but timing, which only owed work (Z > 0) is worth. Task k outranks
-        #    training when its backlog per second of service, Q_k / c_k(b), beats Z * r_T(m).
+        # 4. Inference share. Below capacity, work conservation fixes the total training time,
+        #    so taking time from waiting requests only moves training earlier, which is worth
+        #    something only to owed work: strict priority unless Z > 0. Then max-weight: task k
+        #    outranks training while Q_k / c_k(b) beats Z r_T(m); the others wait.
         share = 1.0
         if m > 0 and deficit > 0.0:
-            train_weight = deficit * m / (a_t + c_t * m)
-            needed = 0.0
-            all_outrank = True
-            for k, rate in enumerate(lam):
-                expected = max(1.0, backlog[k] + rate * tau) if rate > 0.0 or backlog[k] else 0.0
-                if expected == 0.0:
-                    continue
-                cost = per[k] + fixed[k] / min(b_max, expected)
-                if max(1, backlog[k]) / cost >= train_weight:
-                    needed += expected * cost / tau
-                else:
-                    all_outrank = False
-            if not all_outrank:
-                share = min(1.0, needed)
-                # Requests now wait behind steps: size the step for the oldest one's slack.
-                oldest = max(obs.oldest_age_s)
-                queued = sum(fixed[k] + per[k] * backlog[k] for k in range(len(backlog)) if backlog[k])
-                s_wait = (budget_s - oldest - queued - active_fixed) / (1.0 + lam_cost)
-                m = max(1, min(m, self._safe_microbatch(a_t, c_t, m_max, s_wait)))
+            share = _deficit_share(obs, lam, deficit * m / (a_t + c_t * m))
 
-        # 5. Inference batch cap: shrink it only when that lets the most urgent head meet its SLO,
-        #    never below the batch that keeps up with the arrival rate.
-        batch = self._batch_cap(obs, lam, b_max)
+        # 5. Inference batch cap: shrink it only when that lets the most urgent head meet its
+        #    SLO, never below the batch that keeps up with the arrival rate.
+        batch = _batch_cap(obs, lam)
 
         # 6. Training shares follow demand with a floor; loss weights follow the shares.
         shares = demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
         return Allocation(share, shares, loss_weights(cfg.loss_weighting, shares), m, batch)
 
-    @staticmethod
-    def _safe_microbatch(a_t: float, c_t: float, m_max: int, s_safe: float) -> int:
-        if s_safe <= a_t:
-            return 0
-        return min(m_max, int((s_safe - a_t) / c_t))
 
-    def _best_microbatch(
-        self, a_t: float, c_t: float, m_max: int, s_safe: float, gain: float, miss_cost: float
-    ) -> int:
-        m_safe = self._safe_microbatch(a_t, c_t, m_max, s_safe)
-        if m_safe >= m_max:
-            return m_max
-        best_m, best_j = 0, 0.0
-        if m_safe > 0:
-            best_m, best_j = m_safe, gain * m_safe / (a_t + c_t * m_safe)
-        span = m_max - m_safe
-        # Steps longer than s_safe trade misses for efficiency; scan a coarse grid above m_safe.
-        for m in (m_safe + max(1, span // 4), m_safe + max(1, span // 2), m_max):
-            s = a_t + c_t * m
-            j = (gain * m - miss_cost * max(0.0, s - s_safe)) / s
-            if j > best_j:
-                best_m, best_j = m, j
-        return best_m
+def _best_microbatch(
+    a_t: float,
+    c_t: float,
+    m_max: int,
+    s_safe: float,
+    budget_s: float,
+    lam_cost: float,
+    active_fixed: float,
+    lam_total: float,
+    gain: float,
+    miss_price: float,
+) -> int:
+    """argmax over {0, m_safe, a coarse grid above it} of the per-second objective.
 
-    @staticmethod
-    def _batch_cap(obs: Observation, lam: list[float], b_max: int) -> int:
-        urgent_slack = math.inf
-        urgent = -1
-        for k, q in enumerate(obs.backlog):
-            if q > 0:
-                slack = obs.slo_s[k] - obs.oldest_age_s[k]
-                if slack < urgent_slack:
-                    urgent_slack, urgent = slack, k
-        if urgent < 0:
-            return b_max
-        a, c = obs.batch_fixed_s[urgent], obs.per_request_s[urgent]
-        fits = int((urgent_slack - a) / c) if urgent_slack > a else 0
-        if fits < 1 or fits >= obs.backlog[urgent]:
-            return b_max  # the head is lost anyway, or the whole queue fits: maximise throughput
-        rate = lam[urgent]
-        keep_up = b_max if rate * c >= 1.0 else math.ceil(rate * a / (1.0 - rate * c))
-        return max(1, min(b_max, max(fits, keep_up)))
+    r_T(m) = m / s(m) samples per second of training; r_M(m) = the arrivals per second that
+    land early enough in a step to finish past the budget: lambda * excess / (s (1 + Lambda_c)).
+    """
+    m_safe = 0 if s_safe <= a_t else min(m_max, int((s_safe - a_t) / c_t))
+    if m_safe >= m_max:
+        return m_max
+    best_m, best_j = 0, 0.0
+    if m_safe > 0:
+        best_m, best_j = m_safe, gain * m_safe / (a_t + c_t * m_safe)
+    span = m_max - m_safe
+    for m in (m_safe + max(1, span // 4), m_safe + max(1, span // 2), m_max):
+        step = a_t + c_t * m
+        stretched = step * (1.0 + lam_cost)
+        late = min(1.0, (stretched + active_fixed - budget_s) / stretched)
+        j = gain * m / step - miss_price * lam_total * max(0.0, late)
+        if j > best_j:
+            best_m, best_j = m, j
+    return best_m
+
+
+def _deficit_share(obs: Observation, lam: list[float], train_weight: float) -> float:
+    """The inference share when the round is behind: only the tasks that outrank training."""
+    backlog, fixed, per, tau = obs.backlog, obs.batch_fixed_s, obs.per_request_s, obs.period_s
+    needed = 0.0
+    all_outrank = True
+    for k, rate in enumerate(lam):
+        if rate <= 0.0 and not backlog[k]:
+            continue
+        expected = max(1.0, backlog[k] + rate * tau)
+        cost = per[k] + fixed[k] / min(obs.max_batch, expected)
+        if max(1, backlog[k]) / cost >= train_weight:
+            needed += expected * cost / tau
+        else:
+            all_outrank = False
+    return 1.0 if all_outrank else min(1.0, needed)
+
+
+def _batch_cap(obs: Observation, lam: list[float]) -> int:
+    b_max = obs.max_batch
+    urgent_slack = math.inf
+    urgent = -1
+    for k, q in enumerate(obs.backlog):
+        if q > 0:
+            slack = obs.slo_s[k] - obs.oldest_age_s[k]
+            if slack < urgent_slack:
+                urgent_slack, urgent = slack, k
+    if urgent < 0:
+        return b_max
+    a, c = obs.batch_fixed_s[urgent], obs.per_request_s[urgent]
+    fits = int((urgent_slack - a) / c) if urgent_slack > a else 0
+    if fits < 1 or fits >= obs.backlog[urgent]:
+        return b_max  # the head is lost anyway, or the whole queue fits: maximise throughput
+    rate = lam[urgent]
+    keep_up = b_max if rate * c >= 1.0 else math.ceil(rate * a / (1.0 - rate * c))
+    return max(1, min(b_max, max(fits, keep_up)))

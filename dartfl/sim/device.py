@@ -4,8 +4,9 @@ One compute resource runs non-preemptible work items: inference batches of one t
 t_k(b) = a_k + c_k b, and training microbatches, s(m) = a_T + c_T m. Requests wait in bounded
 per-task queues (a full queue rejects). Every control period the policy observes and
 allocates; between decisions the executor enforces the allocation work-conservingly:
-- when requests wait and training may run, inference gets its share x of the period's busy
-  time (x = 1 is strict priority), and the most urgent task (earliest deadline) goes first;
+- when requests wait and training may run, inference gets its share x of the busy time: each
+  training step earns inference x / (1 - x) of its length (x = 1 is strict priority), and
+  the most urgent task (earliest deadline) goes first;
 - idle inference time goes to training, and no training work means inference gets all.
 Time comes from the event sequence only, never from the wall clock (SimPy's rule), so a
 replay is deterministic for a seed. The wall clock is read only to time the policy's
@@ -108,14 +109,15 @@ def simulate(
         k: [] for k in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
     }
 
+    # The first period is a warm-up: with no arrival history yet, serve and do not train.
     alloc = Allocation(1.0, (1.0 / k_tasks,) * k_tasks, (1.0,) * k_tasks, 0, b_profile)
     now = 0.0
     i = 0  # next arrival
-    next_tick = 0.0
+    next_tick = cfg.period_s
     busy_until = math.inf  # end of the running work item (inf: idle)
     running_batch: list[int] = []  # request ids of the running inference batch
     running_m = 0  # samples of the running training microbatch
-    inf_used = train_used = 0.0  # recent busy seconds per side, for share enforcement
+    inference_credit = 0.0  # seconds inference may still run before training resumes
     training_busy = inference_busy = 0.0
     backlog_total = max_backlog = 0
     round_start = 0.0
@@ -190,10 +192,6 @@ def simulate(
             decision_ns.append(timer() - started)
             arrivals_since = [0] * k_tasks
             misses_since = [0] * k_tasks
-            # Share accounting forgets the past geometrically rather than at once, so a side
-            # that fell behind during one long non-preemptible step can catch up next period.
-            inf_used *= 0.5
-            train_used *= 0.5
             next_tick += cfg.period_s
             if cfg.record_periods:
                 rec["t_s"].append(now)
@@ -207,13 +205,14 @@ def simulate(
         if busy_until != math.inf:
             continue
 
-        # 4. The device is free: choose the next work item.
+        # 4. The device is free: choose the next work item. With x < 1 every training step
+        #    earns inference x / (1 - x) of its length; inference runs while it has credit and
+        #    requests wait, so steps and batches alternate in the ratio the policy asked for.
         training_open = now < horizon and alloc.microbatch > 0
-        serve = backlog_total > 0 and (
-            not training_open
-            or alloc.inference_share >= 1.0
-            or inf_used <= alloc.inference_share * (inf_used + train_used)
-        )
+        share = alloc.inference_share
+        if backlog_total == 0:
+            inference_credit = 0.0  # idle inference time is not banked: it went to training
+        serve = backlog_total > 0 and (not training_open or share >= 1.0 or inference_credit > 0.0)
         if serve:
             k = _most_urgent(queues, times, slo)
             q = queues[k]
@@ -223,7 +222,7 @@ def simulate(
             duration = fixed[k] + per[k] * size
             if cfg.exponential_service:
                 duration = float(rng.exponential(duration))
-            inf_used += duration
+            inference_credit -= duration
             inference_busy += duration
             busy_until = now + duration
         elif training_open:
@@ -235,7 +234,8 @@ def simulate(
             if m > 0:
                 duration = a_t + c_t * m
                 running_m = m
-                train_used += duration
+                if share < 1.0:
+                    inference_credit = max(0.0, inference_credit) + duration * share / (1.0 - share)
                 training_busy += duration
                 busy_until = now + duration
 

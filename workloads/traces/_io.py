@@ -61,7 +61,7 @@ def _open(path: Path) -> Iterator[TextIO]:
 def rows(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, stripped fields) for every non-blank CSV row, the header included."""
     with _open(path) as handle:
-        reader = csv.reader(handle)
+        reader = csv.reader(handle, strict=True)
         line = 1
         try:
             for fields in reader:
@@ -87,11 +87,18 @@ def first_line(path: Path) -> tuple[int, list[str]]:
 def header_problem(expected: str, fields: list[str]) -> str:
     """Why a first line is not the header `expected` (one or more quoted headers); data gets a hint."""
     got = ",".join(fields)
-    try:
-        float(fields[0])
-    except ValueError:
+    if not _looks_like_data(fields[0]):
         return f"unrecognised header {got!r}; expected {expected}"
     return f"missing header: the first line {got!r} looks like data; add a header line, {expected}"
+
+
+def _looks_like_data(field: str) -> bool:
+    """Column names start with a letter; times, timestamps and hashes of data rows mostly do not."""
+    try:
+        float(field)
+    except ValueError:
+        return field[:1].isdigit()
+    return True
 
 
 def parse_time(path: Path, line: int, text: str, column: str) -> float:

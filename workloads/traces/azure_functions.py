@@ -119,11 +119,12 @@ def _parse_counts(path: Path, line: int, texts: list[str]) -> IntArray:
 
 
 def _is_count(text: str) -> bool:
+    """Whether text is a whole number that fits the int64 counts."""
     try:
-        int(text)
+        value = int(text)
     except ValueError:
         return False
-    return True
+    return -(2**63) <= value < 2**63
 
 
 def _top_functions(path: Path, per_function: dict[str, tuple[int, _Parts]], k: int, minutes: int) -> IntArray:

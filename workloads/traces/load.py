@@ -59,6 +59,6 @@ def load_trace(
 
 def bundled_azure_conv(task_names: Sequence[str] | None = None) -> Arrivals:
     """The bundled Azure LLM conversation trace (1 h, 19,366 requests; CC-BY 4.0, see data/README.md)."""
-    resource = resources.files("workloads").joinpath("data", BUNDLED_AZURE_CONV)
+    resource = resources.files("workloads.data").joinpath(BUNDLED_AZURE_CONV)
     with resources.as_file(resource) as path:
         return read_azure_llm_csv(path, task_names)

@@ -1,0 +1,251 @@
+"""`dartfl workload generate|inspect|plot` and the shared workload flags (`arrivals_from_args`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dartfl.cli.main import main
+from dartfl.cli.workload_args import WORKLOAD_NAMES, add_workload_arguments, arrivals_from_args, workload_config
+from dartfl.errors import ConfigError, TraceFormatError
+from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from workloads.registry import GENERATOR_NAMES
+from workloads.rescale import offered_load
+from workloads.traces.time_task import read_time_task_csv
+
+ROOT = Path(__file__).resolve().parents[2]
+PROFILE = DeviceProfile(
+    name="public-small",
+    inference=InferenceCost(batch_fixed_s=0.005, per_request_s=0.0025),
+    max_batch=32,
+    training=TrainingCost(microbatch_fixed_s=0.012, per_sample_s=0.007, max_microbatch=32),
+)
+
+
+def _one_line_error(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dartfl: error: ")
+    return lines[0]
+
+
+# ---- dartfl workload generate / inspect / plot ---------------------------------------------
+
+
+def test_generate_writes_a_time_task_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "w.csv"
+    code = main(["workload", "generate", "mmpp", "--rate", "20", "--duration-s", "300", "--tasks", "a,b",
+                 "--zipf", "1", "--param", "burst=20", "--seed", "4", "-o", str(out)])
+    assert code == 0
+    assert "wrote" in capsys.readouterr().out
+    arrivals = read_time_task_csv(out)
+    assert arrivals.num_requests == pytest.approx(6000, rel=0.1)
+    assert set(arrivals.task_names) == {"a", "b"}
+    assert arrivals.times_s[-1] < 300.0
+
+
+def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
+    paths = [tmp_path / f"{i}.csv" for i in range(3)]
+    for path, seed in zip(paths, ["7", "7", "8"], strict=True):
+        assert main(["workload", "generate", "pareto-onoff", "--duration-s", "60", "--seed", seed, "-o", str(path)]) == 0
+    assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["workload", "generate", "bursty"], "unknown workload 'bursty'; valid workloads: poisson, mmpp"),
+        (["workload", "generate", "mmpp", "--param", "bursts=3"], "unknown parameter 'bursts'"),
+        (["workload", "generate", "mmpp", "--param", "burst"], "--param must look like KEY=VALUE"),
+        (["workload", "generate", "gamma", "--param", "cv=-1"], "gamma parameter cv must be > 0"),
+        (["workload", "generate", "poisson", "--rate", "0"], "rate_per_s must be a finite number > 0"),
+        (["workload", "generate", "poisson", "--tasks", "a,,b"], "--tasks must be a comma-separated list"),
+        (["workload", "generate", "poisson", "--seed", "-3"], "--seed must be an integer >= 0"),
+    ],
+)
+def test_generate_bad_input_exits_2_with_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    assert main([*argv, "-o", str(tmp_path / "w.csv")]) == 2
+    assert message in _one_line_error(capsys.readouterr().err)
+    assert not (tmp_path / "w.csv").exists()
+
+
+def test_inspect_json_reports_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("time_s,task\n" + "".join(f"{i / 2},{'ab'[i % 2]}\n" for i in range(40)))
+    assert main(["workload", "inspect", str(path), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["format"] == "time-task"
+    assert record["requests"] == 40
+    assert record["task_counts"] == {"a": 20, "b": 20}
+    assert record["duration_s"] == 19.5
+    for key in ("mean_rate_per_s", "cv_1s", "cv_10s", "peak_to_mean_10s"):
+        assert key in record
+
+
+def test_inspect_bundled_azure_trace_as_a_table(capsys: pytest.CaptureFixture[str]) -> None:
+    trace = ROOT / "workloads" / "data" / "azure_llm_conv_2023.csv"
+    assert main(["workload", "inspect", str(trace), "--tasks", "x,y"]) == 0
+    out = capsys.readouterr().out
+    assert "19,366" in out and "azure-llm" in out and "task x" in out
+
+
+@pytest.mark.parametrize("style", [[], ["--lines"]])
+def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str], style: list[str]) -> None:
+    trace = tmp_path / "t.csv"
+    assert main(["workload", "generate", "flash-crowd", "--duration-s", "120", "-o", str(trace)]) == 0
+    out = tmp_path / "plots" / "t.png"
+    assert main(["workload", "plot", str(trace), "-o", str(out), "--bin-s", "2", *style]) == 0
+    data = out.read_bytes()
+    assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 5000
+
+
+@pytest.mark.parametrize("action", [["inspect"], ["plot"]])
+def test_bad_trace_file_exits_2_with_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time_s,task\n0.5,a\nlater,b\n")
+    extra = ["-o", str(tmp_path / "x.png")] if action == ["plot"] else []
+    assert main(["workload", *action, str(bad), *extra]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert f"{bad}:3: time_s 'later' is not a number" in line
+
+
+def test_missing_trace_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["workload", "inspect", str(tmp_path / "nope.csv")]) == 2
+    assert "no such file" in _one_line_error(capsys.readouterr().err)
+
+
+def test_plot_bad_bin_width_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n1,a\n")
+    assert main(["workload", "plot", str(trace), "-o", str(tmp_path / "p.png"), "--bin-s", "0"]) == 2
+    assert "bin width" in _one_line_error(capsys.readouterr().err)
+
+
+def test_importing_the_command_module_stays_light() -> None:
+    code = ("import sys, dartfl.cli.workload_cmd, dartfl.cli.workload_args; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'matplotlib', 'workloads')))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
+
+
+# ---- the shared workload flags -------------------------------------------------------------
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_workload_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_workload_names_in_the_help_match_the_registry() -> None:
+    assert WORKLOAD_NAMES == GENERATOR_NAMES
+
+
+def test_defaults_match_the_documented_ones() -> None:
+    args = _parse([])
+    assert (args.duration_s, args.rate, args.tasks, args.zipf, args.rotate_s, args.param, args.seed, args.target_load) \
+        == (600.0, 50.0, "digits,fashion,letters", 0.0, None, [], 1, None)
+
+
+def test_no_workload_source_is_an_error_saying_what_to_pass() -> None:
+    with pytest.raises(ConfigError, match="pass --workload NAME .* or --trace FILE"):
+        arrivals_from_args(_parse([]), None)
+
+
+def test_trace_and_workload_are_mutually_exclusive() -> None:
+    with pytest.raises(SystemExit):
+        _parse(["--trace", "t.csv", "--workload", "mmpp"])
+
+
+def test_generated_workload_from_flags() -> None:
+    args = _parse(["--workload", "hawkes", "--duration-s", "100", "--rate", "30", "--tasks", "p,q",
+                   "--zipf", "2", "--rotate-s", "50", "--param", "branching=0.5", "--seed", "9"])
+    arrivals = arrivals_from_args(args, None)
+    assert arrivals.duration_s == 100.0 and arrivals.task_names == ("p", "q")
+    assert arrivals.num_requests == pytest.approx(3000, rel=0.15)
+    again = arrivals_from_args(args, None)
+    np.testing.assert_array_equal(arrivals.times_s, again.times_s)
+
+
+def test_target_load_without_a_profile_is_an_error() -> None:
+    with pytest.raises(ConfigError, match="--target-load needs a device profile"):
+        arrivals_from_args(_parse(["--workload", "poisson", "--target-load", "0.5"]), None)
+
+
+def test_target_load_sizes_a_generated_workload_keeping_its_duration() -> None:
+    args = _parse(["--workload", "mmpp", "--duration-s", "300", "--zipf", "1", "--target-load", "0.5"])
+    arrivals = arrivals_from_args(args, PROFILE)
+    assert arrivals.duration_s == 300.0
+    assert offered_load(arrivals, PROFILE) == pytest.approx(0.5, rel=0.03)
+
+
+def test_target_load_rescales_a_trace_exactly(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n" + "".join(f"{i * 0.37:.3f},{'ab'[i % 2]}\n" for i in range(500)))
+    arrivals = arrivals_from_args(_parse(["--trace", str(trace), "--target-load", "0.7"]), PROFILE)
+    assert arrivals.task_names == ("a", "b")  # the file's own tasks, not the --tasks default
+    assert offered_load(arrivals, PROFILE) == pytest.approx(0.7, rel=1e-12)
+
+
+def test_rate_rescales_a_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n1,a\n2,a\n4,b\n")
+    arrivals = arrivals_from_args(_parse(["--trace", str(trace), "--rate", "3"]), None)
+    assert arrivals.mean_rate_per_s() == pytest.approx(3.0)
+
+
+def test_tasks_flag_orders_a_trace_and_maps_azure_traces(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n1,b\n2,a\n")
+    assert arrivals_from_args(_parse(["--trace", str(trace), "--tasks", "a,b,c"]), None).task_names == ("a", "b", "c")
+    llm = tmp_path / "llm.csv"
+    llm.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
+    assert arrivals_from_args(_parse(["--trace", str(llm)]), None).task_names == ("digits", "fashion", "letters")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--zipf", "1"], "--zipf only shape a --workload"),
+        (["--duration-s", "60", "--param", "burst=2"], "--duration-s, --param only shape a --workload"),
+        (["--rate", "5", "--target-load", "0.5"], "pass only one of them"),
+    ],
+)
+def test_generator_only_flags_with_a_trace_are_errors(tmp_path: Path, argv: list[str], message: str) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n1,a\n")
+    with pytest.raises(ConfigError, match=message):
+        arrivals_from_args(_parse(["--trace", str(trace), *argv]), PROFILE)
+
+
+def test_rate_and_target_load_together_are_an_error_for_generators() -> None:
+    with pytest.raises(ConfigError, match="pass only one of them"):
+        arrivals_from_args(_parse(["--workload", "poisson", "--rate", "5", "--target-load", "0.5"]), PROFILE)
+
+
+def test_bad_trace_surfaces_as_trace_format_error(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    trace.write_text("nonsense\n")
+    with pytest.raises(TraceFormatError) as err:
+        arrivals_from_args(_parse(["--trace", str(trace)]), None)
+    assert err.value.line == 1
+
+
+def test_workload_config_records_what_defines_the_workload(tmp_path: Path) -> None:
+    config = workload_config(_parse(["--workload", "step", "--param", "factor=3", "--seed", "2"]))
+    assert config == {"seed": 2, "target_load": None, "workload": "step", "duration_s": 600.0,
+                      "tasks": "digits,fashion,letters", "zipf": 0.0, "rotate_s": None,
+                      "params": {"factor": 3.0}, "rate": 50.0}
+    trace_config = workload_config(_parse(["--trace", str(tmp_path / "t.csv"), "--target-load", "0.5"]))
+    assert trace_config == {"seed": 1, "target_load": 0.5, "trace": str(tmp_path / "t.csv")}

@@ -1,0 +1,190 @@
+"""Synthetic arrival processes: determinism, mean rate, and the burst shapes they promise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dartfl.errors import ConfigError
+from workloads.registry import GENERATOR_NAMES, generate_times
+
+
+def per_second_cv(times: np.ndarray, duration_s: float) -> float:
+    counts = np.bincount(np.floor(times).astype(np.int64), minlength=int(duration_s))
+    return float(counts.std() / counts.mean())
+
+
+def _times(name: str, duration_s: float, rate: float, seed: int = 1, **params: float) -> np.ndarray:
+    return generate_times(name, duration_s=duration_s, rate_per_s=rate, rng=np.random.default_rng(seed), params=params)
+
+
+@pytest.mark.parametrize("name", GENERATOR_NAMES)
+def test_same_seed_gives_identical_times_and_another_seed_differs(name: str) -> None:
+    a = _times(name, 300.0, 20.0, seed=7)
+    b = _times(name, 300.0, 20.0, seed=7)
+    c = _times(name, 300.0, 20.0, seed=8)
+    np.testing.assert_array_equal(a, b)
+    assert a.size != c.size or not np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("name", GENERATOR_NAMES)
+def test_times_are_sorted_floats_inside_the_horizon(name: str) -> None:
+    times = _times(name, 500.0, 30.0)
+    assert times.dtype == np.float64 and times.ndim == 1 and times.size > 0
+    assert np.all(np.diff(times) >= 0)
+    assert times[0] >= 0.0 and times[-1] < 500.0
+
+
+# (generator, params, duration, rate, relative tolerance). Tolerances are about 4 standard
+# deviations of the realized count: Poisson noise for most, inflated for Gamma (cv^2) and
+# Hawkes (1 / (1 - branching)^2).
+RATE_CASES = [
+    ("poisson", {}, 2000.0, 50.0, 0.02),
+    ("gamma", {}, 4000.0, 50.0, 0.06),
+    ("gamma", {"cv": 0.5}, 2000.0, 50.0, 0.02),
+    ("mmpp", {}, 2000.0, 50.0, 0.02),
+    ("mmpp", {"burst": 50.0, "high-s": 1.0, "low-s": 60.0}, 2000.0, 50.0, 0.02),
+    ("pareto-onoff", {}, 2000.0, 50.0, 0.02),
+    ("pareto-onoff", {"alpha": 1.2, "off-frac": 0.1}, 2000.0, 50.0, 0.02),
+    ("diurnal", {}, 2000.0, 50.0, 0.02),
+    ("diurnal", {"period-s": 777.0, "amplitude": 1.0, "phase-s": 100.0}, 2000.0, 50.0, 0.02),
+    ("step", {}, 2000.0, 50.0, 0.02),
+    ("step", {"factor": 0.2, "at-s": 300.0}, 2000.0, 50.0, 0.02),
+    ("flash-crowd", {}, 2000.0, 50.0, 0.02),
+    ("flash-crowd", {"factor": 30.0, "at-s": 1900.0, "decay-s": 500.0}, 2000.0, 50.0, 0.02),
+    ("hawkes", {}, 5000.0, 100.0, 0.06),
+    ("hawkes", {"branching": 0.5, "kernel-s": 0.2}, 2000.0, 50.0, 0.03),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "duration", "rate", "tol"), RATE_CASES)
+def test_realized_mean_rate_is_close_to_the_requested_rate(
+    name: str, params: dict[str, float], duration: float, rate: float, tol: float
+) -> None:
+    realized = _times(name, duration, rate, seed=3, **params).size / duration
+    assert realized == pytest.approx(rate, rel=tol)
+
+
+def test_modulated_generators_honour_the_rate_even_on_a_short_horizon() -> None:
+    # The path is drawn first and the levels scaled on it, so only Poisson noise remains.
+    for seed in range(5):
+        for name in ("mmpp", "pareto-onoff"):
+            assert _times(name, 120.0, 100.0, seed=seed).size == pytest.approx(12_000, rel=0.05)
+
+
+@pytest.mark.parametrize("cv", [3.0, 0.5])
+def test_gamma_inter_arrival_cv_matches_the_target(cv: float) -> None:
+    gaps = np.diff(_times("gamma", 2000.0, 50.0, cv=cv))
+    assert gaps.mean() == pytest.approx(1 / 50.0, rel=0.05)
+    assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.06)
+
+
+@pytest.mark.parametrize("name", ["mmpp", "pareto-onoff", "hawkes", "gamma"])
+def test_bursty_generators_have_much_higher_per_second_cv_than_poisson(name: str) -> None:
+    poisson = per_second_cv(_times("poisson", 1800.0, 50.0), 1800.0)
+    bursty = per_second_cv(_times(name, 1800.0, 50.0), 1800.0)
+    assert poisson == pytest.approx(1 / np.sqrt(50.0), rel=0.1)
+    assert bursty > 2.5 * poisson
+
+
+def test_mmpp_high_state_rate_is_burst_times_the_low_state_rate() -> None:
+    # Long states make each second's state obvious from its count: the low and high rates
+    # lie on either side of the mean rate.
+    times = _times("mmpp", 4000.0, 100.0, burst=10.0, high_s=50.0, low_s=50.0)
+    counts = np.bincount(times.astype(np.int64), minlength=4000)
+    busy = counts > 100
+    assert 0.3 < busy.mean() < 0.7  # half the time in each state, give or take ~40 cycles
+    # Seconds that straddle a state change pull the ratio a little below 10.
+    assert counts[busy].mean() / counts[~busy].mean() == pytest.approx(10.0, rel=0.1)
+
+
+def test_pareto_onoff_is_silent_off_and_poisson_when_off_equals_on() -> None:
+    # OFF 15 s of every 20 s on average; ON at 4 x 5 req/s leaves almost no silent ON second.
+    silent = np.bincount(_times("pareto-onoff", 20_000.0, 5.0).astype(np.int64), minlength=20_000) == 0
+    assert 0.5 < silent.mean() < 0.85
+    flat = _times("pareto-onoff", 2000.0, 50.0, off_frac=1.0)
+    assert per_second_cv(flat, 2000.0) == pytest.approx(1 / np.sqrt(50.0), rel=0.15)
+
+
+def test_pareto_onoff_off_periods_have_a_power_law_tail() -> None:
+    # At 2 req/s the ON rate is 8 req/s, so gaps over 3 s are OFF periods (all >= x_min = 5 s).
+    gaps = np.diff(_times("pareto-onoff", 200_000.0, 2.0, seed=2))
+    off = gaps[gaps > 3.0]
+    x_min = 15.0 * (1.5 - 1.0) / 1.5  # mean 15 s, alpha 1.5
+    assert off.size > 5000
+    assert np.median(off) == pytest.approx(x_min * 2 ** (1 / 1.5), rel=0.05)
+    # P(X > 10 x median) = (x_min / (10 x median))^alpha = 0.0158; an exponential tail gives 0.001.
+    assert np.mean(off > 10 * np.median(off)) == pytest.approx(0.0158, rel=0.3)
+
+
+def test_diurnal_peaks_mid_period_and_troughs_at_the_start() -> None:
+    times = _times("diurnal", 3000.0, 50.0, period_s=300.0, amplitude=0.8)
+    phase = np.mod(times, 300.0)
+    near_peak = np.count_nonzero(np.abs(phase - 150.0) < 15.0)
+    near_trough = np.count_nonzero((phase < 15.0) | (phase > 285.0))
+    assert near_peak / near_trough > 5.0  # (1 + 0.8) / (1 - 0.8) = 9 at the extremes
+
+
+def test_step_multiplies_the_rate_at_the_step_time() -> None:
+    times = _times("step", 2000.0, 50.0, factor=4.0, at_s=500.0)
+    before = np.count_nonzero(times < 500.0) / 500.0
+    after = np.count_nonzero(times >= 500.0) / 1500.0
+    assert after / before == pytest.approx(4.0, rel=0.08)
+
+
+def test_flash_crowd_spikes_by_factor_then_decays_to_baseline() -> None:
+    times = _times("flash-crowd", 3000.0, 50.0, factor=8.0, at_s=1000.0, decay_s=60.0)
+    baseline = np.count_nonzero(times < 1000.0) / 1000.0
+    spike = np.count_nonzero((times >= 1000.0) & (times < 1005.0)) / 5.0
+    late = np.count_nonzero(times >= 2000.0) / 1000.0
+    assert spike / baseline == pytest.approx(8.0 * np.exp(-2.5 / 60.0), rel=0.15)
+    assert late / baseline == pytest.approx(1.0, rel=0.08)
+
+
+def test_hawkes_without_branching_is_poisson_and_with_branching_clusters() -> None:
+    flat = per_second_cv(_times("hawkes", 2000.0, 50.0, branching=0.0), 2000.0)
+    assert flat == pytest.approx(1 / np.sqrt(50.0), rel=0.1)
+    # Follow-ups come kernel-s after their parent: short gaps are much more common than in Poisson.
+    gaps = np.diff(_times("hawkes", 2000.0, 5.0, branching=0.8, kernel_s=0.05))
+    assert np.mean(gaps < 0.02) > 3 * (1 - np.exp(-5.0 * 0.02))
+
+
+BAD_PARAMS = [
+    ("mmpp", {"burst": 0.5}, "burst"),
+    ("mmpp", {"high-s": 0.0}, "high-s"),
+    ("mmpp", {"low-s": -1.0}, "low-s"),
+    ("gamma", {"cv": 0.0}, "cv"),
+    ("pareto-onoff", {"alpha": 1.0}, "alpha"),
+    ("pareto-onoff", {"on-s": 0.0}, "on-s"),
+    ("pareto-onoff", {"off-frac": 1.5}, "off-frac"),
+    ("diurnal", {"amplitude": 1.2}, "amplitude"),
+    ("diurnal", {"period-s": 0.0}, "period-s"),
+    ("step", {"factor": 0.0}, "factor"),
+    ("step", {"at-s": 5000.0}, "at-s"),
+    ("flash-crowd", {"factor": 0.5}, "factor"),
+    ("flash-crowd", {"decay-s": 0.0}, "decay-s"),
+    ("flash-crowd", {"at-s": -1.0}, "at-s"),
+    ("hawkes", {"branching": 1.0}, "branching"),
+    ("hawkes", {"kernel-s": -2.0}, "kernel-s"),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "param"), BAD_PARAMS)
+def test_invalid_parameter_value_names_the_parameter_and_its_range(
+    name: str, params: dict[str, float], param: str
+) -> None:
+    with pytest.raises(ConfigError, match=f"{name} parameter {param} must be") as err:
+        _times(name, 600.0, 10.0, **params)
+    assert repr(next(iter(params.values()))) in str(err.value)
+
+
+@pytest.mark.parametrize("name", GENERATOR_NAMES)
+@pytest.mark.parametrize(("duration", "rate"), [(0.0, 10.0), (100.0, 0.0), (float("nan"), 10.0), (100.0, -1.0)])
+def test_non_positive_duration_or_rate_is_rejected(name: str, duration: float, rate: float) -> None:
+    with pytest.raises(ConfigError, match="must be a finite number > 0"):
+        _times(name, duration, rate)
+
+
+def test_absurd_request_volume_is_refused_before_allocating() -> None:
+    with pytest.raises(ConfigError, match="lower the rate or the duration"):
+        _times("poisson", 86_400.0 * 365, 1000.0)
