@@ -18,17 +18,23 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scenarios import Scenario, arrivals_for, scenarios  # noqa: E402
+from scenarios import Scenario, arrivals_for, scenarios
 
-from dartfl.cli.simulation import run_policies  # noqa: E402
-from dartfl.sim import SimConfig  # noqa: E402
+from dartfl.cli.simulation import run_policies
+from dartfl.sim import SimConfig
 
-RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [f"inference-first:{m}" for m in (1, 2, 4, 8, 16, 32)]
+RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
+    f"inference-first:{m}" for m in (1, 2, 4, 8, 16, 32)
+]
 # The rivals of shared/checks/contract.py's public check.
-PUBLIC_RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [f"inference-first:{m}" for m in (1, 2, 4, 16)]
+PUBLIC_RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
+    f"inference-first:{m}" for m in (1, 2, 4, 16)
+]
 
 
-def evaluate(scenario: Scenario, dart_spec: str = "dart", seed: int = 1, public: bool = False) -> dict[str, Any]:
+def evaluate(
+    scenario: Scenario, dart_spec: str = "dart", seed: int = 1, public: bool = False
+) -> dict[str, Any]:
     rivals = PUBLIC_RIVALS if public else RIVALS
     arrivals = arrivals_for(scenario, seed=seed)
     specs = [dart_spec, "inference-only", *RIVALS]
@@ -38,7 +44,9 @@ def evaluate(scenario: Scenario, dart_spec: str = "dart", seed: int = 1, public:
     res = {r["policy"]: r for r in out.summaries}
     dart, io = res[dart_spec], res["inference-only"]
     dominating = [
-        (p, res[p]["harvest_efficiency"]) for p in rivals if res[p]["slo_attainment"] >= dart["slo_attainment"]
+        (p, res[p]["harvest_efficiency"])
+        for p in rivals
+        if res[p]["slo_attainment"] >= dart["slo_attainment"]
     ]
     best_p, best = max(dominating, key=lambda x: x[1], default=("-", 0.0))
     ok = (
@@ -70,10 +78,13 @@ def main() -> None:
     args = parser.parse_args()
     todo = [s for s in scenarios() if args.filter in s.name]
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(evaluate, todo, [args.dart] * len(todo), [1] * len(todo), [args.public] * len(todo)))
+        rows = list(
+            pool.map(evaluate, todo, [args.dart] * len(todo), [1] * len(todo), [args.public] * len(todo))
+        )
     for r in rows:
         print(
-            f"{'ok ' if r['ok'] else 'BAD'} {r['scenario']:42s} dart slo {r['dart_slo']:.4f} io {r['io_slo']:.4f} "
+            f"{'ok ' if r['ok'] else 'BAD'} {r['scenario']:42s} "
+            f"dart slo {r['dart_slo']:.4f} io {r['io_slo']:.4f} "
             f"harvest {r['dart_harvest']:.3f} best rival {r['best_rival']:18s} {r['best_rival_harvest']:.3f} "
             f"ratio {r['ratio']:.2f}"
         )

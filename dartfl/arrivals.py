@@ -52,8 +52,7 @@ class Arrivals:
                 )
             if self.duration_s < self.times_s[-1]:
                 raise ConfigError(
-                    f"duration_s={self.duration_s} is shorter than the last arrival "
-                    f"at {self.times_s[-1]}"
+                    f"duration_s={self.duration_s} is shorter than the last arrival at {self.times_s[-1]}"
                 )
         if not np.isfinite(self.duration_s) or self.duration_s < 0:
             raise ConfigError(f"duration_s must be finite and >= 0, got {self.duration_s}")
@@ -100,6 +99,4 @@ class Arrivals:
     def window(self, start_s: float, end_s: float) -> Arrivals:
         """Arrivals in [start_s, end_s), shifted so the window starts at 0."""
         lo, hi = np.searchsorted(self.times_s, [start_s, end_s], side="left")
-        return Arrivals(
-            self.times_s[lo:hi] - start_s, self.tasks[lo:hi], self.task_names, end_s - start_s
-        )
+        return Arrivals(self.times_s[lo:hi] - start_s, self.tasks[lo:hi], self.task_names, end_s - start_s)

@@ -87,7 +87,10 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
     for k, name in enumerate(run.task_names):
         mine = run.tasks == k
         block = _latency_block(
-            latency[mine & done], int((in_slo & mine).sum()), int(mine.sum()), int((run.rejected & mine).sum())
+            latency[mine & done],
+            int((in_slo & mine).sum()),
+            int(mine.sum()),
+            int((run.rejected & mine).sum()),
         )
         block["train_samples"] = run.trained_per_task[k]
         per_task[name] = block

@@ -169,7 +169,9 @@ class Observation:
             "per_request_s",
         ):
             if len(getattr(self, name)) != k:
-                raise ConfigError(f"observation field {name} has {len(getattr(self, name))} entries, expected {k}")
+                raise ConfigError(
+                    f"observation field {name} has {len(getattr(self, name))} entries, expected {k}"
+                )
         if not self.period_s > 0:
             raise ConfigError(f"period_s must be > 0, got {self.period_s}")
         if self.max_batch < 1 or self.max_microbatch < 1:
@@ -210,4 +212,6 @@ class Allocation:
         if min(self.loss_weights) <= 0 or abs(sum(self.loss_weights) / k - 1.0) > 1e-9:
             raise ConfigError(f"loss_weights must be > 0 with mean 1, got {self.loss_weights}")
         if self.microbatch < 0 or self.max_batch < 1:
-            raise ConfigError(f"microbatch must be >= 0 and max_batch >= 1, got {self.microbatch}, {self.max_batch}")
+            raise ConfigError(
+                f"microbatch must be >= 0 and max_batch >= 1, got {self.microbatch}, {self.max_batch}"
+            )

@@ -18,7 +18,12 @@ from dartfl.errors import DartflError, InputError
 log = logging.getLogger(__name__)
 
 # Modules that contribute subcommands, in the order `--help` lists them.
-SUBCOMMAND_MODULES = ("dartfl.cli.sim_cmd", "dartfl.cli.workload_cmd", "dartfl.cli.fleet_cmd", "dartfl.cli.runs_cmd")
+SUBCOMMAND_MODULES = (
+    "dartfl.cli.sim_cmd",
+    "dartfl.cli.workload_cmd",
+    "dartfl.cli.fleet_cmd",
+    "dartfl.cli.runs_cmd",
+)
 
 
 class _Parser(argparse.ArgumentParser):

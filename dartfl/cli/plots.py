@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from dartfl.metrics import RunRecord
 
 
-def _pyplot():  # type: ignore[no-untyped-def]
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -34,7 +35,9 @@ def windowed_p99_s(record: RunRecord, window_s: float) -> tuple[np.ndarray, np.n
     return starts * window_s, np.array([np.percentile(g, 99) for g in groups])
 
 
-def plot_sim(records: Sequence[RunRecord], path: Path, title: str = "", window_s: float | None = None) -> Path:
+def plot_sim(
+    records: Sequence[RunRecord], path: Path, title: str = "", window_s: float | None = None
+) -> Path:
     """Backlog, inference share, training step size and p99 latency over time, per policy."""
     plt = _pyplot()
     horizon = max((r.horizon_s for r in records), default=1.0)

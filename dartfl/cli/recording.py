@@ -37,7 +37,7 @@ def decision_rows(record: RunRecord) -> list[DecisionRow]:
             max_batch=int(p["max_batch"][j]),
             task_shares=tuple(float(y) for y in shares[j]),
             trained_samples=max(0, int(trained[j])),
-            latency_p99_s=p99_at.get(int(round(t[j] / period))),
+            latency_p99_s=p99_at.get(round(t[j] / period)),
         )
         for j in range(t.size)
     ]

@@ -35,9 +35,13 @@ def register(sub: Any) -> None:
         metavar="SPEC",
         help=f"policy to run (repeatable; default: {' '.join(DEFAULT_POLICIES)}); see docs/allocator.md",
     )
-    p.add_argument("--loss-weights", choices=("uniform", "demand"), help="override each policy's loss weighting")
+    p.add_argument(
+        "--loss-weights", choices=("uniform", "demand"), help="override each policy's loss weighting"
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    p.add_argument("--plot", type=Path, help="write the over-time PNG here (default: dartfl-sim.png without --json)")
+    p.add_argument(
+        "--plot", type=Path, help="write the over-time PNG here (default: dartfl-sim.png without --json)"
+    )
     p.add_argument("--no-plot", action="store_true", help="do not write a PNG")
     add_store_arguments(p)
     p.set_defaults(handler=run)
@@ -47,7 +51,9 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("device")
     g.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
     g.add_argument("--profile-file", type=Path, help="device profile TOML (see docs/profiles.md)")
-    g.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)")
+    g.add_argument(
+        "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
+    )
     g.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
     g.add_argument("--period-s", type=float, default=0.25, help="control period in s (default 0.25)")
     g.add_argument("--round-s", type=float, default=60.0, help="FL round length in s (default 60)")

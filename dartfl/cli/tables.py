@@ -23,7 +23,17 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
             f"({arrivals.mean_rate_per_s():.1f} req/s), profile {profile.name}"
         )
     )
-    for col in ("policy", "SLO met", "p50 ms", "p99 ms", "rejected", "trained", "harvest", "max backlog", "decide µs"):
+    for col in (
+        "policy",
+        "SLO met",
+        "p50 ms",
+        "p99 ms",
+        "rejected",
+        "trained",
+        "harvest",
+        "max backlog",
+        "decide µs",
+    ):
         table.add_column(col, justify="left" if col == "policy" else "right")
     for r in summaries:
         table.add_row(

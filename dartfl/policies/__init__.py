@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 SPEC_HELP = {
-    "dart": "dart[:V] - queue-aware drift-plus-penalty (V: worth of a trained sample in SLO misses)",
+    "dart": "dart[:V | :v=V,margin=G,budget=D,memory=S] - queue-aware drift-plus-penalty",
     "inference-only": "inference-only - never trains (latency reference)",
     "inference-first": "inference-first[:m] - strict inference priority, fixed microbatch m",
     "static": "static:<x> - fixed inference share x in [0, 1]",
@@ -53,6 +53,23 @@ def _number(spec: str, text: str, kind: Callable[[str], float | int]) -> float |
         raise ConfigError(f"policy {spec!r}: {text!r} is not a valid {kind.__name__}") from None
 
 
+DART_KEYS = {"v": "v", "margin": "slack_margin", "budget": "miss_budget", "memory": "burst_memory_s"}
+
+
+def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
+    """`dart`, `dart:V` or `dart:key=value,...` with keys v, margin, budget, memory."""
+    values: dict[str, float] = {}
+    if arg and "=" not in arg:
+        values["v"] = float(_number(spec, arg, float))
+    elif arg:
+        for item in arg.split(","):
+            key, _, text = item.partition("=")
+            if key.strip() not in DART_KEYS:
+                raise ConfigError(f"policy {spec!r}: unknown key {key!r}; valid: {', '.join(DART_KEYS)}")
+            values[DART_KEYS[key.strip()]] = float(_number(spec, text, float))
+    return DartConfig(loss_weighting=weighting, **values)  # type: ignore[arg-type]
+
+
 def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
     """Build a policy from its spec; errors list the valid names and forms."""
     name, _, arg = spec.strip().partition(":")
@@ -61,9 +78,8 @@ def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
         raise ConfigError(f"unknown loss weighting {weighting!r}; valid: {', '.join(LOSS_WEIGHTINGS)}")
     policy: Policy
     if name == "dart":
-        v = float(_number(spec, arg, float)) if arg else DartConfig().v
-        policy = DartPolicy(DartConfig(v=v, loss_weighting=weighting))
-        policy.name = f"{name}:{arg}" if arg else name
+        policy = DartPolicy(_dart_config(spec, arg, weighting))
+        policy.name = f"dart:{arg}" if arg else "dart"
     elif name == "inference-only" and not arg:
         policy = InferenceOnly(weighting)
     elif name == "inference-first":

@@ -28,7 +28,9 @@ class Clairvoyant(Policy):
 
     def decide(self, obs: Observation) -> Allocation:
         shares = uniform_shares(obs.num_tasks)
-        return Allocation(1.0, shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, obs.max_batch)
+        return Allocation(
+            1.0, shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, obs.max_batch
+        )
 
     @staticmethod
     def choose_microbatch(

@@ -30,7 +30,7 @@ class DartConfig:
 
     v: float = 0.05  # worth of one trained sample in SLO misses (0.05: a miss costs 20 samples)
     miss_budget: float = 0.002  # delta: long-run fraction of requests DART may add as misses
-    slack_margin: float = 0.1  # gamma: fraction of the SLO kept in reserve for estimate error
+    slack_margin: float = 0.1  # gamma: SLO fraction kept in reserve (< 0: plan past the SLO)
     burst_memory_s: float = 30.0  # how long the step size remembers a past burst's rate
     share_floor: float = 0.05  # epsilon: least training share any task gets
     loss_weighting: str = "demand"
@@ -40,8 +40,8 @@ class DartConfig:
             raise ConfigError(f"dart knob v must be a finite number >= 0, got {self.v}")
         if not 0.0 <= self.miss_budget < 1.0:
             raise ConfigError(f"dart miss budget must lie in [0, 1), got {self.miss_budget}")
-        if not 0.0 <= self.slack_margin < 1.0:
-            raise ConfigError(f"dart slack margin must lie in [0, 1), got {self.slack_margin}")
+        if not -1.0 < self.slack_margin < 1.0:
+            raise ConfigError(f"dart slack margin must lie in (-1, 1), got {self.slack_margin}")
         if not (math.isfinite(self.burst_memory_s) and self.burst_memory_s >= 0):
             raise ConfigError(f"dart burst memory must be a finite number >= 0 s, got {self.burst_memory_s}")
         if not 0.0 < self.share_floor <= 1.0:
@@ -131,16 +131,26 @@ class DartPolicy(Policy):
             m = 1 if deficit > 0.0 else 0
         else:
             m = _best_microbatch(
-                a_t, c_t, m_max, s_safe, budget_s, lam_cost, active_fixed, lam_total, gain, 1.0 + self.miss_queue
+                a_t,
+                c_t,
+                m_max,
+                s_safe,
+                budget_s,
+                lam_cost,
+                active_fixed,
+                lam_total,
+                gain,
+                1.0 + self.miss_queue,
             )
 
         # 4. Inference share. Below capacity, work conservation fixes the total training time,
         #    so taking time from waiting requests only moves training earlier, which is worth
-        #    something only to owed work: strict priority unless Z > 0. Then max-weight: task k
-        #    outranks training while Q_k / c_k(b) beats Z r_T(m); the others wait.
+        #    something only to owed work: strict priority unless Z > 0. Then max-weight in
+        #    device-seconds: task k outranks training while its queued work Q_k c_k(b) is at
+        #    least the owed training work Z s(m) / m; the others wait.
         share = 1.0
         if m > 0 and deficit > 0.0:
-            share = _deficit_share(obs, lam, deficit * m / (a_t + c_t * m))
+            share = _deficit_share(obs, lam, deficit * (a_t + c_t * m) / m)
 
         # 5. Inference batch cap: shrink it only when that lets the most urgent head meet its
         #    SLO, never below the batch that keeps up with the arrival rate.
@@ -185,7 +195,7 @@ def _best_microbatch(
     return best_m
 
 
-def _deficit_share(obs: Observation, lam: list[float], train_weight: float) -> float:
+def _deficit_share(obs: Observation, lam: list[float], owed_work_s: float) -> float:
     """The inference share when the round is behind: only the tasks that outrank training."""
     backlog, fixed, per, tau = obs.backlog, obs.batch_fixed_s, obs.per_request_s, obs.period_s
     needed = 0.0
@@ -195,7 +205,7 @@ def _deficit_share(obs: Observation, lam: list[float], train_weight: float) -> f
             continue
         expected = max(1.0, backlog[k] + rate * tau)
         cost = per[k] + fixed[k] / min(obs.max_batch, expected)
-        if max(1, backlog[k]) / cost >= train_weight:
+        if max(1, backlog[k]) * cost >= owed_work_s:
             needed += expected * cost / tau
         else:
             all_outrank = False

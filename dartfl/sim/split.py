@@ -29,7 +29,7 @@ class SampleSplitter:
             for k in order[:left]:
                 counts[k] += 1
         elif left < 0:  # cannot happen with shares summing to 1, but never hand out too many
-            for k in sorted(range(len(credit)), key=lambda k: counts[k], reverse=True)[: -left]:
+            for k in sorted(range(len(credit)), key=lambda k: counts[k], reverse=True)[:-left]:
                 counts[k] -= 1
         for k, got in enumerate(counts):
             credit[k] -= got

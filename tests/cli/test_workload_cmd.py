@@ -12,7 +12,12 @@ import numpy as np
 import pytest
 
 from dartfl.cli.main import main
-from dartfl.cli.workload_args import WORKLOAD_NAMES, add_workload_arguments, arrivals_from_args, workload_config
+from dartfl.cli.workload_args import (
+    WORKLOAD_NAMES,
+    add_workload_arguments,
+    arrivals_from_args,
+    workload_config,
+)
 from dartfl.errors import ConfigError, TraceFormatError
 from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
 from workloads.registry import GENERATOR_NAMES
@@ -40,8 +45,27 @@ def _one_line_error(err: str) -> str:
 
 def test_generate_writes_a_time_task_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "w.csv"
-    code = main(["workload", "generate", "mmpp", "--rate", "20", "--duration-s", "300", "--tasks", "a,b",
-                 "--zipf", "1", "--param", "burst=20", "--seed", "4", "-o", str(out)])
+    code = main(
+        [
+            "workload",
+            "generate",
+            "mmpp",
+            "--rate",
+            "20",
+            "--duration-s",
+            "300",
+            "--tasks",
+            "a,b",
+            "--zipf",
+            "1",
+            "--param",
+            "burst=20",
+            "--seed",
+            "4",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 0
     assert "wrote" in capsys.readouterr().out
     arrivals = read_time_task_csv(out)
@@ -53,7 +77,22 @@ def test_generate_writes_a_time_task_csv(tmp_path: Path, capsys: pytest.CaptureF
 def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
     paths = [tmp_path / f"{i}.csv" for i in range(3)]
     for path, seed in zip(paths, ["7", "7", "8"], strict=True):
-        assert main(["workload", "generate", "pareto-onoff", "--duration-s", "60", "--seed", seed, "-o", str(path)]) == 0
+        assert (
+            main(
+                [
+                    "workload",
+                    "generate",
+                    "pareto-onoff",
+                    "--duration-s",
+                    "60",
+                    "--seed",
+                    seed,
+                    "-o",
+                    str(path),
+                ]
+            )
+            == 0
+        )
     assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
 
 
@@ -132,8 +171,10 @@ def test_plot_bad_bin_width_exits_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 
 
 def test_importing_the_command_module_stays_light() -> None:
-    code = ("import sys, dartfl.cli.workload_cmd, dartfl.cli.workload_args; "
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'matplotlib', 'workloads')))")
+    code = (
+        "import sys, dartfl.cli.workload_cmd, dartfl.cli.workload_args; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('numpy', 'matplotlib', 'workloads')))"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "[]"
@@ -154,12 +195,20 @@ def test_workload_names_in_the_help_match_the_registry() -> None:
 
 def test_defaults_match_the_documented_ones() -> None:
     args = _parse([])
-    assert (args.duration_s, args.rate, args.tasks, args.zipf, args.rotate_s, args.param, args.seed, args.target_load) \
-        == (600.0, 50.0, "digits,fashion,letters", 0.0, None, [], 1, None)
+    assert (
+        args.duration_s,
+        args.rate,
+        args.tasks,
+        args.zipf,
+        args.rotate_s,
+        args.param,
+        args.seed,
+        args.target_load,
+    ) == (600.0, 50.0, "digits,fashion,letters", 0.0, None, [], 1, None)
 
 
 def test_no_workload_source_is_an_error_saying_what_to_pass() -> None:
-    with pytest.raises(ConfigError, match="pass --workload NAME .* or --trace FILE"):
+    with pytest.raises(ConfigError, match=r"pass --workload NAME .* or --trace FILE"):
         arrivals_from_args(_parse([]), None)
 
 
@@ -169,8 +218,26 @@ def test_trace_and_workload_are_mutually_exclusive() -> None:
 
 
 def test_generated_workload_from_flags() -> None:
-    args = _parse(["--workload", "hawkes", "--duration-s", "100", "--rate", "30", "--tasks", "p,q",
-                   "--zipf", "2", "--rotate-s", "50", "--param", "branching=0.5", "--seed", "9"])
+    args = _parse(
+        [
+            "--workload",
+            "hawkes",
+            "--duration-s",
+            "100",
+            "--rate",
+            "30",
+            "--tasks",
+            "p,q",
+            "--zipf",
+            "2",
+            "--rotate-s",
+            "50",
+            "--param",
+            "branching=0.5",
+            "--seed",
+            "9",
+        ]
+    )
     arrivals = arrivals_from_args(args, None)
     assert arrivals.duration_s == 100.0 and arrivals.task_names == ("p", "q")
     assert arrivals.num_requests == pytest.approx(3000, rel=0.15)
@@ -208,10 +275,18 @@ def test_rate_rescales_a_trace(tmp_path: Path) -> None:
 def test_tasks_flag_orders_a_trace_and_maps_azure_traces(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("time_s,task\n1,b\n2,a\n")
-    assert arrivals_from_args(_parse(["--trace", str(trace), "--tasks", "a,b,c"]), None).task_names == ("a", "b", "c")
+    assert arrivals_from_args(_parse(["--trace", str(trace), "--tasks", "a,b,c"]), None).task_names == (
+        "a",
+        "b",
+        "c",
+    )
     llm = tmp_path / "llm.csv"
     llm.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.6805900,374,44\n")
-    assert arrivals_from_args(_parse(["--trace", str(llm)]), None).task_names == ("digits", "fashion", "letters")
+    assert arrivals_from_args(_parse(["--trace", str(llm)]), None).task_names == (
+        "digits",
+        "fashion",
+        "letters",
+    )
 
 
 @pytest.mark.parametrize(
@@ -244,8 +319,16 @@ def test_bad_trace_surfaces_as_trace_format_error(tmp_path: Path) -> None:
 
 def test_workload_config_records_what_defines_the_workload(tmp_path: Path) -> None:
     config = workload_config(_parse(["--workload", "step", "--param", "factor=3", "--seed", "2"]))
-    assert config == {"seed": 2, "target_load": None, "workload": "step", "duration_s": 600.0,
-                      "tasks": "digits,fashion,letters", "zipf": 0.0, "rotate_s": None,
-                      "params": {"factor": 3.0}, "rate": 50.0}
+    assert config == {
+        "seed": 2,
+        "target_load": None,
+        "workload": "step",
+        "duration_s": 600.0,
+        "tasks": "digits,fashion,letters",
+        "zipf": 0.0,
+        "rotate_s": None,
+        "params": {"factor": 3.0},
+        "rate": 50.0,
+    }
     trace_config = workload_config(_parse(["--trace", str(tmp_path / "t.csv"), "--target-load", "0.5"]))
     assert trace_config == {"seed": 1, "target_load": 0.5, "trace": str(tmp_path / "t.csv")}

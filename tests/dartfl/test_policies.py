@@ -67,14 +67,18 @@ def test_unknown_policy_error_lists_the_valid_names() -> None:
         assert name in str(err.value)
 
 
-@pytest.mark.parametrize("spec", ["static", "static:1.5", "static:x", "inference-first:0", "threshold:9,2", "dart:-1"])
+@pytest.mark.parametrize(
+    "spec", ["static", "static:1.5", "static:x", "inference-first:0", "threshold:9,2", "dart:-1"]
+)
 def test_bad_policy_arguments_are_config_errors(spec: str) -> None:
     with pytest.raises(ConfigError):
         make_policy(spec)
 
 
 def test_natural_loss_weighting_and_override() -> None:
-    assert make_policy("inference-first").decide(observation(arrival_rate_per_s=(50.0, 1.0, 1.0))).loss_weights == (
+    assert make_policy("inference-first").decide(
+        observation(arrival_rate_per_s=(50.0, 1.0, 1.0))
+    ).loss_weights == (
         1.0,
         1.0,
         1.0,
@@ -144,7 +148,9 @@ def test_dart_is_deterministic(obs: Observation) -> None:
 
 
 @settings(max_examples=300, deadline=None)
-@given(obs=observations(), task=st.integers(0, 7), extra_backlog=st.integers(1, 500), faster=st.floats(1.0, 50.0))
+@given(
+    obs=observations(), task=st.integers(0, 7), extra_backlog=st.integers(1, 500), faster=st.floats(1.0, 50.0)
+)
 def test_dart_share_is_monotone_in_backlog_and_arrival_rate(
     obs: Observation, task: int, extra_backlog: int, faster: float
 ) -> None:
@@ -208,7 +214,11 @@ def test_dart_training_deficit_takes_share_from_a_backlog() -> None:
     on_pace = DartPolicy().decide(observation(**waiting))
     behind = DartPolicy().decide(
         observation(
-            **waiting, round_start_s=0.0, round_deadline_s=20.0, round_target_samples=5000, round_trained_samples=0
+            **waiting,
+            round_start_s=0.0,
+            round_deadline_s=20.0,
+            round_target_samples=5000,
+            round_trained_samples=0,
         )
     )
     assert on_pace.inference_share == 1.0
@@ -219,7 +229,9 @@ def test_dart_miss_queue_makes_it_more_conservative() -> None:
     obs = observation(arrival_rate_per_s=(3.0, 3.0, 3.0), slo_s=(0.15,) * 3)
     policy = DartPolicy(DartConfig(v=50.0))
     bold = policy.decide(obs)
-    policy.update(dataclasses.replace(obs, slo_misses_since_last=(500, 0, 0), arrivals_since_last=(500, 0, 0)))
+    policy.update(
+        dataclasses.replace(obs, slo_misses_since_last=(500, 0, 0), arrivals_since_last=(500, 0, 0))
+    )
     assert policy.miss_queue > 0
     careful = policy.decide(obs)
     assert careful.microbatch < bold.microbatch

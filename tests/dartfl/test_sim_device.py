@@ -70,7 +70,9 @@ def test_mm1_mean_wait_matches_theory(load: float) -> None:
     assert measured == pytest.approx(expected, rel=0.03)
 
 
-@pytest.mark.parametrize("spec", ["dart", "inference-only", "inference-first:4", "static:0.5", "threshold", "clairvoyant"])
+@pytest.mark.parametrize(
+    "spec", ["dart", "inference-only", "inference-first:4", "static:0.5", "threshold", "clairvoyant"]
+)
 def test_every_request_is_answered_or_rejected_and_harvest_stays_physical(spec: str) -> None:
     arrivals = poisson(150.0, 6000, seed=3, tasks=3)
     record = simulate(arrivals, SMALL, specs(arrivals, capacity=64), make_policy(spec))
@@ -92,7 +94,9 @@ def test_same_seed_same_result() -> None:
 
 def test_inference_only_never_trains() -> None:
     arrivals = poisson(100.0, 2000, seed=5)
-    assert sum(simulate(arrivals, SMALL, specs(arrivals), make_policy("inference-only")).trained_per_task) == 0
+    assert (
+        sum(simulate(arrivals, SMALL, specs(arrivals), make_policy("inference-only")).trained_per_task) == 0
+    )
 
 
 def test_idle_device_trains_the_whole_horizon() -> None:
@@ -127,7 +131,9 @@ def test_strict_priority_serves_before_training() -> None:
 
 def test_training_samples_split_follows_task_shares() -> None:
     arrivals = poisson(60.0, 3000, seed=6, tasks=3)
-    arrivals = Arrivals.build(arrivals.times_s, np.where(arrivals.tasks == 2, 0, arrivals.tasks), arrivals.task_names)
+    arrivals = Arrivals.build(
+        arrivals.times_s, np.where(arrivals.tasks == 2, 0, arrivals.tasks), arrivals.task_names
+    )
     record = simulate(arrivals, SMALL, specs(arrivals), make_policy("dart"))
     trained = record.trained_per_task
     assert trained[0] > trained[1] > trained[2] > 0  # demand-following, with a floor for task 2
@@ -139,8 +145,9 @@ def test_dart_keeps_latency_close_to_inference_only_while_training() -> None:
     io = summarize(simulate(arrivals, SMALL, tasks, make_policy("inference-only")))
     dart = summarize(simulate(arrivals, SMALL, tasks, make_policy("dart")))
     big = summarize(simulate(arrivals, SMALL, tasks, make_policy("inference-first")))
+    tiny = summarize(simulate(arrivals, SMALL, tasks, make_policy("inference-first:1")))
     assert dart["slo_attainment"] >= io["slo_attainment"] - 0.01
-    assert dart["harvest_efficiency"] > 0.5
+    assert dart["harvest_efficiency"] > max(0.25, 2 * tiny["harvest_efficiency"])  # as safe, far more harvest
     assert big["slo_attainment"] < dart["slo_attainment"]  # fixed 32-sample steps break the SLO
 
 
@@ -161,5 +168,7 @@ def test_round_deadline_pressure_trains_more_during_overload() -> None:
     arrivals = poisson(1.3 / SMALL.inference.cheapest_per_request_s(32), 8000, seed=10)
     tasks = specs(arrivals, slo_s=0.25, capacity=200)
     free = simulate(arrivals, SMALL, tasks, make_policy("dart"), SimConfig(round_s=10.0))
-    owed = simulate(arrivals, SMALL, tasks, make_policy("dart"), SimConfig(round_s=10.0, round_target_samples=300))
+    owed = simulate(
+        arrivals, SMALL, tasks, make_policy("dart"), SimConfig(round_s=10.0, round_target_samples=300)
+    )
     assert sum(owed.trained_per_task) > sum(free.trained_per_task) + 300

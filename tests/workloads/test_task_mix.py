@@ -31,13 +31,21 @@ def test_zipf_exponent_one_gives_harmonic_shares_first_task_most_popular() -> No
 
 
 def test_larger_exponent_is_more_skewed() -> None:
-    assert TaskMix(NAMES, zipf_s=2.0).rank_probabilities()[0] > TaskMix(NAMES, zipf_s=1.0).rank_probabilities()[0]
+    assert (
+        TaskMix(NAMES, zipf_s=2.0).rank_probabilities()[0]
+        > TaskMix(NAMES, zipf_s=1.0).rank_probabilities()[0]
+    )
 
 
 def test_rotation_moves_the_popular_task_every_period() -> None:
     arrivals = generate(
-        "poisson", duration_s=600.0, rate_per_s=100.0, task_names=NAMES,
-        rng=np.random.default_rng(4), zipf=1.5, rotate_s=100.0,
+        "poisson",
+        duration_s=600.0,
+        rate_per_s=100.0,
+        task_names=NAMES,
+        rng=np.random.default_rng(4),
+        zipf=1.5,
+        rotate_s=100.0,
     )
     for epoch in range(6):
         window = arrivals.window(epoch * 100.0, (epoch + 1) * 100.0)
@@ -48,7 +56,12 @@ def test_rotation_moves_the_popular_task_every_period() -> None:
 
 def test_without_rotation_the_first_task_stays_most_popular() -> None:
     arrivals = generate(
-        "poisson", duration_s=600.0, rate_per_s=100.0, task_names=NAMES, rng=np.random.default_rng(4), zipf=1.5
+        "poisson",
+        duration_s=600.0,
+        rate_per_s=100.0,
+        task_names=NAMES,
+        rng=np.random.default_rng(4),
+        zipf=1.5,
     )
     for epoch in range(6):
         assert int(np.argmax(arrivals.window(epoch * 100.0, (epoch + 1) * 100.0).counts_per_task())) == 0
@@ -65,8 +78,13 @@ def test_expected_shares_weight_each_rotation_by_its_time() -> None:
 def test_expected_shares_match_a_generated_workload() -> None:
     mix = TaskMix(NAMES, zipf_s=1.0, rotate_s=70.0)
     arrivals = generate(
-        "poisson", duration_s=500.0, rate_per_s=200.0, task_names=NAMES,
-        rng=np.random.default_rng(2), zipf=1.0, rotate_s=70.0,
+        "poisson",
+        duration_s=500.0,
+        rate_per_s=200.0,
+        task_names=NAMES,
+        rng=np.random.default_rng(2),
+        zipf=1.0,
+        rotate_s=70.0,
     )
     np.testing.assert_allclose(
         arrivals.counts_per_task() / arrivals.num_requests, mix.expected_shares(500.0), atol=0.01

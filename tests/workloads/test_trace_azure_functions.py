@@ -64,7 +64,9 @@ def test_spreading_is_seeded(trace: Path) -> None:
     c = read_azure_functions_csv(trace, ["x"], np.random.default_rng(5))
     np.testing.assert_array_equal(a.times_s, b.times_s)
     assert not np.array_equal(a.times_s, c.times_s)
-    np.testing.assert_array_equal(read_azure_functions_csv(trace).times_s, read_azure_functions_csv(trace).times_s)
+    np.testing.assert_array_equal(
+        read_azure_functions_csv(trace).times_s, read_azure_functions_csv(trace).times_s
+    )
 
 
 def test_default_tasks_are_the_three_reference_tasks(trace: Path) -> None:
@@ -86,12 +88,15 @@ BAD_FILES = [
     (HEADER + "o,a,f,http,1,2,3.5,4\n", 2, "minute 3: count '3.5'"),
     (HEADER + "o,a,f,http,1,2,3,-4\n", 2, "minute 4: count must be >= 0"),
     (HEADER + "o,a,f,http,1,2,3,99999999999999999999\n", 2, "minute 4"),
+    (HEADER, None, "no functions after the header"),
     (HEADER + "o,a,f,http,0,0,0,0\n", None, "no invocations"),
 ]
 
 
 @pytest.mark.parametrize(("text", "line", "problem"), BAD_FILES)
-def test_bad_file_names_the_line_and_problem(write_file: WriteFile, text: str, line: int | None, problem: str) -> None:
+def test_bad_file_names_the_line_and_problem(
+    write_file: WriteFile, text: str, line: int | None, problem: str
+) -> None:
     path = write_file("bad.csv", text)
     with pytest.raises(TraceFormatError, match=problem) as err:
         read_azure_functions_csv(path)

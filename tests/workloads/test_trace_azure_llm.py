@@ -31,8 +31,10 @@ def test_seven_digit_fractions_are_kept_and_times_start_at_zero(write_file: Writ
 
 
 def test_tasks_come_from_context_tokens_modulo_the_task_count(write_file: WriteFile) -> None:
-    path = write_file("llm.csv", HEADER + "".join(f"2023-11-16 18:15:{i:02d}.5,{c},1\n" for i, c in
-                                                  enumerate([374, 396, 879, 91, 6])))
+    path = write_file(
+        "llm.csv",
+        HEADER + "".join(f"2023-11-16 18:15:{i:02d}.5,{c},1\n" for i, c in enumerate([374, 396, 879, 91, 6])),
+    )
     default = read_azure_llm_csv(path)
     assert default.task_names == ("digits", "fashion", "letters")
     np.testing.assert_array_equal(default.tasks, [374 % 3, 396 % 3, 879 % 3, 91 % 3, 6 % 3])
@@ -43,7 +45,8 @@ def test_tasks_come_from_context_tokens_modulo_the_task_count(write_file: WriteF
 def test_offsets_t_separator_and_midnight_crossing(write_file: WriteFile) -> None:
     path = write_file(
         "llm.csv",
-        HEADER + "2024-05-10T23:59:59.5+02:00,1,1\n2024-05-10 22:00:00.25Z,1,1\n2024-05-10 22:00:01+0000,1,1\n",
+        HEADER
+        + "2024-05-10T23:59:59.5+02:00,1,1\n2024-05-10 22:00:00.25Z,1,1\n2024-05-10 22:00:01+0000,1,1\n",
     )
     np.testing.assert_allclose(read_azure_llm_csv(path).times_s, [0.0, 0.75, 1.5])
 
@@ -75,7 +78,9 @@ BAD_FILES = [
 
 
 @pytest.mark.parametrize(("text", "line", "problem"), BAD_FILES)
-def test_bad_file_names_the_line_and_problem(write_file: WriteFile, text: str, line: int | None, problem: str) -> None:
+def test_bad_file_names_the_line_and_problem(
+    write_file: WriteFile, text: str, line: int | None, problem: str
+) -> None:
     path = write_file("bad.csv", text)
     with pytest.raises(TraceFormatError, match=problem) as err:
         read_azure_llm_csv(path)

@@ -22,7 +22,9 @@ WriteFile = Callable[[str, str], Path]
         ("HashOwner,HashApp,HashFunction,Trigger,1,2\no,a,f,http,3,4\n", "azure-functions", 7),
     ],
 )
-def test_format_is_detected_from_the_header(write_file: WriteFile, text: str, kind: str, requests: int) -> None:
+def test_format_is_detected_from_the_header(
+    write_file: WriteFile, text: str, kind: str, requests: int
+) -> None:
     path = write_file("trace.csv", text)
     assert detect_format(path) == kind
     assert load_trace(path).num_requests == requests
@@ -46,7 +48,9 @@ def test_task_names_and_rng_are_passed_to_the_reader(write_file: WriteFile) -> N
         ("time_s,task\n1,a\nx,b\n", 3, "time_s 'x' is not a number"),
     ],
 )
-def test_bad_files_name_file_line_and_problem(write_file: WriteFile, text: str, line: int, problem: str) -> None:
+def test_bad_files_name_file_line_and_problem(
+    write_file: WriteFile, text: str, line: int, problem: str
+) -> None:
     path = write_file("bad.csv", text)
     with pytest.raises(TraceFormatError, match=problem) as err:
         load_trace(path)

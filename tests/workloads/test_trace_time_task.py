@@ -90,7 +90,9 @@ BAD_FILES = [
 
 
 @pytest.mark.parametrize(("text", "line", "problem"), BAD_FILES)
-def test_bad_file_names_the_line_and_problem(write_file: WriteFile, text: str, line: int | None, problem: str) -> None:
+def test_bad_file_names_the_line_and_problem(
+    write_file: WriteFile, text: str, line: int | None, problem: str
+) -> None:
     path = write_file("bad.csv", text)
     with pytest.raises(TraceFormatError, match=problem) as err:
         read_time_task_csv(path)

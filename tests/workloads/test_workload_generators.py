@@ -15,7 +15,9 @@ def per_second_cv(times: np.ndarray, duration_s: float) -> float:
 
 
 def _times(name: str, duration_s: float, rate: float, seed: int = 1, **params: float) -> np.ndarray:
-    return generate_times(name, duration_s=duration_s, rate_per_s=rate, rng=np.random.default_rng(seed), params=params)
+    return generate_times(
+        name, duration_s=duration_s, rate_per_s=rate, rng=np.random.default_rng(seed), params=params
+    )
 
 
 @pytest.mark.parametrize("name", GENERATOR_NAMES)
@@ -174,12 +176,14 @@ def test_invalid_parameter_value_names_the_parameter_and_its_range(
     name: str, params: dict[str, float], param: str
 ) -> None:
     with pytest.raises(ConfigError, match=f"{name} parameter {param} must be") as err:
-        _times(name, 600.0, 10.0, **params)
+        generate_times(name, duration_s=600.0, rate_per_s=10.0, rng=np.random.default_rng(1), params=params)
     assert repr(next(iter(params.values()))) in str(err.value)
 
 
 @pytest.mark.parametrize("name", GENERATOR_NAMES)
-@pytest.mark.parametrize(("duration", "rate"), [(0.0, 10.0), (100.0, 0.0), (float("nan"), 10.0), (100.0, -1.0)])
+@pytest.mark.parametrize(
+    ("duration", "rate"), [(0.0, 10.0), (100.0, 0.0), (float("nan"), 10.0), (100.0, -1.0)]
+)
 def test_non_positive_duration_or_rate_is_rejected(name: str, duration: float, rate: float) -> None:
     with pytest.raises(ConfigError, match="must be a finite number > 0"):
         _times(name, duration, rate)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -12,7 +14,14 @@ from workloads.registry import GENERATOR_NAMES, generate, generate_times, genera
 
 def test_generator_names_are_exactly_the_documented_ones() -> None:
     assert GENERATOR_NAMES == (
-        "poisson", "mmpp", "gamma", "pareto-onoff", "diurnal", "step", "flash-crowd", "hawkes"
+        "poisson",
+        "mmpp",
+        "gamma",
+        "pareto-onoff",
+        "diurnal",
+        "step",
+        "flash-crowd",
+        "hawkes",
     )
 
 
@@ -24,9 +33,14 @@ def test_unknown_generator_lists_the_valid_names() -> None:
 
 
 def test_unknown_parameter_is_named_with_the_valid_ones() -> None:
-    with pytest.raises(ConfigError, match=r"unknown parameter 'bursts' for workload 'mmpp'; valid parameters: "
-                       r"burst, high-s, low-s"):
-        generate_times("mmpp", duration_s=10, rate_per_s=1, rng=np.random.default_rng(1), params={"bursts": 3})
+    with pytest.raises(
+        ConfigError,
+        match=r"unknown parameter 'bursts' for workload 'mmpp'; valid parameters: "
+        r"burst, high-s, low-s",
+    ):
+        generate_times(
+            "mmpp", duration_s=10, rate_per_s=1, rng=np.random.default_rng(1), params={"bursts": 3}
+        )
 
 
 def test_poisson_takes_no_parameters() -> None:
@@ -36,13 +50,18 @@ def test_poisson_takes_no_parameters() -> None:
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf"), "3", True])
 def test_non_numeric_parameter_value_is_rejected(value: object) -> None:
+    params: dict[str, Any] = {"cv": value}
     with pytest.raises(ConfigError, match="'cv' must be a finite number"):
-        generate_times("gamma", duration_s=10, rate_per_s=1, rng=np.random.default_rng(1), params={"cv": value})  # type: ignore[dict-item]
+        generate_times("gamma", duration_s=10, rate_per_s=1, rng=np.random.default_rng(1), params=params)
 
 
 def test_underscore_spelling_of_a_parameter_is_accepted() -> None:
-    a = generate_times("mmpp", duration_s=100, rate_per_s=5, rng=np.random.default_rng(1), params={"high_s": 2.0})
-    b = generate_times("mmpp", duration_s=100, rate_per_s=5, rng=np.random.default_rng(1), params={"high-s": 2.0})
+    a = generate_times(
+        "mmpp", duration_s=100, rate_per_s=5, rng=np.random.default_rng(1), params={"high_s": 2.0}
+    )
+    b = generate_times(
+        "mmpp", duration_s=100, rate_per_s=5, rng=np.random.default_rng(1), params={"high-s": 2.0}
+    )
     np.testing.assert_array_equal(a, b)
 
 
@@ -64,8 +83,13 @@ def test_parameters_change_the_workload() -> None:
 
 def test_generate_builds_arrivals_over_the_requested_horizon() -> None:
     arrivals = generate(
-        "flash-crowd", duration_s=300.0, rate_per_s=20.0, task_names=["x", "y"],
-        rng=np.random.default_rng(3), zipf=1.0, params={"factor": 5.0},
+        "flash-crowd",
+        duration_s=300.0,
+        rate_per_s=20.0,
+        task_names=["x", "y"],
+        rng=np.random.default_rng(3),
+        zipf=1.0,
+        params={"factor": 5.0},
     )
     assert isinstance(arrivals, Arrivals)
     assert arrivals.duration_s == 300.0
@@ -76,8 +100,15 @@ def test_generate_builds_arrivals_over_the_requested_horizon() -> None:
 
 def test_generate_is_deterministic_including_tasks() -> None:
     def make(seed: int) -> Arrivals:
-        return generate("hawkes", duration_s=200.0, rate_per_s=10.0, task_names=("a", "b", "c"),
-                        rng=np.random.default_rng(seed), zipf=0.5, rotate_s=20.0)
+        return generate(
+            "hawkes",
+            duration_s=200.0,
+            rate_per_s=10.0,
+            task_names=("a", "b", "c"),
+            rng=np.random.default_rng(seed),
+            zipf=0.5,
+            rotate_s=20.0,
+        )
 
     a, b = make(11), make(11)
     np.testing.assert_array_equal(a.times_s, b.times_s)

@@ -24,8 +24,14 @@ BIG = 0.01 + 0.02 / 32
 
 
 def _workload(seed: int = 1) -> Arrivals:
-    return generate("mmpp", duration_s=600.0, rate_per_s=40.0, task_names=("small", "big"),
-                    rng=np.random.default_rng(seed), zipf=1.0)
+    return generate(
+        "mmpp",
+        duration_s=600.0,
+        rate_per_s=40.0,
+        task_names=("small", "big"),
+        rng=np.random.default_rng(seed),
+        zipf=1.0,
+    )
 
 
 def test_scale_to_rate_hits_the_rate_and_keeps_the_pattern() -> None:
@@ -51,17 +57,29 @@ def test_rescale_to_load_hits_the_target_load(target: float) -> None:
     assert offered_load(rescaled, PROFILE) == pytest.approx(target, rel=1e-12)
     # By hand: mean rate x mean cheapest per-request cost of the realized mix.
     small, big = rescaled.counts_per_task()
-    assert rescaled.num_requests / rescaled.duration_s * (small * CHEAP + big * BIG) / (small + big) == pytest.approx(
-        target, rel=1e-9
-    )
+    assert rescaled.num_requests / rescaled.duration_s * (small * CHEAP + big * BIG) / (
+        small + big
+    ) == pytest.approx(target, rel=1e-9)
     np.testing.assert_array_equal(rescaled.tasks, arrivals.tasks)
 
 
 def test_a_costlier_mix_needs_a_lower_rate_for_the_same_load() -> None:
-    small_heavy = generate("poisson", duration_s=100.0, rate_per_s=50.0, task_names=("small", "big"),
-                           rng=np.random.default_rng(1), zipf=3.0)
-    big_heavy = generate("poisson", duration_s=100.0, rate_per_s=50.0, task_names=("big", "small"),
-                         rng=np.random.default_rng(1), zipf=3.0)
+    small_heavy = generate(
+        "poisson",
+        duration_s=100.0,
+        rate_per_s=50.0,
+        task_names=("small", "big"),
+        rng=np.random.default_rng(1),
+        zipf=3.0,
+    )
+    big_heavy = generate(
+        "poisson",
+        duration_s=100.0,
+        rate_per_s=50.0,
+        task_names=("big", "small"),
+        rng=np.random.default_rng(1),
+        zipf=3.0,
+    )
     a = rescale_to_load(small_heavy, PROFILE, 0.5).mean_rate_per_s()
     b = rescale_to_load(big_heavy, PROFILE, 0.5).mean_rate_per_s()
     assert b < a / 2

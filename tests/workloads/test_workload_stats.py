@@ -38,7 +38,9 @@ def test_binned_counts_per_task_and_partial_last_bin() -> None:
 
 def test_bursty_workload_scores_higher_than_poisson() -> None:
     def cv10(name: str) -> float:
-        arrivals = generate(name, duration_s=1200.0, rate_per_s=50.0, task_names=("a",), rng=np.random.default_rng(1))
+        arrivals = generate(
+            name, duration_s=1200.0, rate_per_s=50.0, task_names=("a",), rng=np.random.default_rng(1)
+        )
         return summarize(arrivals).cv_10s
 
     assert cv10("pareto-onoff") > 5 * cv10("poisson")

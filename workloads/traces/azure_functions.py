@@ -67,7 +67,9 @@ def read_azure_functions_csv(
     per_task = np.zeros((k, minutes), dtype=np.int64)  # "hash" mapping
     per_function: dict[str, tuple[int, _Parts]] = {}  # "top" mapping: total and sparse counts
     width = len(FUNCTIONS_KEY_COLUMNS) + minutes
+    functions = 0
     for line, fields in it:
+        functions += 1
         if len(fields) != width:
             raise TraceFormatError(
                 str(path), line, f"expected {width} columns like the header, got {len(fields)}"
@@ -81,6 +83,8 @@ def read_azure_functions_csv(
             nonzero = np.flatnonzero(counts)
             parts.append((nonzero, counts[nonzero]))
             per_function[key] = (total + int(counts.sum()), parts)
+    if not functions:
+        raise TraceFormatError(str(path), None, "no functions after the header")
     if mapping == "top":
         per_task = _top_functions(path, per_function, k, minutes)
     return _spread(path, per_task, names, rng)
