@@ -19,10 +19,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scenarios import WORKLOADS, Scenario, arrivals_for, profiles_and_slos  # noqa: E402
+from scenarios import WORKLOADS, Scenario, arrivals_for, profiles_and_slos
 
-from dartfl.cli.simulation import run_policies  # noqa: E402
-from dartfl.sim import SimConfig  # noqa: E402
+from dartfl.cli.simulation import run_policies
+from dartfl.sim import SimConfig
 
 FAMILIES = {
     "dart (slack margin)": [f"dart:margin={g}" for g in (0.4, 0.3, 0.2, 0.1, 0.0, -0.2, -0.4)],
