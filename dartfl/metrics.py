@@ -42,6 +42,8 @@ class RunRecord:
     decision_us: FloatArray
     inference_busy_s: float = 0.0
     periods: dict[str, FloatArray] = field(default_factory=dict)  # per control period series
+    round_samples: tuple[int, ...] = ()  # samples trained in each finished FL round
+    round_target_samples: int = 0
 
 
 def fluid_trainable_samples(horizon_s: float, inference_min_s: float, cheapest_sample_s: float) -> float:
@@ -121,6 +123,9 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
         mean_rec, max_rec = burst_recovery_s(run.periods["t_s"], backlog, threshold)
         result["burst_recovery_s_mean"] = mean_rec
         result["burst_recovery_s_max"] = max_rec
+    if run.round_target_samples > 0:
+        result["rounds"] = len(run.round_samples)
+        result["rounds_met"] = sum(n >= run.round_target_samples for n in run.round_samples)
     result["per_task"] = per_task
     return result
 

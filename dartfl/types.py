@@ -134,6 +134,8 @@ class Observation:
     the previous control period. The training fields describe the current FL round: the
     device owes `round_target_samples` by `round_deadline_s` (absolute time; inf if none).
     Costs are the executor's current estimates (profiled or configured).
+    `training_misses_since_last` counts the misses of requests that waited while a training
+    step ran (empty: the executor cannot tell, so every miss counts).
     """
 
     now_s: float
@@ -150,6 +152,7 @@ class Observation:
     microbatch_fixed_s: float
     per_sample_s: float
     max_microbatch: int
+    training_misses_since_last: tuple[int, ...] = ()  # misses that waited behind a training step
     round_start_s: float = 0.0
     round_deadline_s: float = math.inf
     round_target_samples: int = 0
@@ -172,6 +175,8 @@ class Observation:
                 raise ConfigError(
                     f"observation field {name} has {len(getattr(self, name))} entries, expected {k}"
                 )
+        if self.training_misses_since_last and len(self.training_misses_since_last) != k:
+            raise ConfigError(f"observation field training_misses_since_last must have {k} entries or none")
         if not self.period_s > 0:
             raise ConfigError(f"period_s must be > 0, got {self.period_s}")
         if self.max_batch < 1 or self.max_microbatch < 1:

@@ -67,7 +67,7 @@ def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
             if key.strip() not in DART_KEYS:
                 raise ConfigError(f"policy {spec!r}: unknown key {key!r}; valid: {', '.join(DART_KEYS)}")
             values[DART_KEYS[key.strip()]] = float(_number(spec, text, float))
-    return DartConfig(loss_weighting=weighting, **values)  # type: ignore[arg-type]
+    return DartConfig(loss_weighting=weighting, **values)
 
 
 def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:

@@ -52,6 +52,11 @@ class DartConfig:
             )
 
 
+# The pace line reaches the round's target at this fraction of the round, so that a device
+# that trains only when behind the line still finishes before the deadline.
+PACE_LEAD = 0.9
+
+
 def training_deficit(obs: Observation) -> float:
     """Z: samples the round is behind the straight-line pace to its target (0 if none owed)."""
     target = obs.round_target_samples
@@ -60,7 +65,7 @@ def training_deficit(obs: Observation) -> float:
     span = obs.round_deadline_s - obs.round_start_s
     if not math.isfinite(span) or span <= 0:
         return 0.0
-    progress = min(1.0, max(0.0, (obs.now_s - obs.round_start_s) / span))
+    progress = min(1.0, max(0.0, (obs.now_s - obs.round_start_s) / (PACE_LEAD * span)))
     return max(0.0, target * progress - obs.round_trained_samples)
 
 
@@ -79,8 +84,10 @@ class DartPolicy(Policy):
 
     def update(self, obs: Observation) -> None:
         """Fold in the last period: the miss budget queue H and the remembered burst rates."""
-        # H <- max(H + misses - delta * arrivals, 0)
-        excess = sum(obs.slo_misses_since_last) - self.config.miss_budget * sum(obs.arrivals_since_last)
+        # H <- max(H + misses - delta * arrivals, 0), counting the misses training caused
+        # (those that waited behind a step) where the executor can tell them apart.
+        misses = obs.training_misses_since_last or obs.slo_misses_since_last
+        excess = sum(misses) - self.config.miss_budget * sum(obs.arrivals_since_last)
         self.miss_queue = max(0.0, self.miss_queue + excess)
         if obs.period_s != self._decay_period_s:
             memory = self.config.burst_memory_s
@@ -127,6 +134,9 @@ class DartPolicy(Policy):
         # 3. Step size m maximising (Z + V) r_T(m) - (1 + H) r_M(m) per second of training.
         deficit = training_deficit(obs)
         gain = deficit + cfg.v
+        # H prices the misses of voluntary training (the V part of the gain). Owed training
+        # pays the base price only, so a round's deadline is met even past the miss budget.
+        miss_price = 1.0 if deficit > 0.0 else 1.0 + self.miss_queue
         if lam_cost >= 1.0:  # overloaded: every step costs misses; train only what is owed
             m = 1 if deficit > 0.0 else 0
         else:
@@ -140,7 +150,7 @@ class DartPolicy(Policy):
                 active_fixed,
                 lam_total,
                 gain,
-                1.0 + self.miss_queue,
+                miss_price,
             )
 
         # 4. Inference share. Below capacity, work conservation fixes the total training time,

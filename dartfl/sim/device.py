@@ -103,6 +103,8 @@ def simulate(
     trained = [0] * k_tasks
     arrivals_since = [0] * k_tasks
     misses_since = [0] * k_tasks
+    training_misses_since = [0] * k_tasks
+    last_step_end = -math.inf  # when the latest training step ended (or will end)
     decision_ns: list[int] = []
     rec_shares: list[tuple[float, ...]] = []
     rec: dict[str, list[float]] = {
@@ -121,6 +123,7 @@ def simulate(
     training_busy = inference_busy = 0.0
     backlog_total = max_backlog = 0
     round_start = 0.0
+    round_samples: list[int] = []  # samples trained in each finished round
     round_trained = 0
 
     while True:
@@ -138,6 +141,8 @@ def simulate(
                     k = task_of[r]
                     if now - times[r] > slo[k]:
                         misses_since[k] += 1
+                        if times[r] < last_step_end:
+                            training_misses_since[k] += 1
                 running_batch = []
             elif running_m:
                 for k, got in enumerate(splitter.split(running_m, alloc.task_shares)):
@@ -162,8 +167,9 @@ def simulate(
 
         # 3. Control period boundary: observe, update, decide.
         if t_tick == now:
-            if now - round_start >= cfg.round_s:
-                round_start += cfg.round_s * math.floor((now - round_start) / cfg.round_s)
+            if now - round_start >= cfg.round_s - 1e-9:
+                round_samples.append(round_trained)
+                round_start += cfg.round_s * math.floor((now - round_start) / cfg.round_s + 1e-9)
                 round_trained = 0
             rates.update(arrivals_since, cfg.period_s)
             obs = Observation(
@@ -173,6 +179,7 @@ def simulate(
                 oldest_age_s=tuple(now - times[q[0]] if q else 0.0 for q in queues),
                 arrivals_since_last=tuple(arrivals_since),
                 slo_misses_since_last=tuple(misses_since),
+                training_misses_since_last=tuple(training_misses_since),
                 arrival_rate_per_s=rates.rates_per_s,
                 slo_s=slo,
                 batch_fixed_s=tuple(fixed),
@@ -192,6 +199,7 @@ def simulate(
             decision_ns.append(timer() - started)
             arrivals_since = [0] * k_tasks
             misses_since = [0] * k_tasks
+            training_misses_since = [0] * k_tasks
             next_tick += cfg.period_s
             if cfg.record_periods:
                 rec["t_s"].append(now)
@@ -237,7 +245,7 @@ def simulate(
                 if share < 1.0:
                     inference_credit = max(0.0, inference_credit) + duration * share / (1.0 - share)
                 training_busy += duration
-                busy_until = now + duration
+                busy_until = last_step_end = now + duration
 
     inference_min = float(
         sum(
@@ -264,6 +272,8 @@ def simulate(
         max_backlog=max_backlog,
         decision_us=np.asarray(decision_ns, dtype=np.float64) / 1e3,
         periods=periods,
+        round_samples=tuple(round_samples),
+        round_target_samples=cfg.round_target_samples,
     )
 
 
