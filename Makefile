@@ -37,7 +37,7 @@ system-deps:
 
 demo: venv system-deps
 	mkdir -p out
-	$(BIN)/dartfl sim --workload pareto-onoff --duration-s 600 --rate 50 --target-load 0.5 \
+	$(BIN)/dartfl sim --workload pareto-onoff --duration-s 600 --target-load 0.5 \
 	    --profile pi4 --slo-ms 250 --policy dart --policy inference-only --policy inference-first:8 \
 	    --policy static:0.5 --seed 1 --plot out/demo-sim.png
 

@@ -55,6 +55,7 @@ def plot_sim(
         axes[3].axhline(slo_ms, color="k", ls="--", lw=0.8, label="SLO")
         axes[3].legend(loc="upper right", fontsize=8)
     axes[0].set_ylabel("backlog (requests)")
+    axes[0].set_yscale("symlog", linthresh=10)
     axes[1].set_ylabel("inference share")
     axes[2].set_ylabel("training step (samples)")
     axes[3].set_ylabel(f"p99 latency per {window:g} s (ms)")

@@ -47,4 +47,7 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
             str(r["max_backlog"]),
             "-" if r["decision_us_p50"] is None else f"{r['decision_us_p50']:.1f}",
         )
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)  # piped output: do not squeeze the columns to 80
+    console.print(table)

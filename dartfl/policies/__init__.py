@@ -79,7 +79,6 @@ def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
     policy: Policy
     if name == "dart":
         policy = DartPolicy(_dart_config(spec, arg, weighting))
-        policy.name = f"dart:{arg}" if arg else "dart"
     elif name == "inference-only" and not arg:
         policy = InferenceOnly(weighting)
     elif name == "inference-first":
@@ -92,7 +91,6 @@ def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
         if not 0.0 <= x <= 1.0:
             raise ConfigError(f"policy {spec!r}: the inference share must lie in [0, 1]")
         policy = StaticShare(x, weighting)
-        policy.name = f"static:{arg}"
     elif name == "threshold":
         low, high = (2, 16)
         if arg:
@@ -108,6 +106,8 @@ def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
     else:
         forms = "\n  ".join(SPEC_HELP.values())
         raise ConfigError(f"unknown policy {spec!r}; valid policies:\n  {forms}")
+    # Results are keyed by the spec exactly as the user wrote it, so scripts can look them up.
+    policy.name = spec.strip()
     if loss_weighting is not None and weighting != natural_loss_weighting(spec):
         policy.name = f"{policy.name}+{weighting}"
     return policy

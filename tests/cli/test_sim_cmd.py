@@ -1,0 +1,165 @@
+"""`dartfl sim`: the scripted contract (`--json` keys), the table, recording, plots, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dartfl.cli.main import main
+from dartfl.store import RunStore
+
+CONTRACT_KEYS = {
+    "policy",
+    "requests",
+    "completed",
+    "rejected",
+    "slo_attainment",
+    "p50_latency_s",
+    "p99_latency_s",
+    "train_samples",
+    "train_samples_per_task",
+    "harvest_efficiency",
+    "max_backlog",
+    "decision_us_p50",
+}
+PROFILE_TOML = """name = "edge-small"
+[inference]
+batch-fixed-s = 0.004
+per-request-s = 0.002
+max-batch = 32
+[training]
+microbatch-fixed-s = 0.010
+per-sample-s = 0.006
+max-microbatch = 32
+[inference.tasks.fashion]
+per-request-s = 0.003
+"""
+
+
+@pytest.fixture
+def trace(tmp_path: Path) -> Path:
+    rng = np.random.default_rng(0)
+    times = np.cumsum(rng.exponential(0.01, 3000))
+    path = tmp_path / "trace.csv"
+    names = np.array(["digits", "fashion", "3"])[rng.integers(0, 3, times.size)]
+    path.write_text("time_s,task\n" + "".join(f"{t:.6f},{k}\n" for t, k in zip(times, names, strict=True)))
+    return path
+
+
+@pytest.fixture
+def profile_file(tmp_path: Path) -> Path:
+    path = tmp_path / "edge.toml"
+    path.write_text(PROFILE_TOML)
+    return path
+
+
+def run_json(capsys: pytest.CaptureFixture[str], args: list[str]) -> dict:  # type: ignore[type-arg]
+    assert main(args) == 0
+    return json.loads(capsys.readouterr().out)  # type: ignore[no-any-return]
+
+
+def test_json_contract_has_every_key_for_every_policy(
+    trace: Path, profile_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policies = ["dart", "inference-only", "static:0.5", "inference-first:4", "threshold", "proportional"]
+    args = ["sim", "--trace", str(trace), "--target-load", "0.5", "--profile-file", str(profile_file)]
+    args += ["--slo-ms", "250", "--seed", "1", "--json", "--no-store"]
+    for p in policies:
+        args += ["--policy", p]
+    out = run_json(capsys, args)
+    assert [r["policy"] for r in out["results"]] == policies
+    for r in out["results"]:
+        assert r.keys() >= CONTRACT_KEYS
+        assert r["requests"] == 3000
+        assert r["completed"] + r["rejected"] == 3000
+        assert set(r["train_samples_per_task"]) == {"digits", "fashion", "3"}
+        assert sum(r["train_samples_per_task"].values()) == r["train_samples"]
+    by = {r["policy"]: r for r in out["results"]}
+    assert by["inference-only"]["train_samples"] == 0
+    assert by["dart"]["train_samples"] > 0
+
+
+def test_target_load_rescales_the_trace(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = [
+        "sim",
+        "--trace",
+        str(trace),
+        "--profile",
+        "pi4",
+        "--policy",
+        "inference-only",
+        "--json",
+        "--no-store",
+    ]
+    low = run_json(capsys, [*base, "--target-load", "0.2"])["results"][0]
+    high = run_json(capsys, [*base, "--target-load", "0.8"])["results"][0]
+    # Same requests, four times the pace: the horizon shrinks by four.
+    assert low["horizon_s"] == pytest.approx(4 * high["horizon_s"], rel=1e-6)
+    assert low["requests"] == high["requests"] == 3000
+
+
+def test_same_seed_same_json(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["sim", "--workload", "mmpp", "--duration-s", "60", "--profile", "pi5", "--json", "--no-store"]
+    first = run_json(capsys, [*args, "--seed", "4"])["results"]
+    second = run_json(capsys, [*args, "--seed", "4"])["results"]
+    other = run_json(capsys, [*args, "--seed", "5"])["results"]
+    strip = lambda rs: [{k: v for k, v in r.items() if not k.startswith("decision_us")} for r in rs]  # noqa: E731
+    assert strip(first) == strip(second)
+    assert strip(first) != strip(other)
+
+
+def test_table_output_records_the_run_and_writes_the_plot(
+    trace: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = tmp_path / "runs.sqlite"
+    plot = tmp_path / "sim.png"
+    args = ["sim", "--trace", str(trace), "--profile", "pi4", "--store", str(store), "--plot", str(plot)]
+    assert main([*args, "--policy", "dart", "--policy", "inference-first:4"]) == 0
+    out = capsys.readouterr().out
+    assert "dart" in out and "inference-first:4" in out and "recorded as run 1" in out
+    assert plot.stat().st_size > 10_000
+    with RunStore(store) as runs:
+        (info,) = runs.list_runs()
+        assert info.kind == "sim"
+        results = runs.results(info.run_id)
+        assert set(results) == {"dart", "inference-first:4"}
+        decisions = runs.decisions(info.run_id, "dart")
+        assert decisions and sum(d.trained_samples for d in decisions) == results["dart"]["train_samples"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--policy", "fastest"], "unknown policy"),
+        (["--slo-ms", "-5"], "--slo-ms"),
+        (["--profile", "pi9"], "pi9"),
+        (["--profile-file", "/nonexistent/p.toml"], "p.toml"),
+    ],
+)
+def test_bad_flags_exit_2_with_one_line(
+    trace: Path, extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sim", "--trace", str(trace), "--no-store", "--json", *extra]
+    if "--profile" not in extra and "--profile-file" not in extra:
+        args += ["--profile", "pi4"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err
+    assert err.startswith("dartfl: error:")
+
+
+def test_bad_trace_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("time_s,task\n0.1,a\noops,b\n")
+    assert main(["sim", "--trace", str(bad), "--profile", "pi4", "--no-store"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "bad.csv:3" in err
+
+
+def test_missing_profile_is_bad_input(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "--trace", str(trace), "--no-store"]) == 2
+    assert "--profile" in capsys.readouterr().err
