@@ -38,8 +38,8 @@ system-deps:
 demo: venv system-deps
 	mkdir -p out
 	$(BIN)/dartfl sim --workload pareto-onoff --duration-s 600 --target-load 0.5 \
-	    --profile pi4 --slo-ms 250 --policy dart --policy inference-only --policy inference-first:8 \
-	    --policy static:0.5 --seed 1 --plot out/demo-sim.png
+	    --profile pi4 --slo-ms 250 --policy dart --policy inference-only --policy inference-first:4 \
+	    --policy inference-first:8 --policy static:0.5 --policy clairvoyant --seed 1 --plot out/demo-sim.png
 
 lint: venv
 	$(BIN)/ruff check .

@@ -68,8 +68,12 @@ def record_sim(
     label = f"{arrivals.num_requests} req / {arrivals.duration_s:.0f} s on {profile.name}"
     with RunStore(store_path or default_store_path()) as store:
         run_id = store.start_run(kind, label, config)
-        for record, summary in zip(outcome.records, outcome.summaries, strict=True):
-            store.add_decisions(run_id, record.policy, decision_rows(record))
-            store.add_result(run_id, record.policy, summary)
+        try:
+            for record, summary in zip(outcome.records, outcome.summaries, strict=True):
+                store.add_decisions(run_id, record.policy, decision_rows(record))
+                store.add_result(run_id, record.policy, summary)
+        except BaseException:
+            store.finish_run(run_id, "failed")  # never leave a run marked as running
+            raise
         store.finish_run(run_id, "ok")
     return run_id
