@@ -30,8 +30,10 @@ class DartConfig:
 
     v: float = 0.05  # worth of one trained sample in SLO misses (0.05: a miss costs 20 samples)
     miss_budget: float = 0.002  # delta: long-run fraction of requests DART may add as misses
-    slack_margin: float = 0.1  # gamma: SLO fraction kept in reserve (< 0: plan past the SLO)
-    burst_memory_s: float = 30.0  # how long the step size remembers a past burst's rate
+    slack_margin: float = 0.05  # gamma: SLO fraction kept in reserve (< 0: plan past the SLO)
+    burst_memory_s: float = 10.0  # how long the step size remembers a past burst's rate
+    burst_weight: float = 0.5  # fraction of a remembered burst rate the step size plans for
+    rate_window: int = 4  # periods of recent per-period counts the step size plans for (max)
     share_floor: float = 0.05  # epsilon: least training share any task gets
     loss_weighting: str = "demand"
 
@@ -44,6 +46,10 @@ class DartConfig:
             raise ConfigError(f"dart slack margin must lie in (-1, 1), got {self.slack_margin}")
         if not (math.isfinite(self.burst_memory_s) and self.burst_memory_s >= 0):
             raise ConfigError(f"dart burst memory must be a finite number >= 0 s, got {self.burst_memory_s}")
+        if not 0.0 <= self.burst_weight <= 1.0:
+            raise ConfigError(f"dart burst weight must lie in [0, 1], got {self.burst_weight}")
+        if not (isinstance(self.rate_window, int) and self.rate_window >= 1):
+            raise ConfigError(f"dart rate window must be an integer >= 1, got {self.rate_window!r}")
         if not 0.0 < self.share_floor <= 1.0:
             raise ConfigError(f"dart share floor must lie in (0, 1], got {self.share_floor}")
         if self.loss_weighting not in LOSS_WEIGHTINGS:
@@ -75,12 +81,18 @@ class DartPolicy(Policy):
         self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
         self.miss_queue = 0.0  # H, in requests
         self.peak_rates: list[float] = []  # per task, decaying with burst_memory_s
+        self.recent_max: list[int] = []  # per task: most arrivals in one of the last periods
+        self._ring: list[list[int]] = []  # last `rate_window` per-period counts, per task
+        self._ring_pos = 0
         self._decay = 0.0
         self._decay_period_s = -1.0
 
     def reset(self) -> None:
         self.miss_queue = 0.0
         self.peak_rates = []
+        self.recent_max = []
+        self._ring = []
+        self._ring_pos = 0
 
     def update(self, obs: Observation) -> None:
         """Fold in the last period: the miss budget queue H and the remembered burst rates."""
@@ -95,23 +107,37 @@ class DartPolicy(Policy):
             self._decay_period_s = obs.period_s
         if len(self.peak_rates) != obs.num_tasks:
             self.peak_rates = [0.0] * obs.num_tasks
+            self.recent_max = [0] * obs.num_tasks
+            self._ring = [[0] * self.config.rate_window for _ in range(obs.num_tasks)]
+            self._ring_pos = 0
         decay = self._decay
         for k, rate in enumerate(obs.arrival_rate_per_s):
             self.peak_rates[k] = max(rate, self.peak_rates[k] * decay)
+        pos = self._ring_pos
+        for k, n in enumerate(obs.arrivals_since_last):
+            ring = self._ring[k]
+            ring[pos] = n
+            self.recent_max[k] = max(ring)
+        self._ring_pos = (pos + 1) % self.config.rate_window
 
     def decide(self, obs: Observation) -> Allocation:
         cfg = self.config
         tau = obs.period_s
         a_t, c_t, m_max = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch
         backlog, fixed, per = obs.backlog, obs.batch_fixed_s, obs.per_request_s
-        peaks = self.peak_rates if len(self.peak_rates) == obs.num_tasks else obs.arrival_rate_per_s
+        fresh = len(self.peak_rates) != obs.num_tasks
+        peaks = obs.arrival_rate_per_s if fresh else self.peak_rates
+        recent = obs.arrivals_since_last if fresh else self.recent_max
+        g = cfg.burst_weight
 
-        # 1. Arrival rates to plan for: the smoothed estimate; last period's count when it
-        #    exceeds that by more than Poisson noise (a burst is starting); and the rate of a
-        #    recent burst, which may come back while a long step runs.
+        # 1. Arrival rates to plan for, the largest of: the smoothed estimate; the busiest of
+        #    the last few periods (bursty arrivals are autocorrelated, so the near past predicts
+        #    the next steps better than a long average); this period's count (a burst is
+        #    starting); and part of a burst rate seen in the last seconds, which may come back
+        #    while a long step runs (on/off sources).
         lam = [
-            max(r, p, (n - 2.0 * math.sqrt(n)) / tau)
-            for r, p, n in zip(obs.arrival_rate_per_s, peaks, obs.arrivals_since_last, strict=True)
+            max(r, g * p, max(n, c) / tau)
+            for r, p, n, c in zip(obs.arrival_rate_per_s, peaks, recent, obs.arrivals_since_last, strict=True)
         ]
         lam_total = 0.0
         lam_cost = 0.0  # Lambda_c = sum_k c_k lambda_k: device seconds per second arrivals need
@@ -164,7 +190,12 @@ class DartPolicy(Policy):
 
         # 5. Inference batch cap: shrink it only when that lets the most urgent head meet its
         #    SLO, never below the batch that keeps up with the arrival rate.
-        batch = _batch_cap(obs, lam)
+        #    Never while the last period's arrivals needed half the device or more: then
+        #    throughput rules, and a smaller batch only makes the whole queue later.
+        last_load = 0.0
+        for n, c in zip(obs.arrivals_since_last, per, strict=True):
+            last_load += n * c
+        batch = _batch_cap(obs, lam) if last_load < 0.5 * tau else obs.max_batch
 
         # 6. Training shares follow demand with a floor; loss weights follow the shares.
         shares = demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)

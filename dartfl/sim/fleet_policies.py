@@ -1,0 +1,431 @@
+"""Policies for the fleet simulator: the scalar policies' math over a device axis.
+
+A fleet policy decides for every device at once. Per-device fields are numpy arrays: shape
+(devices, tasks) for per-task values, (devices,) for per-device ones. The ports repeat the
+scalar policies' arithmetic operation for operation (same order, same float64 rounding), so
+for the same observation they give the same microbatch, inference share, batch cap and task
+shares as `dartfl.policies` (a test checks it on random observations).
+
+Ports exist for `dart[:V]`, `inference-only`, `inference-first[:m]` and `static:<x>`; specs are
+parsed by `dartfl.policies.make_policy`, the one registry, and then converted.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dartfl.errors import ConfigError
+from dartfl.policies import DartConfig, DartPolicy, make_policy
+from dartfl.policies.dart import PACE_LEAD
+from dartfl.policies.inference_first import InferenceFirst
+from dartfl.policies.inference_only import InferenceOnly
+from dartfl.policies.static import StaticShare
+from dartfl.types import Observation
+
+__all__ = [
+    "FLEET_POLICY_NAMES",
+    "FleetAllocation",
+    "FleetDart",
+    "FleetInferenceFirst",
+    "FleetInferenceOnly",
+    "FleetObservation",
+    "FleetPolicy",
+    "FleetStatic",
+    "make_fleet_policy",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+FLEET_POLICY_NAMES = ("dart", "inference-only", "inference-first", "static")
+
+
+@dataclass(frozen=True, eq=False)
+class FleetObservation:
+    """What every device's allocator sees at the start of a control period.
+
+    The fields mean what `dartfl.types.Observation`'s do, one row per device. The clock,
+    period and FL round are fleet-wide (rounds are synchronised by the server); progress
+    towards the round's target is per device. Backlogs and miss counts may be fractional:
+    the fleet simulator is a fluid model.
+    """
+
+    now_s: float
+    period_s: float
+    backlog: FloatArray  # (devices, tasks)
+    oldest_age_s: FloatArray
+    arrivals_since_last: FloatArray
+    slo_misses_since_last: FloatArray
+    arrival_rate_per_s: FloatArray
+    slo_s: FloatArray
+    batch_fixed_s: FloatArray
+    per_request_s: FloatArray
+    max_batch: IntArray  # (devices,)
+    microbatch_fixed_s: FloatArray
+    per_sample_s: FloatArray
+    max_microbatch: IntArray
+    round_start_s: float = 0.0
+    round_deadline_s: float = math.inf
+    round_target_samples: float = 0.0
+    round_trained_samples: FloatArray | None = None  # (devices,); None: nothing trained
+    training_misses_since_last: FloatArray | None = None  # None: cannot tell, every miss counts
+
+    def __post_init__(self) -> None:
+        if self.backlog.ndim != 2 or self.backlog.shape[1] == 0:
+            raise ConfigError(f"fleet backlog must have shape (devices, tasks), got {self.backlog.shape}")
+        shape = self.backlog.shape
+        for name in ("oldest_age_s", "arrivals_since_last", "slo_misses_since_last", "arrival_rate_per_s"):
+            if getattr(self, name).shape != shape:
+                raise ConfigError(f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape}")
+        for name in ("slo_s", "batch_fixed_s", "per_request_s"):
+            if getattr(self, name).shape != shape:
+                raise ConfigError(f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape}")
+        for name in ("max_batch", "microbatch_fixed_s", "per_sample_s", "max_microbatch"):
+            if getattr(self, name).shape != shape[:1]:
+                raise ConfigError(
+                    f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape[:1]}"
+                )
+        if not self.period_s > 0:
+            raise ConfigError(f"period_s must be > 0, got {self.period_s}")
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.backlog.shape[0])
+
+    @property
+    def num_tasks(self) -> int:
+        return int(self.backlog.shape[1])
+
+    @classmethod
+    def stack(cls, observations: Sequence[Observation]) -> FleetObservation:
+        """One fleet observation from per-device scalar ones that share clock, period and round."""
+        if not observations:
+            raise ConfigError("stack needs at least one observation")
+        first = observations[0]
+        for o in observations:
+            same = (o.now_s, o.period_s, o.round_start_s, o.round_deadline_s, o.round_target_samples)
+            if same != (first.now_s, first.period_s, first.round_start_s, first.round_deadline_s,
+                        first.round_target_samples):  # fmt: skip
+                raise ConfigError("stacked observations must share now_s, period_s and the FL round")
+
+        def rows(name: str) -> FloatArray:
+            return np.array([getattr(o, name) for o in observations], dtype=np.float64)
+
+        def ints(name: str) -> IntArray:
+            return np.array([getattr(o, name) for o in observations], dtype=np.int64)
+
+        return cls(
+            now_s=first.now_s,
+            period_s=first.period_s,
+            backlog=rows("backlog"),
+            oldest_age_s=rows("oldest_age_s"),
+            arrivals_since_last=rows("arrivals_since_last"),
+            slo_misses_since_last=rows("slo_misses_since_last"),
+            arrival_rate_per_s=rows("arrival_rate_per_s"),
+            slo_s=rows("slo_s"),
+            batch_fixed_s=rows("batch_fixed_s"),
+            per_request_s=rows("per_request_s"),
+            max_batch=ints("max_batch"),
+            microbatch_fixed_s=rows("microbatch_fixed_s"),
+            per_sample_s=rows("per_sample_s"),
+            max_microbatch=ints("max_microbatch"),
+            round_start_s=first.round_start_s,
+            round_deadline_s=first.round_deadline_s,
+            round_target_samples=float(first.round_target_samples),
+            round_trained_samples=rows("round_trained_samples"),
+            # Per device, as the scalar policy reads it: training-caused misses when given.
+            training_misses_since_last=np.array(
+                [o.training_misses_since_last or o.slo_misses_since_last for o in observations], dtype=np.float64
+            ),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class FleetAllocation:
+    """Every device's decision: `Allocation`'s fields, one row per device (loss weights omitted:
+    the fleet simulator does not train a model)."""
+
+    inference_share: FloatArray  # (devices,)
+    microbatch: IntArray  # (devices,)
+    max_batch: IntArray  # (devices,)
+    task_shares: FloatArray  # (devices, tasks)
+
+
+class FleetPolicy(ABC):
+    """A policy over a fleet: `update` folds in the last period, `decide` allocates."""
+
+    name: str = "policy"
+
+    def reset(self) -> None:  # noqa: B027 - stateless policies need nothing
+        """Forget all state (the fleet simulator calls it before each run)."""
+
+    def update(self, obs: FleetObservation) -> None:  # noqa: B027 - stateless policies need nothing
+        """Fold the last period's outcome into the per-device state."""
+
+    @abstractmethod
+    def decide(self, obs: FleetObservation) -> FleetAllocation:
+        """Every device's allocation for the period that starts at `obs.now_s`."""
+
+
+def _uniform(obs: FleetObservation, share: float, microbatch: IntArray) -> FleetAllocation:
+    d, k = obs.backlog.shape
+    return FleetAllocation(
+        np.full(d, share), microbatch, obs.max_batch.copy(), np.full((d, k), 1.0 / k)
+    )
+
+
+class FleetInferenceOnly(FleetPolicy):
+    def __init__(self) -> None:
+        self.name = "inference-only"
+
+    def decide(self, obs: FleetObservation) -> FleetAllocation:
+        return _uniform(obs, 1.0, np.zeros(obs.num_devices, dtype=np.int64))
+
+
+class FleetInferenceFirst(FleetPolicy):
+    def __init__(self, microbatch: int | None = None) -> None:
+        self.microbatch = microbatch
+        self.name = "inference-first" if microbatch is None else f"inference-first:{microbatch}"
+
+    def decide(self, obs: FleetObservation) -> FleetAllocation:
+        m = obs.max_microbatch if self.microbatch is None else np.minimum(obs.max_microbatch, self.microbatch)
+        return _uniform(obs, 1.0, m.astype(np.int64, copy=True))
+
+
+class FleetStatic(FleetPolicy):
+    def __init__(self, inference_share: float) -> None:
+        if not 0.0 <= inference_share <= 1.0:
+            raise ConfigError(f"static inference share must lie in [0, 1], got {inference_share}")
+        self.inference_share = inference_share
+        self.name = f"static:{inference_share:g}"
+
+    def decide(self, obs: FleetObservation) -> FleetAllocation:
+        return _uniform(obs, self.inference_share, obs.max_microbatch.astype(np.int64, copy=True))
+
+
+class FleetDart(FleetPolicy):
+    """`DartPolicy` over a device axis; numbered steps as in dartfl/policies/dart.py."""
+
+    def __init__(self, config: DartConfig | None = None) -> None:
+        self.config = config or DartConfig()
+        self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
+        self.miss_queue: FloatArray | None = None  # H per device
+        self.peak_rates: FloatArray | None = None  # (devices, tasks)
+        self.recent_max: FloatArray | None = None  # (devices, tasks): busiest recent period
+        self._ring = np.zeros((0, 0, 0))  # (rate_window, devices, tasks) per-period counts
+        self._ring_pos = 0
+        self._decay = 0.0
+        self._decay_period_s = -1.0
+
+    def reset(self) -> None:
+        self.miss_queue = None
+        self.peak_rates = None
+        self.recent_max = None
+        self._ring = np.zeros((0, 0, 0))
+        self._ring_pos = 0
+
+    def update(self, obs: FleetObservation) -> None:
+        cfg = self.config
+        k_tasks = obs.num_tasks
+        # H counts the misses training caused where the executor can tell them apart.
+        counted = obs.slo_misses_since_last if obs.training_misses_since_last is None else obs.training_misses_since_last
+        misses = counted[:, 0].copy()
+        arrived = obs.arrivals_since_last[:, 0].copy()
+        for k in range(1, k_tasks):  # sequential sums, as the scalar policy adds them
+            misses += counted[:, k]
+            arrived += obs.arrivals_since_last[:, k]
+        excess = misses - cfg.miss_budget * arrived
+        if self.miss_queue is None or self.miss_queue.shape != excess.shape:
+            self.miss_queue = np.zeros_like(excess)
+        self.miss_queue = np.maximum(0.0, self.miss_queue + excess)
+        if obs.period_s != self._decay_period_s:
+            memory = cfg.burst_memory_s
+            self._decay = math.exp(-obs.period_s / memory) if memory > 0 else 0.0
+            self._decay_period_s = obs.period_s
+        rates = obs.arrival_rate_per_s
+        if self.peak_rates is None or self.peak_rates.shape != rates.shape:
+            self.peak_rates = np.zeros(rates.shape)
+            self._ring = np.zeros((cfg.rate_window, *rates.shape))
+            self._ring_pos = 0
+        self.peak_rates = np.maximum(rates, self.peak_rates * self._decay)
+        self._ring[self._ring_pos] = obs.arrivals_since_last
+        self.recent_max = self._ring.max(axis=0)
+        self._ring_pos = (self._ring_pos + 1) % cfg.rate_window
+
+    def decide(self, obs: FleetObservation) -> FleetAllocation:
+        cfg = self.config
+        tau = obs.period_s
+        k_tasks = obs.num_tasks
+        a_t, c_t, m_max = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch
+        backlog, fixed, per = obs.backlog, obs.batch_fixed_s, obs.per_request_s
+        fresh = self.peak_rates is None or self.recent_max is None
+        peaks = obs.arrival_rate_per_s if fresh else self.peak_rates
+        recent = obs.arrivals_since_last if fresh else self.recent_max
+        miss_queue = self.miss_queue if self.miss_queue is not None else np.zeros(obs.num_devices)
+
+        # 1. Arrival rates to plan for: smoothed, busiest recent period, this period, part of a
+        #    remembered burst.
+        last = np.maximum(recent, obs.arrivals_since_last) / tau
+        lam = np.maximum(np.maximum(obs.arrival_rate_per_s, cfg.burst_weight * peaks), last)
+        zero = np.zeros(obs.num_devices)
+        lam_total, lam_cost, active_fixed = zero.copy(), zero.copy(), zero.copy()
+        slo_min = np.full(obs.num_devices, math.inf)
+        for k in range(k_tasks):
+            rate = lam[:, k]
+            active = (rate > 0.0) | (backlog[:, k] > 0)
+            lam_total += np.where(active, rate, 0.0)
+            lam_cost += np.where(active, per[:, k] * rate, 0.0)
+            active_fixed += np.where(active, fixed[:, k], 0.0)
+            slo_min = np.where(active, np.minimum(slo_min, obs.slo_s[:, k]), slo_min)
+        slo_min = np.where(slo_min == math.inf, obs.slo_s.min(axis=1), slo_min)
+        budget_s = slo_min * (1.0 - cfg.slack_margin)
+
+        # 2. The SLO-safe step.
+        s_safe = (budget_s - active_fixed) / (1.0 + lam_cost)
+
+        # 3. Step size m.
+        deficit = _training_deficit(obs)
+        gain = deficit + cfg.v
+        miss_price = np.where(deficit > 0.0, 1.0, 1.0 + miss_queue)  # owed work pays the base price
+        best = _best_microbatch(a_t, c_t, m_max, s_safe, budget_s, lam_cost, active_fixed, lam_total, gain,
+                                miss_price)  # fmt: skip
+        overloaded = np.where(deficit > 0.0, 1, 0).astype(np.int64)
+        m = np.where(lam_cost >= 1.0, overloaded, best)
+
+        # 4. Inference share: strict priority unless the round is behind.
+        share = np.ones(obs.num_devices)
+        owed = (m > 0) & (deficit > 0.0)
+        if owed.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                owed_work_s = deficit * (a_t + c_t * m) / m
+            share = np.where(owed, _deficit_share(obs, lam, owed_work_s), share)
+
+        # 5. Inference batch cap, unless last period's arrivals needed half the device.
+        last_load = obs.arrivals_since_last[:, 0] * per[:, 0]
+        for k in range(1, k_tasks):
+            last_load += obs.arrivals_since_last[:, k] * per[:, k]
+        batch = np.where(last_load < 0.5 * tau, _batch_cap(obs, lam), obs.max_batch)
+
+        # 6. Training shares follow demand.
+        shares = _demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
+        return FleetAllocation(share, m.astype(np.int64), batch, shares)
+
+
+def _training_deficit(obs: FleetObservation) -> FloatArray:
+    target = obs.round_target_samples
+    span = obs.round_deadline_s - obs.round_start_s
+    if target <= 0 or not math.isfinite(span) or span <= 0 or obs.round_trained_samples is None:
+        return np.zeros(obs.num_devices)
+    progress = min(1.0, max(0.0, (obs.now_s - obs.round_start_s) / (PACE_LEAD * span)))
+    return np.maximum(0.0, target * progress - obs.round_trained_samples)
+
+
+def _best_microbatch(
+    a_t: FloatArray,
+    c_t: FloatArray,
+    m_max: IntArray,
+    s_safe: FloatArray,
+    budget_s: FloatArray,
+    lam_cost: FloatArray,
+    active_fixed: FloatArray,
+    lam_total: FloatArray,
+    gain: FloatArray,
+    miss_price: FloatArray,
+) -> IntArray:
+    """The scalar `_best_microbatch` per device: the same candidates, the same strict `>` ties."""
+    # min(m_max, int(x)) == int(min(x, m_max)) for x >= 0; clipping first avoids int overflow.
+    fits = np.minimum((s_safe - a_t) / c_t, m_max.astype(np.float64))
+    m_safe = np.where(s_safe <= a_t, 0, np.trunc(np.maximum(fits, 0.0)).astype(np.int64))
+    best_m = m_safe.copy()
+    best_j = np.where(m_safe > 0, gain * m_safe / (a_t + c_t * m_safe), 0.0)
+    best_m = np.where(m_safe > 0, best_m, 0)
+    span = m_max - m_safe
+    for m in (m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max):
+        step = a_t + c_t * m
+        stretched = step * (1.0 + lam_cost)
+        late = np.minimum(1.0, (stretched + active_fixed - budget_s) / stretched)
+        j = gain * m / step - miss_price * lam_total * np.maximum(0.0, late)
+        better = j > best_j
+        best_m = np.where(better, m, best_m)
+        best_j = np.where(better, j, best_j)
+    result: IntArray = np.where(m_safe >= m_max, m_max, best_m).astype(np.int64)
+    return result
+
+
+def _deficit_share(obs: FleetObservation, lam: FloatArray, owed_work_s: FloatArray) -> FloatArray:
+    backlog, fixed, per, tau = obs.backlog, obs.batch_fixed_s, obs.per_request_s, obs.period_s
+    needed = np.zeros(obs.num_devices)
+    all_outrank = np.ones(obs.num_devices, dtype=bool)
+    b_max = obs.max_batch.astype(np.float64)
+    for k in range(obs.num_tasks):
+        rate, q = lam[:, k], backlog[:, k]
+        present = (rate > 0.0) | (q != 0)
+        expected = np.maximum(1.0, q + rate * tau)
+        cost = per[:, k] + fixed[:, k] / np.minimum(b_max, expected)
+        outranks = np.maximum(1.0, q) * cost >= owed_work_s
+        needed += np.where(present & outranks, expected * cost / tau, 0.0)
+        all_outrank &= ~present | outranks
+    return np.where(all_outrank, 1.0, np.minimum(1.0, needed))
+
+
+def _batch_cap(obs: FleetObservation, lam: FloatArray) -> IntArray:
+    b_max = obs.max_batch
+    queued = obs.backlog > 0
+    slack_all = np.where(queued, obs.slo_s - obs.oldest_age_s, math.inf)
+    urgent = np.argmin(slack_all, axis=1)  # the first minimum, as the scalar's strict `<`
+    rows = np.arange(obs.num_devices)
+    any_queued = queued.any(axis=1)
+    slack = slack_all[rows, urgent]
+    a, c = obs.batch_fixed_s[rows, urgent], obs.per_request_s[rows, urgent]
+    q, rate = obs.backlog[rows, urgent], lam[rows, urgent]
+    fits = np.where(slack > a, np.trunc(np.minimum((slack - a) / c, 2.0**62)), 0.0)
+    whole = (fits < 1) | (fits >= q) | ~any_queued
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep_up = np.where(rate * c >= 1.0, b_max, np.ceil(np.minimum(rate * a / (1.0 - rate * c), 2.0**62)))
+    capped = np.maximum(1, np.minimum(b_max, np.maximum(fits, keep_up)))
+    result: IntArray = np.where(whole, b_max, capped).astype(np.int64)
+    return result
+
+
+def _demand_shares(rates: FloatArray, backlog: FloatArray, period_s: float, floor: float) -> FloatArray:
+    """`dartfl.policies.shares.demand_shares` per device (same sums in the same order)."""
+    k_tasks = rates.shape[1]
+    eps = min(floor, 1.0 / k_tasks)
+    demand = rates + backlog / period_s
+    total = demand[:, 0].copy()
+    for k in range(1, k_tasks):
+        total += demand[:, k]
+    positive = total > 0.0
+    scale = (1.0 - k_tasks * eps) / np.where(positive, total, 1.0)
+    shares = eps + demand * scale[:, None]
+    s = shares[:, 0].copy()
+    for k in range(1, k_tasks):
+        s += shares[:, k]
+    result: FloatArray = np.where(positive[:, None], shares / s[:, None], 1.0 / k_tasks)
+    return result
+
+
+def make_fleet_policy(spec: str) -> FleetPolicy:
+    """A fleet policy from a policy spec (`dartfl.policies` grammar); errors list the ported names."""
+    scalar = make_policy(spec)
+    if isinstance(scalar, DartPolicy):
+        fleet: FleetPolicy = FleetDart(scalar.config)
+    elif isinstance(scalar, InferenceFirst):
+        fleet = FleetInferenceFirst(scalar.microbatch)
+    elif isinstance(scalar, StaticShare):
+        fleet = FleetStatic(scalar.inference_share)
+    elif isinstance(scalar, InferenceOnly):
+        fleet = FleetInferenceOnly()
+    else:
+        raise ConfigError(
+            f"policy {spec!r} has no fleet port; the fleet simulator runs: dart[:V], inference-only, "
+            "inference-first[:m], static:<x>"
+        )
+    fleet.name = scalar.name
+    return fleet
