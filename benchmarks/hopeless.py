@@ -27,7 +27,7 @@ ROUND_S = 60.0
 def main() -> None:
     profile = get_profile("pi4")
     slo = 0.030
-    tasks = ("digits", "fashion", "letters")
+    tasks = ("digits", "fashion", "uci-digits")
     base = workloads.generate(
         "poisson", duration_s=600, rate_per_s=50, task_names=tasks, rng=np.random.default_rng(1)
     )

@@ -16,7 +16,7 @@ from dartfl.arrivals import Arrivals
 from dartfl.profiles import get_profile
 from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
 
-TASKS = ("digits", "fashion", "letters")
+TASKS = ("digits", "fashion", "uci-digits")
 
 # The profile of shared/checks/contract.py's public check, plus the example profile.
 PUBLIC_SMALL = DeviceProfile(

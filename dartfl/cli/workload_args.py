@@ -37,7 +37,7 @@ __all__ = [
 WORKLOAD_NAMES = ("poisson", "mmpp", "gamma", "pareto-onoff", "diurnal", "step", "flash-crowd", "hawkes")
 DEFAULT_DURATION_S = 600.0
 DEFAULT_RATE_PER_S = 50.0
-DEFAULT_TASKS = "digits,fashion,letters"
+DEFAULT_TASKS = "digits,fashion,uci-digits"
 DEFAULT_SEED = 1
 # The namespace attribute listing the flags the user typed (as opposed to defaults).
 _GIVEN = "workload_flags_given"

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "--tasks",
             default=None,
             metavar="A,B,...",
-            help="task names to map an Azure trace onto (default digits,fashion,letters)",
+            help="task names to map an Azure trace onto (default digits,fashion,uci-digits)",
         )
 
     inspect = actions.add_parser("inspect", help="summary statistics of a trace or generated workload")

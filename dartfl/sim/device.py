@@ -8,6 +8,7 @@ allocates; between decisions the executor enforces the allocation work-conservin
   training step earns inference x / (1 - x) of its length (x = 1 is strict priority), and
   the most urgent task (earliest deadline) goes first;
 - idle inference time goes to training, and no training work means inference gets all.
+The choice of the next work item is `dartfl.executor`'s, shared with the real agent.
 Time comes from the event sequence only, never from the wall clock (SimPy's rule), so a
 replay is deterministic for a seed. The wall clock is read only to time the policy's
 decisions, which is a measurement, not part of the simulation.
@@ -27,6 +28,7 @@ import numpy.typing as npt
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
+from dartfl.executor import ShareGate, most_urgent
 from dartfl.metrics import RunRecord
 from dartfl.policies.base import Policy
 from dartfl.sim.split import SampleSplitter
@@ -119,7 +121,7 @@ def simulate(
     busy_until = math.inf  # end of the running work item (inf: idle)
     running_batch: list[int] = []  # request ids of the running inference batch
     running_m = 0  # samples of the running training microbatch
-    inference_credit = 0.0  # seconds inference may still run before training resumes
+    gate = ShareGate()
     training_busy = inference_busy = 0.0
     backlog_total = max_backlog = 0
     round_start = 0.0
@@ -213,16 +215,11 @@ def simulate(
         if busy_until != math.inf:
             continue
 
-        # 4. The device is free: choose the next work item. With x < 1 every training step
-        #    earns inference x / (1 - x) of its length; inference runs while it has credit and
-        #    requests wait, so steps and batches alternate in the ratio the policy asked for.
+        # 4. The device is free: choose the next work item (dartfl.executor, as the agent does).
         training_open = now < horizon and alloc.microbatch > 0
         share = alloc.inference_share
-        if backlog_total == 0:
-            inference_credit = 0.0  # idle inference time is not banked: it went to training
-        serve = backlog_total > 0 and (not training_open or share >= 1.0 or inference_credit > 0.0)
-        if serve:
-            k = _most_urgent(queues, times, slo)
+        if gate.should_serve(backlog_total, share, training_open):
+            k = most_urgent([times[q[0]] + slo[j] if q else math.inf for j, q in enumerate(queues)])
             q = queues[k]
             size = min(len(q), alloc.max_batch)
             running_batch = [q.popleft() for _ in range(size)]
@@ -230,7 +227,7 @@ def simulate(
             duration = fixed[k] + per[k] * size
             if cfg.exponential_service:
                 duration = float(rng.exponential(duration))
-            inference_credit -= duration
+            gate.served(duration)
             inference_busy += duration
             busy_until = now + duration
         elif training_open:
@@ -242,8 +239,7 @@ def simulate(
             if m > 0:
                 duration = a_t + c_t * m
                 running_m = m
-                if share < 1.0:
-                    inference_credit = max(0.0, inference_credit) + duration * share / (1.0 - share)
+                gate.trained(duration, share)
                 training_busy += duration
                 busy_until = last_step_end = now + duration
 
@@ -275,14 +271,3 @@ def simulate(
         round_samples=tuple(round_samples),
         round_target_samples=cfg.round_target_samples,
     )
-
-
-def _most_urgent(queues: list[deque[int]], times: list[float], slo: tuple[float, ...]) -> int:
-    """The task whose oldest request has the earliest deadline (EDF across queue heads)."""
-    best, best_deadline = -1, math.inf
-    for k, q in enumerate(queues):
-        if q:
-            deadline = times[q[0]] + slo[k]
-            if deadline < best_deadline:
-                best, best_deadline = k, deadline
-    return best

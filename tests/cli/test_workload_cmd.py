@@ -204,7 +204,7 @@ def test_defaults_match_the_documented_ones() -> None:
         args.param,
         args.seed,
         args.target_load,
-    ) == (600.0, 50.0, "digits,fashion,letters", 0.0, None, [], 1, None)
+    ) == (600.0, 50.0, "digits,fashion,uci-digits", 0.0, None, [], 1, None)
 
 
 def test_no_workload_source_is_an_error_saying_what_to_pass() -> None:
@@ -285,7 +285,7 @@ def test_tasks_flag_orders_a_trace_and_maps_azure_traces(tmp_path: Path) -> None
     assert arrivals_from_args(_parse(["--trace", str(llm)]), None).task_names == (
         "digits",
         "fashion",
-        "letters",
+        "uci-digits",
     )
 
 
@@ -324,7 +324,7 @@ def test_workload_config_records_what_defines_the_workload(tmp_path: Path) -> No
         "target_load": None,
         "workload": "step",
         "duration_s": 600.0,
-        "tasks": "digits,fashion,letters",
+        "tasks": "digits,fashion,uci-digits",
         "zipf": 0.0,
         "rotate_s": None,
         "params": {"factor": 3.0},

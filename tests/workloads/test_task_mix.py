@@ -9,7 +9,7 @@ from dartfl.errors import ConfigError
 from workloads.mix import TaskMix
 from workloads.registry import generate
 
-NAMES = ("digits", "fashion", "letters")
+NAMES = ("digits", "fashion", "uci-digits")
 
 
 def _shares(tasks: np.ndarray, k: int) -> np.ndarray:

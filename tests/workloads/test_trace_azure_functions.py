@@ -70,7 +70,7 @@ def test_spreading_is_seeded(trace: Path) -> None:
 
 
 def test_default_tasks_are_the_three_reference_tasks(trace: Path) -> None:
-    assert read_azure_functions_csv(trace).task_names == ("digits", "fashion", "letters")
+    assert read_azure_functions_csv(trace).task_names == ("digits", "fashion", "uci-digits")
 
 
 def test_unknown_mapping_lists_the_valid_ones(trace: Path) -> None:

@@ -36,7 +36,7 @@ def test_tasks_come_from_context_tokens_modulo_the_task_count(write_file: WriteF
         HEADER + "".join(f"2023-11-16 18:15:{i:02d}.5,{c},1\n" for i, c in enumerate([374, 396, 879, 91, 6])),
     )
     default = read_azure_llm_csv(path)
-    assert default.task_names == ("digits", "fashion", "letters")
+    assert default.task_names == ("digits", "fashion", "uci-digits")
     np.testing.assert_array_equal(default.tasks, [374 % 3, 396 % 3, 879 % 3, 91 % 3, 6 % 3])
     two = read_azure_llm_csv(path, ["a", "b"])
     np.testing.assert_array_equal(two.tasks, [0, 0, 1, 1, 0])

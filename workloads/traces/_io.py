@@ -34,7 +34,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 # The tasks of the project's reference setup; traces without task labels map onto these.
-DEFAULT_TASK_NAMES: tuple[str, ...] = ("digits", "fashion", "letters")
+DEFAULT_TASK_NAMES: tuple[str, ...] = ("digits", "fashion", "uci-digits")
 
 
 @contextmanager

@@ -47,7 +47,7 @@ def load_trace(
 
     task_names: for `time_s,task` files, the order (and allowed set) of tasks, else the file's
     own names; for the Azure traces, the K tasks requests are mapped onto (default
-    digits, fashion, letters). rng seeds the within-minute spread of Azure Functions counts.
+    digits, fashion, uci-digits). rng seeds the within-minute spread of Azure Functions counts.
     """
     kind = detect_format(path)
     if kind == "time-task":

@@ -1,0 +1,420 @@
+"""The fleet simulator: many devices at once, one vectorised step per control period.
+
+The exact event simulator (`dartfl.sim.device`) replays every request; a device-hour is
+~100k+ events, far too many for a thousand devices. This model advances every device by one
+control period at a time with numpy over the device axis. Per period and device it takes the
+arrival counts per task, the policy's allocation (decided for all devices at once by a
+vectorised port, `dartfl.sim.fleet_policies`), and runs a fluid model of the executor's
+period (`dartfl.sim.fleet_period`): carried non-preemptible steps, backlog drains, then
+step/drain cycles. docs/fleet.md states the approximations and the validation numbers.
+
+Counts come in from outside (the CLI bins each device's workload), so this module stays
+free of the `workloads` package. `run_fleet` splits the device axis into chunks, optionally
+across worker processes; each chunk builds its own counts through a picklable callable.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dartfl.arrivals import Arrivals
+from dartfl.errors import ConfigError
+from dartfl.metrics import fluid_trainable_samples
+from dartfl.sim.fleet_period import FleetState, run_period
+from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
+from dartfl.types import DeviceProfile, TaskSpec
+
+__all__ = [
+    "FleetArrivals",
+    "FleetConfig",
+    "FleetResult",
+    "bin_arrivals",
+    "run_fleet",
+    "simulate_fleet",
+]
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+CountSource = Callable[[int, int], "FleetArrivals"]
+
+
+@dataclass(frozen=True)
+class FleetConfig:
+    """How every device runs; the fields mean what `SimConfig`'s do. FL rounds are fleet-wide."""
+
+    period_s: float = 0.25
+    round_s: float = 60.0
+    round_target_samples: int = 0
+    rate_time_constant_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.period_s) and self.period_s > 0):
+            raise ConfigError(f"control period must be a finite number > 0 s, got {self.period_s}")
+        if not self.round_s > 0:
+            raise ConfigError(f"round length must be > 0 s, got {self.round_s}")
+        if self.round_target_samples < 0:
+            raise ConfigError(f"round target must be >= 0 samples, got {self.round_target_samples}")
+        if not self.rate_time_constant_s > 0:
+            raise ConfigError(f"rate time constant must be > 0 s, got {self.rate_time_constant_s}")
+
+
+@dataclass(frozen=True, eq=False)
+class FleetArrivals:
+    """Per-period arrival counts of every device.
+
+    `counts[j, k, d]` is the number of requests for task k that reach device d during period j
+    (period-major, then task-major, so one period's (tasks, devices) slice is contiguous).
+    The horizon is `num_periods * period_s`.
+    """
+
+    counts: npt.NDArray[np.integer[Any]]
+    task_names: tuple[str, ...]
+    period_s: float
+
+    def __post_init__(self) -> None:
+        if self.counts.ndim != 3:
+            raise ConfigError(f"fleet counts must have shape (periods, tasks, devices), got {self.counts.shape}")
+        if self.counts.shape[1] != len(self.task_names) or not self.task_names:
+            raise ConfigError(
+                f"fleet counts have {self.counts.shape[1]} tasks but {len(self.task_names)} task names"
+            )
+        if not np.issubdtype(self.counts.dtype, np.integer):
+            raise ConfigError(f"fleet counts must be integers, got dtype {self.counts.dtype}")
+        if self.counts.size and self.counts.min() < 0:
+            raise ConfigError("fleet arrival counts must be >= 0")
+        if not (math.isfinite(self.period_s) and self.period_s > 0):
+            raise ConfigError(f"period_s must be a finite number > 0, got {self.period_s}")
+
+    @property
+    def num_periods(self) -> int:
+        return int(self.counts.shape[0])
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.counts.shape[2])
+
+    @property
+    def horizon_s(self) -> float:
+        return self.num_periods * self.period_s
+
+    def totals(self) -> IntArray:
+        """(tasks, devices): every device's request count per task."""
+        return self.counts.sum(axis=0, dtype=np.int64)
+
+    @classmethod
+    def from_arrivals(
+        cls, workloads: Sequence[Arrivals], period_s: float, num_periods: int | None = None
+    ) -> FleetArrivals:
+        """Bin each device's arrivals; the horizon is the longest duration, in whole periods."""
+        if not workloads:
+            raise ConfigError("a fleet needs at least one device workload")
+        names = workloads[0].task_names
+        for w in workloads:
+            if w.task_names != names:
+                raise ConfigError(f"every device must serve the same tasks; got {list(w.task_names)} and {list(names)}")
+        if num_periods is None:
+            num_periods = max(1, max(math.ceil(w.duration_s / period_s - 1e-9) for w in workloads))
+        counts = np.zeros((num_periods, len(names), len(workloads)), dtype=np.int32)
+        for d, w in enumerate(workloads):
+            counts[:, :, d] = bin_arrivals(w, period_s, num_periods)
+        return cls(counts, names, period_s)
+
+
+def bin_arrivals(arrivals: Arrivals, period_s: float, num_periods: int) -> IntArray:
+    """(periods, tasks) arrival counts; arrivals past the last period go into it."""
+    k_tasks = arrivals.num_tasks
+    index = np.minimum((arrivals.times_s / period_s).astype(np.int64), num_periods - 1)
+    flat = np.bincount(index * k_tasks + arrivals.tasks, minlength=num_periods * k_tasks)
+    return flat.reshape(num_periods, k_tasks)
+
+
+@dataclass(frozen=True, eq=False)
+class FleetResult:
+    """Per-device outcomes of one policy (arrays of shape (devices,) unless noted).
+
+    Counts of requests other than `requests` are fluid estimates (floats). `slo_met` is the
+    estimated number answered within their SLO; rejected requests count as misses.
+    `trained_per_task` has shape (devices, tasks).
+    """
+
+    policy: str
+    task_names: tuple[str, ...]
+    horizon_s: float
+    requests: IntArray
+    rejected: FloatArray
+    completed: FloatArray
+    queued_end: FloatArray
+    slo_met: FloatArray
+    trained_samples: FloatArray
+    trained_per_task: FloatArray
+    training_busy_s: FloatArray
+    inference_busy_s: FloatArray
+    fluid_trainable: FloatArray
+    max_backlog: FloatArray
+    mean_latency_s: FloatArray
+    rounds_met: FloatArray = field(default_factory=lambda: np.zeros(0))  # fraction; empty: no target
+
+    @property
+    def num_devices(self) -> int:
+        return int(self.requests.size)
+
+    @property
+    def slo_attainment(self) -> FloatArray:
+        out: FloatArray = np.where(self.requests > 0, self.slo_met / np.maximum(self.requests, 1), 1.0)
+        return out
+
+    @property
+    def harvest_efficiency(self) -> FloatArray:
+        out: FloatArray = np.where(
+            self.fluid_trainable > 0, self.trained_samples / np.maximum(self.fluid_trainable, 1e-300), 0.0
+        )
+        return out
+
+    def device(self, index: int) -> dict[str, Any]:
+        """One device's outcome as a JSON-ready dict."""
+        return {
+            "requests": int(self.requests[index]),
+            "rejected": float(self.rejected[index]),
+            "completed": float(self.completed[index]),
+            "queued_end": float(self.queued_end[index]),
+            "slo_attainment": float(self.slo_attainment[index]),
+            "train_samples": float(self.trained_samples[index]),
+            "harvest_efficiency": float(self.harvest_efficiency[index]),
+            "max_backlog": float(self.max_backlog[index]),
+            "mean_latency_s": float(self.mean_latency_s[index]),
+        }
+
+    def aggregates(self) -> dict[str, Any]:
+        """Fleet totals plus mean and percentiles across devices, JSON-ready."""
+        slo, harvest = self.slo_attainment, self.harvest_efficiency
+        total = int(self.requests.sum())
+        out: dict[str, Any] = {
+            "policy": self.policy,
+            "devices": self.num_devices,
+            "horizon_s": self.horizon_s,
+            "requests": total,
+            "rejected": float(self.rejected.sum()),
+            "slo_attainment": float(self.slo_met.sum() / total) if total else 1.0,
+            "train_samples": float(self.trained_samples.sum()),
+            "harvest_efficiency": float(self.trained_samples.sum() / self.fluid_trainable.sum())
+            if self.fluid_trainable.sum() > 0
+            else 0.0,
+            "max_backlog": float(self.max_backlog.max()) if self.num_devices else 0.0,
+        }
+        for name, values in (("slo_attainment", slo), ("harvest_efficiency", harvest),
+                             ("train_samples", self.trained_samples), ("max_backlog", self.max_backlog),
+                             ("mean_latency_s", self.mean_latency_s)):  # fmt: skip
+            out[f"{name}_mean"] = float(values.mean()) if values.size else math.nan
+            for q in (5, 50, 95):
+                out[f"{name}_p{q}"] = float(np.percentile(values, q)) if values.size else math.nan
+        out["devices_below_99pct_slo"] = int((slo < 0.99).sum())
+        if self.rounds_met.size:
+            out["rounds_met_mean"] = float(self.rounds_met.mean())
+        return out
+
+    @classmethod
+    def concat(cls, parts: Sequence[FleetResult]) -> FleetResult:
+        """Join results of device chunks (in order) into one fleet."""
+        if not parts:
+            raise ConfigError("nothing to concatenate")
+        first = parts[0]
+        arrays = {
+            name: np.concatenate([getattr(p, name) for p in parts])
+            for name in ("requests", "rejected", "completed", "queued_end", "slo_met", "trained_samples",
+                         "trained_per_task", "training_busy_s", "inference_busy_s", "fluid_trainable",
+                         "max_backlog", "mean_latency_s", "rounds_met")  # fmt: skip
+        }
+        return cls(policy=first.policy, task_names=first.task_names, horizon_s=first.horizon_s, **arrays)
+
+
+def _device_arrays(
+    profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]
+) -> dict[str, FloatArray | IntArray]:
+    """Cost, SLO and queue-bound arrays, (tasks, devices) or (devices,)."""
+    names = [t.name for t in tasks]
+    costs = [[p.inference_for(n) for p in profiles] for n in names]
+    return {
+        "fixed": np.array([[c.batch_fixed_s for c in row] for row in costs]),
+        "per": np.array([[c.per_request_s for c in row] for row in costs]),
+        "cheapest": np.array(
+            [[c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs]
+        ),
+        "slo": np.repeat(np.array([[t.slo_s] for t in tasks]), len(profiles), axis=1),
+        "capacity": np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), len(profiles), axis=1),
+        "max_batch": np.array([p.max_batch for p in profiles], dtype=np.int64),
+        "a_t": np.array([p.training.microbatch_fixed_s for p in profiles]),
+        "c_t": np.array([p.training.per_sample_s for p in profiles]),
+        "max_microbatch": np.array([p.training.max_microbatch for p in profiles], dtype=np.int64),
+        "cheapest_sample": np.array([p.training.cheapest_per_sample_s() for p in profiles]),
+    }
+
+
+def simulate_fleet(
+    arrivals: FleetArrivals,
+    profile: DeviceProfile | Sequence[DeviceProfile],
+    tasks: Sequence[TaskSpec],
+    policy: FleetPolicy,
+    config: FleetConfig | None = None,
+) -> FleetResult:
+    """Run every device of the fleet under `policy` for the arrivals' horizon."""
+    cfg = config or FleetConfig()
+    if abs(arrivals.period_s - cfg.period_s) > 1e-12:
+        raise ConfigError(f"counts are binned per {arrivals.period_s} s but the control period is {cfg.period_s} s")
+    if tuple(t.name for t in tasks) != arrivals.task_names:
+        raise ConfigError(
+            f"task specs {[t.name for t in tasks]} must match the workload's tasks {list(arrivals.task_names)}"
+        )
+    n_dev = arrivals.num_devices
+    profiles = [profile] * n_dev if isinstance(profile, DeviceProfile) else list(profile)
+    if len(profiles) != n_dev:
+        raise ConfigError(f"got {len(profiles)} device profiles for {n_dev} devices")
+    dev = _device_arrays(profiles, tasks)
+    tau = cfg.period_s
+    state = FleetState.start(dev, tau)
+    policy.reset()
+    alpha_slow = -math.expm1(-tau / cfg.rate_time_constant_s)
+    rates = np.zeros_like(dev["fixed"])
+    round_start = 0.0
+    round_trained = np.zeros(n_dev)
+    round_samples: list[FloatArray] = []
+    k_tasks = len(tasks)
+    # The first period is a warm-up, as in the event simulator: serve, do not train.
+    alloc = FleetAllocation(
+        np.ones(n_dev), np.zeros(n_dev, dtype=np.int64), dev["max_batch"].copy(), np.full((n_dev, k_tasks), 1 / k_tasks)
+    )
+    counts = arrivals.counts
+    for j in range(arrivals.num_periods):
+        arrived = counts[j].astype(np.float64)
+        before = state.trained.copy()
+        run_period(state, arrived, alloc)
+        round_trained += state.trained - before
+        now = (j + 1) * tau
+        if j + 1 == arrivals.num_periods:
+            break
+        # Control period boundary: new round, rate estimates, observe, update, decide.
+        if now - round_start >= cfg.round_s - 1e-9:
+            round_samples.append(round_trained.copy())
+            round_start += cfg.round_s * math.floor((now - round_start) / cfg.round_s + 1e-9)
+            round_trained[:] = 0.0
+        if j == 0:
+            rates = arrived / tau
+        else:
+            rates += alpha_slow * (arrived / tau - rates)
+        obs = FleetObservation(
+            now_s=now,
+            period_s=tau,
+            backlog=np.rint(state.queue).T,
+            oldest_age_s=np.where(state.queue > 0.5, now - state.head_s, 0.0).T,
+            arrivals_since_last=arrived.T,
+            slo_misses_since_last=state.misses.T,
+            training_misses_since_last=state.training_misses.T,
+            arrival_rate_per_s=rates.T,
+            slo_s=dev["slo"].T,
+            batch_fixed_s=dev["fixed"].T,
+            per_request_s=dev["per"].T,
+            max_batch=dev["max_batch"],
+            microbatch_fixed_s=dev["a_t"],
+            per_sample_s=dev["c_t"],
+            max_microbatch=dev["max_microbatch"],
+            round_start_s=round_start,
+            round_deadline_s=round_start + cfg.round_s,
+            round_target_samples=float(cfg.round_target_samples),
+            round_trained_samples=round_trained,
+        )
+        policy.update(obs)
+        alloc = policy.decide(obs)
+    state.finish()
+    totals = arrivals.totals()
+    inference_min = (totals * dev["cheapest"]).sum(axis=0)
+    horizon = arrivals.horizon_s
+    trainable = np.array(
+        [fluid_trainable_samples(horizon, float(i), float(c)) for i, c in zip(inference_min, dev["cheapest_sample"],
+                                                                             strict=True)]  # fmt: skip
+    )
+    requests = totals.sum(axis=0)
+    rounds_met = np.zeros(0)
+    if cfg.round_target_samples > 0 and round_samples:
+        rounds_met = (np.array(round_samples) >= cfg.round_target_samples).mean(axis=0)
+    return FleetResult(
+        policy=policy.name,
+        task_names=arrivals.task_names,
+        horizon_s=horizon,
+        requests=requests,
+        rejected=state.rejected_total,
+        completed=requests - state.rejected_total - state.queue.sum(axis=0),
+        queued_end=state.queue.sum(axis=0),
+        slo_met=state.slo_met,
+        trained_samples=state.trained,
+        trained_per_task=state.trained_per_task.T.copy(),
+        training_busy_s=state.training_busy,
+        inference_busy_s=state.inference_busy,
+        fluid_trainable=trainable,
+        max_backlog=state.max_backlog,
+        mean_latency_s=np.where(state.accepted > 0, state.latency_sum / np.maximum(state.accepted, 1e-300), 0.0),
+        rounds_met=rounds_met,
+    )
+
+
+def _chunk_job(
+    source: CountSource,
+    lo: int,
+    hi: int,
+    profile: DeviceProfile,
+    tasks: Sequence[TaskSpec],
+    specs: Sequence[str],
+    config: FleetConfig,
+) -> dict[str, FleetResult]:
+    counts = source(lo, hi)
+    return {spec: simulate_fleet(counts, profile, tasks, make_fleet_policy(spec), config) for spec in specs}
+
+
+def run_fleet(
+    source: CountSource,
+    num_devices: int,
+    profile: DeviceProfile,
+    tasks: Sequence[TaskSpec],
+    specs: Sequence[str],
+    config: FleetConfig | None = None,
+    *,
+    workers: int = 1,
+    chunk_devices: int = 250,
+    on_chunk: Callable[[int], None] | None = None,
+) -> dict[str, FleetResult]:
+    """Simulate `num_devices` devices under every policy spec, in device chunks.
+
+    `source(lo, hi)` returns the counts of devices lo..hi-1; with workers > 1 it runs in worker
+    processes, so it must be picklable (a module-level function or a functools.partial of one).
+    `on_chunk(devices_done)` is called in this process as chunks finish.
+    """
+    cfg = config or FleetConfig()
+    if num_devices < 1:
+        raise ConfigError(f"a fleet needs at least one device, got {num_devices}")
+    if workers < 1 or chunk_devices < 1:
+        raise ConfigError(f"workers and chunk size must be >= 1, got {workers} and {chunk_devices}")
+    for spec in specs:
+        make_fleet_policy(spec)  # fail fast on a bad name
+    bounds = [(lo, min(num_devices, lo + chunk_devices)) for lo in range(0, num_devices, chunk_devices)]
+    parts: list[dict[str, FleetResult]] = []
+    done = 0
+    if workers == 1 or len(bounds) == 1:
+        for lo, hi in bounds:
+            parts.append(_chunk_job(source, lo, hi, profile, tasks, specs, cfg))
+            done += hi - lo
+            if on_chunk is not None:
+                on_chunk(done)
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(bounds))) as pool:
+            futures = [pool.submit(_chunk_job, source, lo, hi, profile, tasks, specs, cfg) for lo, hi in bounds]
+            for (lo, hi), future in zip(bounds, futures, strict=True):
+                parts.append(future.result())
+                done += hi - lo
+                if on_chunk is not None:
+                    on_chunk(done)
+    return {spec: FleetResult.concat([p[spec] for p in parts]) for spec in specs}
