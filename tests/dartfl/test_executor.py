@@ -21,7 +21,7 @@ def test_a_step_earns_inference_its_share_of_time() -> None:
     gate = ShareGate()
     assert not gate.should_serve(5, 0.75, training_open=True)  # no credit yet: train first
     gate.trained(0.1, 0.75)  # earns 0.1 * 0.75 / 0.25 = 0.3 s of inference
-    assert gate.credit_s == 0.3
+    assert math.isclose(gate.credit_s, 0.3)
     assert gate.should_serve(5, 0.75, training_open=True)
     gate.served(0.2)
     assert gate.should_serve(5, 0.75, training_open=True)
