@@ -22,6 +22,7 @@ SUBCOMMAND_MODULES = (
     "dartfl.cli.sim_cmd",
     "dartfl.cli.workload_cmd",
     "dartfl.cli.fleet_cmd",
+    "dartfl.cli.edge_cmd",
     "dartfl.cli.runs_cmd",
 )
 

@@ -19,9 +19,9 @@ from dartfl.types import DeviceProfile
 def decision_rows(record: RunRecord) -> list[DecisionRow]:
     """One row per control period: backlog and decision at its start, samples trained in it."""
     p = record.periods
-    t = p["t_s"]
-    if t.size == 0:
-        return []
+    t = p.get("t_s")
+    if t is None or t.size == 0:
+        return []  # e.g. a replay, seen from the requester's side only
     trained_cum = np.append(p["trained"], sum(record.trained_per_task))
     trained = np.diff(trained_cum).astype(np.int64)
     period = float(t[1] - t[0]) if t.size > 1 else record.horizon_s
@@ -52,24 +52,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def record_sim(
+def record_runs(
     store_path: Path | None,
+    kind: str,
     args: argparse.Namespace,
     arrivals: Arrivals,
-    profile: DeviceProfile,
-    outcome: Any,
-    kind: str = "sim",
+    label: str,
+    runs: list[tuple[RunRecord, dict[str, Any]]],
+    extra_config: dict[str, Any] | None = None,
 ) -> int:
+    """Record one run (several policies' records and summaries) and return its id."""
     config = {key: _plain(value) for key, value in vars(args).items() if key != "handler"}
-    config["profile_name"] = profile.name
+    config.update(extra_config or {})
     config["requests"] = arrivals.num_requests
     config["duration_s"] = arrivals.duration_s
     config["task_names"] = list(arrivals.task_names)
-    label = f"{arrivals.num_requests} req / {arrivals.duration_s:.0f} s on {profile.name}"
     with RunStore(store_path or default_store_path()) as store:
         run_id = store.start_run(kind, label, config)
         try:
-            for record, summary in zip(outcome.records, outcome.summaries, strict=True):
+            for record, summary in runs:
                 store.add_decisions(run_id, record.policy, decision_rows(record))
                 store.add_result(run_id, record.policy, summary)
         except BaseException:
@@ -77,3 +78,15 @@ def record_sim(
             raise
         store.finish_run(run_id, "ok")
     return run_id
+
+
+def record_sim(
+    store_path: Path | None,
+    args: argparse.Namespace,
+    arrivals: Arrivals,
+    profile: DeviceProfile,
+    outcome: Any,
+) -> int:
+    label = f"{arrivals.num_requests} req / {arrivals.duration_s:.0f} s on {profile.name}"
+    pairs = list(zip(outcome.records, outcome.summaries, strict=True))
+    return record_runs(store_path, "sim", args, arrivals, label, pairs, {"profile_name": profile.name})

@@ -137,6 +137,23 @@ def _uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
     return out
 
 
+def _turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> FloatArray:
+    """kappa_k: the expected part of a round of batches that ends with task k's batch.
+
+    A round serves one batch per waiting task, oldest head first (EDF with equal SLOs). Task j's
+    head is older than task k's with probability n_j / (n_j + n_k) for Poisson arrivals, so
+    task k's batch ends after its own work plus that share of every other task's.
+    """
+    work = fixed * (queued > 0) + per * queued
+    turn = work.copy()
+    k_tasks = queued.shape[0]
+    for k in range(k_tasks):
+        for j in range(k_tasks):
+            if j != k:
+                turn[k] += work[j] * _div(queued[j], queued[j] + queued[k])
+    return _div(turn, work.sum(axis=0))
+
+
 def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> None:
     """Advance every device by one period; `arrived` is (tasks, devices)."""
     tau = st.tau
@@ -183,13 +200,13 @@ def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> N
     lamc = (per * lam).sum(axis=0)
     n0 = lam * s
     d0 = (fixed * _batches(n0, bcap) + per * n0).sum(axis=0)
-    d_round = d0
-    dd = d0
-    for _ in range(2):  # two more rounds of what arrived during the previous one
-        n_next = lam * d_round
-        d_round = (fixed * _batches(n_next, bcap) + per * n_next).sum(axis=0)
-        dd = dd + d_round
-    dd = dd + np.where(lamc < 1.0, d_round * lamc / np.maximum(1.0 - lamc, 1e-12), math.inf)
+    n1 = lam * d0  # round 1 serves what arrived during round 0, and so on
+    d1 = (fixed * _batches(n1, bcap) + per * n1).sum(axis=0)
+    n2 = lam * d1
+    d2 = (fixed * _batches(n2, bcap) + per * n2).sum(axis=0)
+    d_tail = d2 + np.where(lamc < 1.0, d2 * lamc / np.maximum(1.0 - lamc, 1e-12), math.inf)  # round 2 on
+    d_tail = np.minimum(d_tail, _BIG_S)
+    dd = d0 + d1 + d_tail
     with np.errstate(divide="ignore", invalid="ignore"):
         credit = np.where(x < 1.0, x * s / (1.0 - x), math.inf)
     ic = np.minimum(dd, credit)  # inference time per cycle
@@ -225,44 +242,46 @@ def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> N
     q_end -= over
     accepted = arrived - over
 
-    # Latency: one uniform per phase, weighted by the share of the period's arrivals it sees.
+    # Latency: one uniform per phase (or drain round), weighted by the share of the period's
+    # arrivals it sees. A request that arrives while a step (or a round of batches) runs waits
+    # for it to end, then for its task's turn in the next round: kappa_k of that round.
     slo = st.slo
     one = fixed + per
     xs = np.maximum(x_eff, 1e-300)
-    w0, w1 = e0 / tau, t1 / tau
-    a0, b0 = carry + _div(v0, xs), carry_rem + _div(v, xs)
-    a1, b1 = _div(v, xs), _div(v1, xs)
-    lo0, hi0, lo1, hi1 = np.minimum(a0, b0), np.maximum(a0, b0), np.minimum(a1, b1), np.maximum(a1, b1)
-    own1 = fixed + per * np.maximum(1.0, np.minimum(bcap, q) / 2.0)
-    own2 = fixed + per * np.maximum(1.0, n0 / 2.0)
-    w2s, w2d, w2i = train2 / tau, np.where(cyc, infer2, 0.0) / tau, np.where(idle, r2, 0.0) / tau
-    f0 = _uniform_cdf(slo - one, lo0, hi0)
-    f1 = _uniform_cdf(slo - own1, lo1, hi1)
-    f2s = _uniform_cdf(slo - own2, lamc * s, s)
-    f2d = _uniform_cdf(slo - own2, np.zeros_like(d0), d0)
-    f2i = _uniform_cdf(slo - one, np.zeros_like(wait_idle), 2.0 * wait_idle)
-    p_slo = w0 * f0 + w1 * f1 + w2s * f2s + w2d * f2d + w2i * f2i
+    kappa = _turn_fraction(q + lam * tau, fixed, per)
+    r0 = _div(v + lam1 * carry_rem, xs)  # the first round after the carried step
+    lat: list[tuple[FloatArray, FloatArray, FloatArray, bool]] = [
+        (e0 / tau, carry_rem + kappa * r0, carry + kappa * r0, True),
+    ]
+    a1, b1 = _div(v1, xs) + one, _div(v, xs) + fixed + per * np.maximum(1.0, np.minimum(bcap, q) / 2.0)
+    lat.append((t1 / tau, np.minimum(a1, b1), np.maximum(a1, b1), False))
+    # Cycles: the step, then the rounds of its drain (the credit may cut the drain short).
+    w_rounds = _div(np.where(cyc, infer2, 0.0), dd) / tau
+    lat.append((train2 / tau, kappa * d0, s + kappa * d0, True))
+    lat.append((w_rounds * d0, kappa * d1, d0 + kappa * d1, False))
+    lat.append((w_rounds * d1, kappa * d2, d1 + kappa * d2, False))
+    lat.append((w_rounds * d_tail, kappa * d2 * lamc, d_tail + kappa * d2 * lamc, False))
+    lat.append((np.where(idle, r2, 0.0) / tau, one, one + 2.0 * wait_idle, False))
+    p_slo = np.zeros_like(lam)
+    p_train_miss = np.zeros_like(lam)
+    mean_latency = np.zeros_like(lam)
+    for weight, lo, hi, during_step in lat:
+        hit = _uniform_cdf(slo, lo, hi)
+        p_slo += weight * hit
+        if during_step:
+            p_train_miss += weight * (1.0 - hit)
+        mean_latency += weight * np.minimum((lo + hi) / 2.0, _BIG_S)
     in_slo = accepted * p_slo
     st.misses = arrived - in_slo
-    st.training_misses = accepted * (w0 * (1.0 - f0) + w2s * (1.0 - f2s))
-
-    def mid(lo: FloatArray, hi: FloatArray) -> FloatArray:
-        out: FloatArray = np.minimum((lo + hi) / 2.0, _BIG_S)
-        return out
-
-    mean_latency = (
-        w0 * (mid(lo0, hi0) + one)
-        + w1 * (mid(lo1, hi1) + own1)
-        + w2s * ((lamc * s + s) / 2.0 + own2)
-        + w2d * (d0 / 2.0 + own2)
-        + w2i * (np.minimum(wait_idle, _BIG_S) + one)
-    )
+    st.training_misses = accepted * p_train_miss
 
     # FIFO per task: the oldest request left is the first one not served.
     served = q0 + accepted - q_end
     t0 = st.now_s
     from_old = served < q0
-    head = np.where(from_old, st.head_s + _div(served, q0) * (t0 - st.head_s), t0 + _div(served - q0, accepted) * tau)
+    with np.errstate(invalid="ignore"):
+        old_head = st.head_s + _div(served, q0) * (t0 - st.head_s)
+        head = np.where(from_old, old_head, t0 + _div(served - q0, accepted) * tau)
     st.head_s = np.where(q_end > 0, np.minimum(head, t0 + tau), t0 + tau)
 
     # Peak backlog inside the period: behind the carried step, at a drain's start, after a step.

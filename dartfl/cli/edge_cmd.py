@@ -1,0 +1,277 @@
+"""`dartfl edge run|profile|replay`: the real device agent, its cost profiler, and a load generator.
+
+Heavy imports (torch, onnxruntime, paho) happen inside the handlers so `dartfl --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from dartfl.cli.sim_cmd import add_store_arguments
+from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args
+from dartfl.errors import ConfigError, DartflError
+
+log = logging.getLogger(__name__)
+DEFAULT_TASKS = "digits,fashion,uci-digits"
+
+
+def register(sub: Any) -> None:
+    edge = sub.add_parser("edge", help="the real edge device: agent, profiler, load generator")
+    edge_sub = edge.add_subparsers(dest="edge_command", metavar="COMMAND", required=True)
+
+    run = edge_sub.add_parser("run", help="run the device agent (MQTT request plane + co-scheduler)")
+    _agent_arguments(run)
+    run.set_defaults(handler=_run)
+
+    prof = edge_sub.add_parser("profile", help="measure this device's costs and write a profile TOML")
+    prof.add_argument(
+        "-o", "--output", type=Path, default=Path("edge-profile.toml"), help="profile TOML to write"
+    )
+    prof.add_argument("--name", default=None, help="profile name (default: this host's name)")
+    prof.add_argument("--quick", action="store_true", help="fewer repetitions (a few seconds)")
+    _model_arguments(prof)
+    prof.set_defaults(handler=_profile)
+
+    rep = edge_sub.add_parser("replay", help="replay a workload against an agent and report its metrics")
+    add_workload_arguments(rep)
+    rep.add_argument("--broker", help="broker URL (mqtt://127.0.0.1:1883); required without --spawn-agent")
+    rep.add_argument("--device", default="edge-1", help="device id of the agent (default edge-1)")
+    rep.add_argument("--spawn-agent", action="store_true", help="start a broker and an agent for this replay")
+    rep.add_argument("--policy", default="dart", help="the spawned agent's policy (default dart)")
+    rep.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO in ms (default 250)")
+    rep.add_argument(
+        "--profile-file", type=Path, help="cost profile for --target-load (default: the agent's own)"
+    )
+    rep.add_argument("--json", action="store_true", help="print one JSON object")
+    rep.add_argument("--agent-arg", action="append", default=[], help="extra flag for the spawned agent")
+    add_store_arguments(rep)
+    rep.set_defaults(handler=_replay)
+
+
+def _model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tasks", default=DEFAULT_TASKS, help=f"tasks to serve and train (default {DEFAULT_TASKS})"
+    )
+    p.add_argument("--width", type=float, default=1.0, help="model width multiplier (default 1)")
+    p.add_argument("--inference-threads", type=int, default=1)
+    p.add_argument("--training-threads", type=int, default=1)
+    p.add_argument(
+        "--max-train", type=int, default=3000, help="training samples loaded per task (default 3000)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+
+
+def _agent_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="edge-1", help="device id, used in MQTT topics (default edge-1)")
+    p.add_argument("--broker", help="broker URL, e.g. mqtt://127.0.0.1:1883 (default: start an embedded one)")
+    p.add_argument("--policy", default="dart", help="allocation policy spec (default dart)")
+    p.add_argument(
+        "--loss-weights", choices=("uniform", "demand"), help="override the policy's loss weighting"
+    )
+    p.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO in ms (default 250)")
+    p.add_argument("--queue-capacity", type=int, default=256, help="per-task queue bound (default 256)")
+    p.add_argument("--period-s", type=float, default=0.25, help="control period (default 0.25 s)")
+    p.add_argument("--telemetry-s", type=float, default=1.0, help="telemetry interval (default 1 s)")
+    p.add_argument("--round-s", type=float, default=60.0, help="FL round length (default 60 s)")
+    p.add_argument("--round-target", type=int, default=0, help="samples owed per round (default 0)")
+    p.add_argument("--profile-file", type=Path, help="cost profile (default: calibrate at start)")
+    p.add_argument("--model-dir", type=Path, help="where ONNX versions are written (default: a temp dir)")
+    _model_arguments(p)
+
+
+def _agent_config(args: argparse.Namespace) -> Any:
+    from edge_client.agent import AgentConfig
+
+    return AgentConfig(
+        device_id=args.device,
+        broker_url=args.broker,
+        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        slo_s=args.slo_ms / 1e3,
+        queue_capacity=args.queue_capacity,
+        period_s=args.period_s,
+        policy=args.policy,
+        loss_weighting=args.loss_weights,
+        width=args.width,
+        inference_threads=args.inference_threads,
+        training_threads=args.training_threads,
+        telemetry_period_s=args.telemetry_s,
+        max_train_per_task=args.max_train,
+        round_s=args.round_s,
+        round_target_samples=args.round_target,
+        model_dir=args.model_dir,
+        seed=args.seed,
+    )
+
+
+def _run(args: argparse.Namespace) -> int:
+    from dartfl.profiles import load_profile_toml
+    from edge_client.agent import Agent
+
+    config = _agent_config(args)
+    profile = load_profile_toml(args.profile_file) if args.profile_file else None
+    agent = Agent.create(config, profile)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: agent.request_stop())
+    url = agent.start()
+    print(f"dartfl edge agent {config.device_id} serving {','.join(config.tasks)} on {url}", file=sys.stderr)
+    report = agent.run()
+    json.dump(report, sys.stdout, default=float)
+    sys.stdout.write("\n")
+    return 0
+
+
+def _profile(args: argparse.Namespace) -> int:
+    import platform
+    import tempfile
+
+    from dartfl.profiles import profile_to_toml
+    from edge_client.agent import AgentConfig
+    from edge_client.runtime import ModelRuntime
+
+    config = AgentConfig(
+        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        width=args.width,
+        inference_threads=args.inference_threads,
+        training_threads=args.training_threads,
+        max_train_per_task=args.max_train,
+        seed=args.seed,
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        runtime = ModelRuntime.build(config, Path(tmp))
+        profile = runtime.calibrate(quick=args.quick, name=args.name or platform.node() or "measured")
+    args.output.write_text(profile_to_toml(profile))
+    inf, tr = profile.inference, profile.training
+    print(
+        f"inference: {1e3 * inf.batch_fixed_s:.3f} ms + {1e3 * inf.per_request_s:.3f} ms/request; "
+        f"training: {1e3 * tr.microbatch_fixed_s:.3f} ms + {1e3 * tr.per_sample_s:.3f} ms/sample; "
+        f"wrote {args.output}"
+    )
+    return 0
+
+
+def _spawn(args: argparse.Namespace, broker_url: str) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "dartfl.cli.main",
+        "edge",
+        "run",
+        "--broker",
+        broker_url,
+        "--device",
+        args.device,
+    ]
+    cmd += ["--policy", args.policy, "--slo-ms", str(args.slo_ms), *args.agent_arg]
+    if args.profile_file:
+        cmd += ["--profile-file", str(args.profile_file)]
+    log.info("starting agent: %s", " ".join(cmd))
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from dartfl.profiles import load_profile_toml
+    from edge_client.data import load_tasks
+    from edge_client.replay import profile_from_status, replay, wait_for_status
+
+    if not args.spawn_agent and not args.broker:
+        raise ConfigError("give --broker URL of a running agent's broker, or --spawn-agent")
+    broker = agent = None
+    try:
+        url = args.broker
+        if args.spawn_agent:
+            broker = _start_broker()
+            url = broker.url
+            agent = _spawn(args, url)
+        status = wait_for_status(url, args.device, "online", timeout_s=120.0)
+        profile = load_profile_toml(args.profile_file) if args.profile_file else profile_from_status(status)
+        arrivals = arrivals_from_args(args, profile)
+        tasks = load_tasks(arrivals.task_names, max_train=1)
+        images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
+        outcome = replay(
+            arrivals,
+            broker_url=url,
+            device=args.device,
+            images=images,
+            slo_s=args.slo_ms / 1e3,
+            profile=profile,
+            policy=args.policy,
+        )
+    finally:
+        report = _stop_agent(agent)
+        if broker is not None:
+            broker.stop()
+    summary = outcome.summary
+    if report is not None:
+        summary["agent_report"] = report
+    if not args.no_store:
+        _record_replay(args, arrivals, outcome)
+    if args.json:
+        from dartfl.cli.simulation import json_safe
+
+        json.dump(json_safe(summary), sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        keys = (
+            "requests",
+            "replies",
+            "rejected",
+            "errors",
+            "lost",
+            "slo_attainment",
+            "p50_latency_s",
+            "p99_latency_s",
+            "train_samples",
+            "harvest_efficiency",
+            "accuracy",
+            "agent_overhead_cpu_fraction",
+        )
+        for key in keys:
+            print(f"{key:28s} {summary.get(key)}")
+    return 0
+
+
+def _as_uint8(task: Any) -> tuple[Any, Any]:
+    import numpy as np
+
+    return np.round(task.x_test[:, 0] * 255).astype(np.uint8), task.y_test
+
+
+def _start_broker() -> Any:
+    from edge_client.broker import start_embedded_broker, start_mosquitto
+
+    if shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists():
+        return start_mosquitto(mosquitto=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
+    log.warning("mosquitto not found; using the embedded broker (apt-get install mosquitto for the real one)")
+    return start_embedded_broker()
+
+
+def _stop_agent(agent: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> dict[str, Any] | None:
+    if agent is None:
+        return None
+    if agent.poll() is None:
+        agent.send_signal(signal.SIGTERM)
+    try:
+        out, _ = agent.communicate(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        agent.kill()
+        out, _ = agent.communicate()
+        raise DartflError("the spawned agent did not stop within 30 s of SIGTERM; killed it") from None
+    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
+    return json.loads(lines[-1]) if lines else None
+
+
+def _record_replay(args: argparse.Namespace, arrivals: Any, outcome: Any) -> None:
+    from dartfl.cli.recording import record_runs
+
+    record_runs(
+        args.store, "replay", args, arrivals, f"replay on {args.device}", [(outcome.record, outcome.summary)]
+    )

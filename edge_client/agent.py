@@ -1,0 +1,415 @@
+"""The device agent: one long-lived process per device that co-schedules inference and training.
+
+Threads:
+- paho's network thread runs `_on_message`: decode, then queue the request or answer at
+  once with an error or rejection reply. It never blocks on the model, so a slow model
+  cannot stall ingress, and a full queue rejects instead of growing;
+- the executor thread (`run`) is the device: every control period it observes and asks
+  the allocator for an Allocation, and between periods it runs inference batches (ONNX
+  Runtime) and training microbatches (PyTorch) one at a time, chosen by the same rule as
+  the simulator (`dartfl.executor`);
+- a telemetry thread publishes a snapshot at a fixed rate (QoS 1).
+SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
+what is left with `shutting-down`, reports the totals and disconnects.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import tempfile
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dartfl.errors import ConfigError, ProtocolError
+from dartfl.estimators import EwmaRates, ServiceTimeProfiler
+from dartfl.executor import ShareGate, most_urgent
+from dartfl.policies import make_policy
+from dartfl.types import Allocation, DeviceProfile, Observation
+from edge_client import protocol
+from edge_client.queues import QueuedRequest, RequestQueues
+from edge_client.telemetry import RequestStats
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """How one device agent runs; every field has a flag in `dartfl edge run`."""
+
+    device_id: str = "edge-1"
+    broker_url: str | None = None  # None: start the embedded broker on a free loopback port
+    tasks: tuple[str, ...] = ("digits", "fashion", "uci-digits")
+    slo_s: float = 0.25
+    queue_capacity: int = 256
+    period_s: float = 0.25
+    policy: str = "dart"
+    loss_weighting: str | None = None
+    width: float = 1.0
+    inference_threads: int = 1
+    training_threads: int = 1
+    telemetry_period_s: float = 1.0
+    max_payload_bytes: int = 16384
+    max_train_per_task: int | None = 3000
+    round_s: float = 60.0
+    round_target_samples: int = 0
+    drain_s: float = 5.0
+    model_dir: Path | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.device_id or "/" in self.device_id or "+" in self.device_id or "#" in self.device_id:
+            raise ConfigError(f"device id must be non-empty without '/', '+', '#', got {self.device_id!r}")
+        for name in ("slo_s", "period_s", "telemetry_period_s", "round_s", "width"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name.replace('_', '-')} must be > 0, got {value}")
+        if self.queue_capacity < 1:
+            raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
+        if not self.tasks:
+            raise ConfigError("the agent needs at least one task")
+
+
+@dataclass
+class _Counters:
+    """Executor-side totals (only the executor thread writes them)."""
+
+    trained_per_task: list[int] = field(default_factory=list)
+    training_busy_s: float = 0.0
+    inference_busy_s: float = 0.0
+    round_start_s: float = 0.0
+    round_trained: int = 0
+    rounds_done: list[int] = field(default_factory=list)
+    decision_us: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
+    overhead_cpu_s: float = 0.0  # allocator + queueing + MQTT callbacks, thread CPU time
+    compute_cpu_s: float = 0.0  # inference batches and training steps, thread CPU time
+
+
+class Agent:
+    """Build with `Agent.create(config)` (loads data, model, broker); then `start()`, `run()`."""
+
+    def __init__(self, config: AgentConfig, runtime: Any, profile: DeviceProfile) -> None:
+        self.config = config
+        self.runtime = runtime  # edge_client.runtime.ModelRuntime: trainer + inference engine
+        self.profile = profile
+        k = len(config.tasks)
+        self.task_index = {name: i for i, name in enumerate(config.tasks)}
+        self.policy = make_policy(config.policy, config.loss_weighting)
+        self.queues = RequestQueues(k, config.queue_capacity, [config.slo_s] * k)
+        self.stats = RequestStats()
+        self.rates = EwmaRates(k)
+        self.gate = ShareGate()
+        inf = [profile.inference_for(t) for t in config.tasks]
+        self.inference_cost = [ServiceTimeProfiler(c.batch_fixed_s, c.per_request_s) for c in inf]
+        tr = profile.training
+        self.training_cost = ServiceTimeProfiler(tr.microbatch_fixed_s, tr.per_sample_s)
+        self.alloc = Allocation(1.0, (1.0 / k,) * k, (1.0,) * k, 0, profile.max_batch)  # warm-up
+        self.counters = _Counters(trained_per_task=[0] * k)
+        self.last_step_end = -math.inf
+        self._stop = threading.Event()
+        self._link: Any = None
+        self._broker: Any = None
+        self._telemetry_thread: threading.Thread | None = None
+        self._overhead_lock = threading.Lock()
+        self.started_s = time.monotonic()
+
+    # -- construction -------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, config: AgentConfig, profile: DeviceProfile | None = None) -> Agent:
+        from edge_client.runtime import ModelRuntime
+
+        model_dir = config.model_dir or Path(tempfile.mkdtemp(prefix=f"dartfl-{config.device_id}-"))
+        runtime = ModelRuntime.build(config, model_dir)
+        if profile is None:
+            profile = runtime.calibrate(quick=True)
+            log.info("calibrated costs: %s", profile)
+        return cls(config, runtime, profile)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> str:
+        """Connect to the broker (starting the embedded one if none is given); return its URL."""
+        from edge_client.broker import start_embedded_broker
+        from edge_client.mqtt import connect
+
+        url = self.config.broker_url
+        if url is None:
+            self._broker = start_embedded_broker()
+            url = self._broker.url
+            log.info("embedded MQTT broker on %s", url)
+        device = self.config.device_id
+        self._link = connect(
+            url,
+            client_id=f"dartfl-agent-{device}",
+            on_message=self._on_message,
+            subscriptions=[(protocol.request_subscription(device), 1)],
+            will=(
+                protocol.status_topic(device),
+                json.dumps({"device": device, "state": "gone"}).encode(),
+                1,
+                True,
+            ),
+        )
+        self._publish_status("online")
+        self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
+        self._telemetry_thread.start()
+        return url
+
+    def request_stop(self) -> None:
+        """Ask the executor to stop; safe to call from a signal handler."""
+        self._stop.set()
+
+    def run(self) -> dict[str, Any]:
+        """The executor loop; returns the final report after draining and disconnecting."""
+        period = self.config.period_s
+        next_tick = time.monotonic() + period  # the first period is a warm-up without training
+        self.counters.round_start_s = time.monotonic()
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_tick:
+                self._tick(now)
+                next_tick = max(next_tick + period, now + 0.5 * period)
+            alloc = self.alloc
+            training_open = alloc.microbatch > 0
+            if self.gate.should_serve(self.queues.total(), alloc.inference_share, training_open):
+                self._serve_batch(alloc.max_batch)
+            elif training_open:
+                self._train_step(alloc)
+            else:
+                self.queues.wait(max(0.0, min(next_tick - time.monotonic(), 0.05)))
+        return self._shutdown()
+
+    def _shutdown(self) -> dict[str, Any]:
+        self.queues.close()  # new requests are now rejected with `shutting-down`
+        deadline = time.monotonic() + self.config.drain_s
+        drained = 0
+        while self.queues.total() and time.monotonic() < deadline:
+            drained += self._serve_batch(self.profile.max_batch)
+        leftovers = self.queues.drain_all()
+        for r in leftovers:
+            self._reply(r.reply_to, protocol.encode_rejection(r.id, "shutting-down"))
+        self.stats.count(rejected=len(leftovers))
+        report = self.report()
+        report["drained"] = drained
+        report["rejected_at_shutdown"] = len(leftovers)
+        self._publish_telemetry()
+        self._publish_status("offline", extra={"report": report})
+        if self._link is not None:
+            self._link.close()
+        if self._broker is not None:
+            self._broker.stop()
+        self.runtime.close()
+        return report
+
+    # -- ingress (paho's thread) --------------------------------------------------------------
+
+    def _on_message(self, topic: str, payload: bytes, response_topic: str | None = None) -> None:
+        started = time.thread_time()
+        received = time.monotonic()
+        self.stats.count(requests=1)
+        try:
+            _, task = protocol.parse_request_topic(topic)
+            request = protocol.decode_request(
+                payload, task, self.task_index, max_bytes=self.config.max_payload_bytes
+            )
+        except ProtocolError as exc:
+            self.stats.count(errors=1)
+            reply_to = getattr(exc, "reply_to", None) or response_topic
+            if reply_to:
+                self._reply(
+                    reply_to,
+                    protocol.encode_error(getattr(exc, "correlation_id", None), exc.code, exc.detail),
+                )
+            log.debug("bad request on %s: %s", topic, exc)
+        else:
+            queued = QueuedRequest(
+                request.id, self.task_index[request.task], request.reply_to, request.image, received
+            )
+            if not self.queues.offer(queued):
+                reason = "shutting-down" if self.queues.closed else "queue-full"
+                self.stats.count(rejected=1)
+                self._reply(request.reply_to, protocol.encode_rejection(request.id, reason))
+        self._add_overhead(time.thread_time() - started)
+
+    # -- the executor -------------------------------------------------------------------------
+
+    def _tick(self, now: float) -> None:
+        started = time.thread_time()
+        cfg, c = self.config, self.counters
+        counts = self.queues.take_period_counts()
+        self.rates.update(counts.arrivals, cfg.period_s)
+        if now - c.round_start_s >= cfg.round_s:
+            c.rounds_done.append(c.round_trained)
+            c.round_start_s, c.round_trained = now, 0
+        tr = self.training_cost
+        obs = Observation(
+            now_s=now,
+            period_s=cfg.period_s,
+            backlog=self.queues.backlog(),
+            oldest_age_s=self.queues.oldest_age_s(now),
+            arrivals_since_last=counts.arrivals,
+            slo_misses_since_last=counts.misses,
+            training_misses_since_last=counts.training_misses,
+            arrival_rate_per_s=self.rates.rates_per_s,
+            slo_s=self.queues.slo_s,
+            batch_fixed_s=tuple(p.fixed_s for p in self.inference_cost),
+            per_request_s=tuple(p.per_item_s for p in self.inference_cost),
+            max_batch=self.profile.max_batch,
+            microbatch_fixed_s=tr.fixed_s,
+            per_sample_s=tr.per_item_s,
+            max_microbatch=self.profile.training.max_microbatch,
+            round_start_s=c.round_start_s,
+            round_deadline_s=c.round_start_s + cfg.round_s,
+            round_target_samples=cfg.round_target_samples,
+            round_trained_samples=c.round_trained,
+        )
+        t0 = time.perf_counter_ns()
+        self.policy.update(obs)
+        self.alloc = self.policy.decide(obs)
+        c.decision_us.append((time.perf_counter_ns() - t0) / 1e3)
+        self._add_overhead(time.thread_time() - started)
+
+    def _serve_batch(self, max_batch: int) -> int:
+        task = most_urgent(self.queues.head_deadlines_s())
+        if task < 0:
+            return 0
+        batch = self.queues.pop_batch(task, max_batch)
+        if not batch:
+            return 0
+        images = np.stack([r.image for r in batch]).astype(np.float32)[:, None, :, :] / 255.0
+        t0, cpu0 = time.monotonic(), time.thread_time()
+        labels, version = self.runtime.classify(self.config.tasks[task], images)
+        done = time.monotonic()
+        self.counters.compute_cpu_s += time.thread_time() - cpu0
+        duration = done - t0
+        self.gate.served(duration)
+        self.inference_cost[task].observe(len(batch), duration)
+        self.counters.inference_busy_s += duration
+        started = time.thread_time()
+        slo = self.config.slo_s
+        for r, label in zip(batch, labels, strict=True):
+            latency = done - r.received_s
+            late = latency > slo
+            self.queues.record_answer(task, late, r.received_s < self.last_step_end)
+            self.stats.answered(done, latency, not late)
+            self._reply(
+                r.reply_to,
+                protocol.encode_reply(r.id, self.config.tasks[task], int(label), latency * 1e3, version),
+            )
+        self._add_overhead(time.thread_time() - started)
+        return len(batch)
+
+    def _train_step(self, alloc: Allocation) -> None:
+        cpu0 = time.thread_time()
+        result = self.runtime.train(alloc.microbatch, alloc.task_shares, alloc.loss_weights)
+        c = self.counters
+        c.compute_cpu_s += time.thread_time() - cpu0
+        self.gate.trained(result.duration_s, alloc.inference_share)
+        self.training_cost.observe(alloc.microbatch, result.duration_s)
+        self.last_step_end = time.monotonic()
+        c.training_busy_s += result.duration_s
+        c.round_trained += alloc.microbatch
+        for k, n in enumerate(result.samples_per_task):
+            c.trained_per_task[k] += n
+
+    # -- egress -------------------------------------------------------------------------------
+
+    def _reply(self, topic: str, payload: bytes) -> None:
+        if self._link is not None:
+            self._link.publish(topic, payload, qos=1)
+
+    def _add_overhead(self, cpu_s: float) -> None:
+        with self._overhead_lock:
+            self.counters.overhead_cpu_s += cpu_s
+
+    def report(self) -> dict[str, Any]:
+        """Totals and the latest window: the telemetry payload and the final report."""
+        c, cfg = self.counters, self.config
+        now = time.monotonic()
+        window = self.stats.window(now)
+        decisions = list(c.decision_us)
+        cpu = time.process_time()
+        return {
+            "device": cfg.device_id,
+            "t": time.time(),
+            "uptime_s": now - self.started_s,
+            "policy": self.policy.name,
+            "tasks": list(cfg.tasks),
+            "slo_ms": cfg.slo_s * 1e3,
+            "backlog": dict(zip(cfg.tasks, self.queues.backlog(), strict=True)),
+            "inference_share": self.alloc.inference_share,
+            "task_shares": dict(zip(cfg.tasks, self.alloc.task_shares, strict=True)),
+            "microbatch": self.alloc.microbatch,
+            "max_batch": self.alloc.max_batch,
+            "latency_ms": {k: window[k] for k in ("p50_ms", "p95_ms", "p99_ms")},
+            "slo_attainment_window": window["slo_attainment"],
+            "requests": window["requests"],
+            "replies": window["replies"],
+            "rejected": window["rejected"],
+            "errors": window["errors"],
+            "train_samples": sum(c.trained_per_task),
+            "train_samples_per_task": dict(zip(cfg.tasks, c.trained_per_task, strict=True)),
+            "training_busy_s": c.training_busy_s,
+            "inference_busy_s": c.inference_busy_s,
+            "round": {
+                "target": cfg.round_target_samples,
+                "trained": c.round_trained,
+                "elapsed_s": now - c.round_start_s,
+                "length_s": cfg.round_s,
+                "done": len(c.rounds_done),
+                "met": sum(n >= cfg.round_target_samples for n in c.rounds_done)
+                if cfg.round_target_samples
+                else None,
+            },
+            "model_version": self.runtime.version,
+            "decision_us_p50": float(np.median(decisions)) if decisions else None,
+            "overhead_cpu_s": c.overhead_cpu_s,
+            "compute_cpu_s": c.compute_cpu_s,
+            "process_cpu_s": cpu,
+            "profile": _profile_dict(self.profile),
+        }
+
+    def _publish_telemetry(self) -> None:
+        if self._link is not None:
+            topic = protocol.telemetry_topic(self.config.device_id)
+            self._link.publish(topic, protocol.encode_telemetry(self.report()), qos=1)
+
+    def _publish_status(self, state: str, extra: dict[str, Any] | None = None) -> None:
+        if self._link is None:
+            return
+        body = {"device": self.config.device_id, "state": state, "t": time.time(), **(extra or {})}
+        body["profile"] = _profile_dict(self.profile)
+        self._link.publish(
+            protocol.status_topic(self.config.device_id), json.dumps(body).encode(), qos=1, retain=True
+        )
+
+    def _telemetry_loop(self) -> None:
+        while not self._stop.wait(self.config.telemetry_period_s):
+            try:
+                self._publish_telemetry()
+            except Exception:  # a broken link must not kill the device; paho reconnects
+                log.exception("telemetry publish failed")
+
+
+def _profile_dict(profile: DeviceProfile) -> dict[str, Any]:
+    return {
+        "name": profile.name,
+        "batch_fixed_s": profile.inference.batch_fixed_s,
+        "per_request_s": profile.inference.per_request_s,
+        "max_batch": profile.max_batch,
+        "microbatch_fixed_s": profile.training.microbatch_fixed_s,
+        "per_sample_s": profile.training.per_sample_s,
+        "max_microbatch": profile.training.max_microbatch,
+        "tasks": {
+            name: {"batch_fixed_s": c.batch_fixed_s, "per_request_s": c.per_request_s}
+            for name, c in profile.task_inference.items()
+        },
+    }

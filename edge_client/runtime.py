@@ -1,0 +1,157 @@
+"""The model side of one device: training data, the PyTorch model and trainer, and the ONNX
+Runtime engine that serves it, behind the few calls the agent makes.
+
+It also measures what work costs on this device (`calibrate`), the numbers the allocator plans
+with and `dartfl edge profile` writes as a profile TOML that `dartfl sim` reads.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import shutil
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 32
+MAX_MICROBATCH = 32
+
+
+def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
+    """Least-squares (intercept, slope) of y = a + c x, clamped to a >= 0, c > 0."""
+    slope, intercept = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)
+    return max(0.0, float(intercept)), max(1e-7, float(slope))
+
+
+class ModelRuntime:
+    def __init__(
+        self, config: Any, tasks: Mapping[str, Any], model: Any, trainer: Any, engine: Any, model_dir: Path
+    ):
+        self.config = config
+        self.tasks = tasks
+        self.model = model
+        self.trainer = trainer
+        self.engine = engine
+        self.model_dir = model_dir
+        self._export_lock = threading.Lock()
+        self._test_images = {name: (data.x_test, data.y_test) for name, data in tasks.items()}
+
+    @classmethod
+    def build(cls, config: Any, model_dir: Path) -> ModelRuntime:
+        from edge_client.data import load_tasks
+        from edge_client.inference import InferenceEngine, export_onnx
+        from edge_client.model import build_model
+        from edge_client.threads import cap_threads
+        from edge_client.trainer import Trainer
+
+        cap_threads(config.training_threads)
+        tasks = load_tasks(config.tasks, max_train=config.max_train_per_task, seed=config.seed)
+        model = build_model(
+            {n: t.num_classes for n, t in tasks.items()}, width=config.width, seed=config.seed
+        )
+        trainer = Trainer(model, tasks, seed=config.seed)
+        model_dir.mkdir(parents=True, exist_ok=True)
+        export_onnx(model, model_dir / "v1", version=1)
+        engine = InferenceEngine(model_dir / "v1", threads=config.inference_threads)
+        return cls(config, tasks, model, trainer, engine, model_dir)
+
+    @property
+    def version(self) -> int:
+        return int(self.engine.version)
+
+    def classify(self, task: str, images: np.ndarray) -> tuple[np.ndarray, int]:
+        """Labels for a batch (float32, N x 1 x 28 x 28) and the model version that answered."""
+        logits, version = self.engine.infer_versioned(task, images)
+        return np.argmax(logits, axis=1), version
+
+    def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> Any:
+        return self.trainer.train_microbatch(samples, shares, loss_weights)
+
+    def install_weights(self, weights: Mapping[str, np.ndarray]) -> int:
+        """Load new global weights into the trainer and hot-swap them into serving."""
+        from edge_client.model import set_weights
+
+        with self._export_lock:
+            set_weights(self.model, weights)
+            return self.publish_model()
+
+    def publish_model(self) -> int:
+        """Export the current weights as a new version and swap serving to it atomically."""
+        from edge_client.inference import export_onnx
+
+        version = self.version + 1
+        target = self.model_dir / f"v{version}"
+        export_onnx(self.model, target, version=version)
+        self.engine.swap(target)
+        old = self.model_dir / f"v{version - 2}"
+        if old.exists():  # keep the previous version for in-flight batches, drop older ones
+            shutil.rmtree(old, ignore_errors=True)
+        return version
+
+    def sample_images(self, task: str, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """Real test images (uint8, 28 x 28) and their labels, for load generation."""
+        x, y = self._test_images[task]
+        idx = rng.integers(0, len(y), count)
+        return np.round(x[idx, 0] * 255).astype(np.uint8), y[idx]
+
+    def calibrate(self, *, quick: bool = True, name: str = "measured") -> DeviceProfile:
+        """Measure t_k(b) = a_k + c_k b per task and s(m) = a_T + c_T m on this device."""
+        from edge_client.trainer import Trainer
+
+        reps = 5 if quick else 30
+        batch_sizes = (1, 4, 16, MAX_BATCH) if quick else (1, 2, 4, 8, 16, 24, MAX_BATCH)
+        per_task: dict[str, InferenceCost] = {}
+        for task in self.tasks:
+            xs, ys = [], []
+            for b in batch_sizes:
+                images = np.random.default_rng(b).random((b, 1, 28, 28), dtype=np.float32)
+                self.engine.infer(task, images)  # warm-up
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    self.engine.infer(task, images)
+                    xs.append(b)
+                    ys.append(time.perf_counter() - t0)
+            # The median per batch size resists a stray scheduler hiccup better than the mean.
+            med = [float(np.median([y for x, y in zip(xs, ys, strict=True) if x == b])) for b in batch_sizes]
+            fixed, per = fit_line(batch_sizes, med)
+            per_task[task] = InferenceCost(fixed, per)
+        # Train a throwaway copy so calibration does not move the real model.
+        scratch = Trainer(copy.deepcopy(self.model), self.tasks, seed=1)
+        k = len(self.tasks)
+        shares, weights = [1.0 / k] * k, [1.0] * k
+        steps = (1, 4, 8, 16, MAX_MICROBATCH) if not quick else (1, 8, 16)
+        step_reps = 3 if quick else 8
+        med_steps = []
+        for m in steps:
+            scratch.train_microbatch(m, shares, weights)  # warm-up
+            med_steps.append(
+                float(
+                    np.median(
+                        [scratch.train_microbatch(m, shares, weights).duration_s for _ in range(step_reps)]
+                    )
+                )
+            )
+        a_t, c_t = fit_line(steps, med_steps)
+        default = next(iter(per_task.values()))
+        overrides = {t: c for t, c in per_task.items() if c != default}
+        return DeviceProfile(
+            name=name,
+            inference=default,
+            max_batch=MAX_BATCH,
+            training=TrainingCost(a_t, c_t, MAX_MICROBATCH),
+            task_inference=overrides,
+            description=f"measured by dartfl edge profile (width {self.config.width}, "
+            f"{self.config.inference_threads} inference / {self.config.training_threads} training threads)",
+        )
+
+    def close(self) -> None:
+        pass

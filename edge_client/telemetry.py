@@ -1,0 +1,54 @@
+"""Rolling request statistics for telemetry: latency percentiles and SLO attainment over a
+recent window, plus lifetime counters. Bounded memory: the window keeps at most `max_events`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+import numpy as np
+
+__all__ = ["RequestStats"]
+
+
+class RequestStats:
+    def __init__(self, window_s: float = 60.0, max_events: int = 100_000) -> None:
+        self.window_s = window_s
+        self._events: deque[tuple[float, float, bool]] = deque(maxlen=max_events)  # (t, latency, met)
+        self._lock = threading.Lock()
+        self.requests = 0
+        self.replies = 0
+        self.rejected = 0
+        self.errors = 0
+
+    def answered(self, now_s: float, latency_s: float, met: bool) -> None:
+        with self._lock:
+            self.replies += 1
+            self._events.append((now_s, latency_s, met))
+
+    def count(self, *, requests: int = 0, rejected: int = 0, errors: int = 0) -> None:
+        with self._lock:
+            self.requests += requests
+            self.rejected += rejected
+            self.errors += errors
+
+    def window(self, now_s: float) -> dict[str, float | int | None]:
+        """p50/p95/p99 latency (ms) and SLO attainment of answers in the last window."""
+        with self._lock:
+            while self._events and self._events[0][0] < now_s - self.window_s:
+                self._events.popleft()
+            events = list(self._events)
+            counters = {
+                "requests": self.requests,
+                "replies": self.replies,
+                "rejected": self.rejected,
+                "errors": self.errors,
+            }
+        if events:
+            lat = np.array([e[1] for e in events]) * 1e3
+            p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
+            attainment: float | None = sum(e[2] for e in events) / len(events)
+        else:
+            p50 = p95 = p99 = attainment = None  # type: ignore[assignment]
+        return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "slo_attainment": attainment, **counters}
