@@ -61,6 +61,7 @@ class AgentConfig:
     round_s: float = 60.0
     round_target_samples: int = 0
     drain_s: float = 5.0
+    publish_every_s: float = 0.0  # > 0: serve the locally trained model every so often (no FL)
     model_dir: Path | None = None
     seed: int = 0
 
@@ -138,7 +139,7 @@ class Agent:
     def start(self) -> str:
         """Connect to the broker (starting the embedded one if none is given); return its URL."""
         from edge_client.broker import start_embedded_broker
-        from edge_client.mqtt import connect
+        from edge_client.mqtt import MQTT_V5, MQTT_V311, MqttConnectError, Will, connect
 
         url = self.config.broker_url
         if url is None:
@@ -146,18 +147,23 @@ class Agent:
             url = self._broker.url
             log.info("embedded MQTT broker on %s", url)
         device = self.config.device_id
-        self._link = connect(
-            url,
-            client_id=f"dartfl-agent-{device}",
-            on_message=self._on_message,
-            subscriptions=[(protocol.request_subscription(device), 1)],
-            will=(
-                protocol.status_topic(device),
-                json.dumps({"device": device, "state": "gone"}).encode(),
-                1,
-                True,
-            ),
-        )
+
+        def link(version: str) -> Any:
+            return connect(
+                url,
+                client_id=f"dartfl-agent-{device}",
+                on_message=self._on_message,
+                subscriptions=[(protocol.request_subscription(device), protocol.REQUEST_QOS)],
+                will=Will(protocol.status_topic(device), protocol.encode_status(device, online=False)),
+                protocol=version,
+            )
+
+        # MQTT 5 lets requesters use Response Topic / Correlation Data; the embedded broker
+        # (and older brokers) speak 3.1.1 only, so fall back to it.
+        try:
+            self._link = link(MQTT_V311 if self._broker is not None else MQTT_V5)
+        except MqttConnectError:
+            self._link = link(MQTT_V311)
         self._publish_status("online")
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
@@ -171,12 +177,16 @@ class Agent:
         """The executor loop; returns the final report after draining and disconnecting."""
         period = self.config.period_s
         next_tick = time.monotonic() + period  # the first period is a warm-up without training
+        every = self.config.publish_every_s
+        next_publish = time.monotonic() + every if every > 0 else math.inf
         self.counters.round_start_s = time.monotonic()
         while not self._stop.is_set():
             now = time.monotonic()
             if now >= next_tick:
                 self._tick(now)
                 next_tick = max(next_tick + period, now + 0.5 * period)
+                if now >= next_publish and self.runtime.publish_in_background():
+                    next_publish = now + every
             alloc = self.alloc
             training_open = alloc.microbatch > 0
             if self.gate.should_serve(self.queues.total(), alloc.inference_share, training_open):
@@ -195,7 +205,13 @@ class Agent:
             drained += self._serve_batch(self.profile.max_batch)
         leftovers = self.queues.drain_all()
         for r in leftovers:
-            self._reply(r.reply_to, protocol.encode_rejection(r.id, "shutting-down"))
+            self._reply(
+                r.reply_to,
+                protocol.encode_rejection(
+                    request_id=r.id, reason="shutting-down", task=self.config.tasks[r.task]
+                ),
+                r.correlation_data,
+            )
         self.stats.count(rejected=len(leftovers))
         report = self.report()
         report["drained"] = drained
@@ -203,6 +219,7 @@ class Agent:
         self._publish_telemetry()
         self._publish_status("offline", extra={"report": report})
         if self._link is not None:
+            self._link.flush(timeout=10.0)  # the drained answers must reach the broker first
             self._link.close()
         if self._broker is not None:
             self._broker.stop()
@@ -211,32 +228,51 @@ class Agent:
 
     # -- ingress (paho's thread) --------------------------------------------------------------
 
-    def _on_message(self, topic: str, payload: bytes, response_topic: str | None = None) -> None:
+    def _on_message(self, message: Any) -> None:
+        """Decode one request and queue it, or answer at once with an error or a rejection."""
         started = time.thread_time()
         received = time.monotonic()
         self.stats.count(requests=1)
         try:
-            _, task = protocol.parse_request_topic(topic)
+            _, task = protocol.parse_request_topic(message.topic)
             request = protocol.decode_request(
-                payload, task, self.task_index, max_bytes=self.config.max_payload_bytes
+                message.payload,
+                task,
+                self.task_index,
+                max_bytes=self.config.max_payload_bytes,
+                response_topic=message.response_topic,
+                correlation_data=message.correlation_data,
             )
         except ProtocolError as exc:
             self.stats.count(errors=1)
-            reply_to = getattr(exc, "reply_to", None) or response_topic
+            reply_to = getattr(exc, "reply_to", None) or message.response_topic
             if reply_to:
-                self._reply(
-                    reply_to,
-                    protocol.encode_error(getattr(exc, "correlation_id", None), exc.code, exc.detail),
+                task_name = message.topic.rsplit("/", 1)[-1]
+                error = protocol.encode_error(
+                    request_id=getattr(exc, "correlation_id", None),
+                    code=exc.code,
+                    detail=exc.detail,
+                    task=task_name,
                 )
-            log.debug("bad request on %s: %s", topic, exc)
+                self._reply(reply_to, error, message.correlation_data)
+            log.debug("bad request on %s: %s", message.topic, exc)
         else:
             queued = QueuedRequest(
-                request.id, self.task_index[request.task], request.reply_to, request.image, received
+                request.id,
+                self.task_index[request.task],
+                request.reply_to,
+                request.image,
+                received,
+                request.correlation_data,
             )
             if not self.queues.offer(queued):
                 reason = "shutting-down" if self.queues.closed else "queue-full"
                 self.stats.count(rejected=1)
-                self._reply(request.reply_to, protocol.encode_rejection(request.id, reason))
+                self._reply(
+                    request.reply_to,
+                    protocol.encode_rejection(request_id=request.id, reason=reason, task=request.task),
+                    request.correlation_data,
+                )
         self._add_overhead(time.thread_time() - started)
 
     # -- the executor -------------------------------------------------------------------------
@@ -302,7 +338,14 @@ class Agent:
             self.stats.answered(done, latency, not late)
             self._reply(
                 r.reply_to,
-                protocol.encode_reply(r.id, self.config.tasks[task], int(label), latency * 1e3, version),
+                protocol.encode_reply(
+                    request_id=r.id,
+                    task=self.config.tasks[task],
+                    label=int(label),
+                    latency_ms=latency * 1e3,
+                    model_version=str(version),
+                ),
+                r.correlation_data,
             )
         self._add_overhead(time.thread_time() - started)
         return len(batch)
@@ -322,9 +365,9 @@ class Agent:
 
     # -- egress -------------------------------------------------------------------------------
 
-    def _reply(self, topic: str, payload: bytes) -> None:
+    def _reply(self, topic: str, payload: bytes, correlation_data: bytes | None = None) -> None:
         if self._link is not None:
-            self._link.publish(topic, payload, qos=1)
+            self._link.publish(topic, payload, qos=protocol.REPLY_QOS, correlation_data=correlation_data)
 
     def _add_overhead(self, cpu_s: float) -> None:
         with self._overhead_lock:
@@ -383,13 +426,16 @@ class Agent:
             self._link.publish(topic, protocol.encode_telemetry(self.report()), qos=1)
 
     def _publish_status(self, state: str, extra: dict[str, Any] | None = None) -> None:
+        """The retained status: online/offline plus the cost profile (and the final report)."""
         if self._link is None:
             return
-        body = {"device": self.config.device_id, "state": state, "t": time.time(), **(extra or {})}
-        body["profile"] = _profile_dict(self.profile)
-        self._link.publish(
-            protocol.status_topic(self.config.device_id), json.dumps(body).encode(), qos=1, retain=True
+        body = json.loads(
+            protocol.encode_status(self.config.device_id, online=state == "online", t=time.time())
         )
+        body["profile"] = _profile_dict(self.profile)
+        body.update(extra or {})
+        topic = protocol.status_topic(self.config.device_id)
+        self._link.publish(topic, json.dumps(body).encode(), qos=1, retain=True)
 
     def _telemetry_loop(self) -> None:
         while not self._stop.wait(self.config.telemetry_period_s):

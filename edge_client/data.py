@@ -32,6 +32,7 @@ __all__ = [
     "DatasetMissingError",
     "TaskData",
     "client_view",
+    "fashion_mnist_dir",
     "load_task",
     "load_tasks",
     "load_user_dataset",
@@ -44,7 +45,12 @@ TASK_NAMES = ("digits", "fashion", "uci-digits")
 IMAGE_SHAPE = (1, 28, 28)
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 FASHION_MNIST_ENV = "DARTFL_FASHION_MNIST_DIR"
-_IDX_DTYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: np.dtype(">i2"), 0x0C: np.dtype(">i4")}
+_IDX_DTYPES: dict[int, np.dtype] = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+}
 
 
 class DatasetMissingError(InputError):
@@ -131,7 +137,7 @@ def load_tasks(
     return {name: load_task(name, max_train=max_train, max_test=max_test, seed=seed) for name in names}
 
 
-@functools.lru_cache(maxsize=32)
+@functools.lru_cache(maxsize=8)
 def _load_task_cached(
     name: str, source: str, max_train: int | None, max_test: int | None, seed: int
 ) -> TaskData:
@@ -219,10 +225,9 @@ def _fashion_raw(directory: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, n
             f"{FASHION_MNIST_ENV} at a directory holding train-images-idx3-ubyte.gz, "
             "train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz and t10k-labels-idx1-ubyte.gz"
         )
-    return _read_idx_set(files)
+    return _read_fashion(files)
 
 
-@functools.lru_cache(maxsize=2)
 def _read_idx_set(
     files: tuple[Path, Path, Path, Path],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -238,6 +243,10 @@ def _read_idx_set(
                 f"{files[i + 1]}: expected {len(images)} labels (one per image), got shape {labels.shape}"
             )
     return arrays[0], arrays[1].astype(np.int64), arrays[2], arrays[3].astype(np.int64)
+
+
+# The raw uint8 Fashion-MNIST (55 MB) is read once; user datasets are read afresh every time.
+_read_fashion = functools.lru_cache(maxsize=1)(_read_idx_set)
 
 
 # ---------------------------------------------------------------------------- idx and npz files
@@ -257,7 +266,7 @@ def read_idx(path: str | Path) -> np.ndarray:
     if ndim == 0 or len(raw) < header:
         raise InputError(f"{path}: truncated idx header")
     shape = tuple(int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim))
-    dtype = np.dtype(_IDX_DTYPES[raw[2]])
+    dtype = _IDX_DTYPES[raw[2]]
     expected = int(np.prod(shape)) * dtype.itemsize
     if len(raw) - header != expected:
         raise InputError(

@@ -5,8 +5,11 @@
       -> flatten -> linear(64) -> ReLU                                        (trunk: embedding)
       -> heads[task]: linear(64 -> classes)                                   (one per task)
 
-`width` w scales the channel counts: w = 1 is ~107k parameters for three 10-class tasks;
-w = 4 costs ~15x more per request, about what the w = 1 model costs on a Raspberry Pi 4.
+`width` w scales the channel counts: w = 1 is ~107k parameters (three 10-class tasks) and
+~1.1M multiply-adds per image; w = 4 is ~478k parameters and ~15M multiply-adds, ~7-11x the
+per-request time on an x86 core (benchmarks/onnx_vs_torch.py): a way to give a fast box
+roughly the per-request cost of a Pi-class device.
+
 There is no batch normalisation on purpose: a sample's gradient must not depend on which
 microbatch it trained in (see edge_client.trainer).
 
@@ -66,8 +69,11 @@ class MultitaskCNN(nn.Module):
 
     def forward(self, x: torch.Tensor, task: str) -> torch.Tensor:
         if task not in self.task_classes:
-            raise InputError(f"unknown task {task!r}; this model has heads for: {', '.join(self.task_classes)}")
-        return self.heads[task](self.trunk(x))
+            raise InputError(
+                f"unknown task {task!r}; this model has heads for: {', '.join(self.task_classes)}"
+            )
+        logits: torch.Tensor = self.heads[task](self.trunk(x))
+        return logits
 
     def trunk_parameters(self) -> list[str]:
         """State-dict names of the shared trunk's tensors."""
@@ -76,7 +82,9 @@ class MultitaskCNN(nn.Module):
     def head_parameters(self, task: str) -> list[str]:
         """State-dict names of one task head's tensors."""
         if task not in self.task_classes:
-            raise InputError(f"unknown task {task!r}; this model has heads for: {', '.join(self.task_classes)}")
+            raise InputError(
+                f"unknown task {task!r}; this model has heads for: {', '.join(self.task_classes)}"
+            )
         return [name for name in self.state_dict() if name.startswith(f"heads.{task}.")]
 
     def num_parameters(self) -> int:

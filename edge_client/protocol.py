@@ -92,6 +92,7 @@ ReplyStatus = Literal["ok", "rejected", "error"]
 # start a `$` system topic, or collide with the `_reply` namespace.
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 _NAME_RULE: Final = "1-64 characters from [A-Za-z0-9_.-], starting with a letter or digit"
+_DEVICE_TOPIC_RE: Final = re.compile(rf"{ROOT}/[^/]*/(req/[^/]*|telemetry|status)")
 
 
 # --- topics ---------------------------------------------------------------------------------
@@ -197,9 +198,9 @@ def _reply_topic_problem(value: object) -> str | None:
     if "+" in value or "#" in value or "\x00" in value or value.startswith("$"):
         return "must not contain wildcards or NUL, nor start with '$'"
     # Replies must never land on a device's own topics (a reply published to a request
-    # topic would come back as a malformed request).
-    if value.startswith(f"{ROOT}/") and not value.startswith(f"{ROOT}/_reply/"):
-        return f"must be outside {ROOT}/<device>/ (use {ROOT}/_reply/<you> or your own prefix)"
+    # topic would come back to the device as a malformed request).
+    if _DEVICE_TOPIC_RE.fullmatch(value) is not None:
+        return f"must not be a device topic ({ROOT}/<device>/req/<task>, /telemetry or /status)"
     return None
 
 
@@ -236,7 +237,7 @@ def _check_version(obj: Mapping[str, Any], fail: _Fail) -> None:
     if v != PROTOCOL_VERSION:
         fail(
             "unsupported-version",
-            f"protocol version {v} is not supported; this device speaks {PROTOCOL_VERSION}",
+            f"protocol version {_short(v)} is not supported; this device speaks {PROTOCOL_VERSION}",
         )
 
 
@@ -364,7 +365,7 @@ def _dumps(obj: Mapping[str, Any]) -> bytes:
 
 
 def encode_request(
-    request_id: str, reply_to: str, image: np.ndarray, *, sent_at: float | None = None
+    request_id: str, image: np.ndarray, reply_to: str, *, sent_at: float | None = None
 ) -> bytes:
     """The payload of a request; the task goes in the topic (`request_topic`)."""
     if _valid_id(request_id) is None:
@@ -408,8 +409,11 @@ class Reply:
     detail: str | None = None
 
 
-def encode_reply(request_id: str, task: str, label: int, latency_ms: float, model_version: str) -> bytes:
-    """An answer: `latency_ms` is measured on the device, queue wait + service."""
+def encode_reply(
+    request_id: str, task: str, label: int, latency_ms: float, model_version: str | int
+) -> bytes:
+    """An answer: `latency_ms` is measured on the device, queue wait + service; the model
+    version goes on the wire as a string."""
     if isinstance(label, bool) or not isinstance(label, int | np.integer):
         raise InputError(f"label must be an integer, got {_short(label)}")
     if not (math.isfinite(latency_ms) and latency_ms >= 0):
@@ -427,7 +431,7 @@ def encode_reply(request_id: str, task: str, label: int, latency_ms: float, mode
     )
 
 
-def encode_rejection(request_id: str, task: str, reason: RejectReason) -> bytes:
+def encode_rejection(request_id: str, reason: RejectReason, *, task: str | None = None) -> bytes:
     """The request was well formed but not admitted (bounded queue full, or shutting down)."""
     if reason not in REJECT_REASONS:
         raise InputError(f"rejection reason {reason!r} is not one of {sorted(REJECT_REASONS)}")
@@ -436,8 +440,9 @@ def encode_rejection(request_id: str, task: str, reason: RejectReason) -> bytes:
     )
 
 
-def encode_error(request_id: str | None, task: str | None, code: str, detail: str) -> bytes:
-    """The request was malformed; `code` is one of ERROR_CODES (see RequestError)."""
+def encode_error(request_id: str | None, code: str, detail: str, *, task: str | None = None) -> bytes:
+    """The request was malformed; `code` is one of ERROR_CODES (from RequestError.code).
+    `request_id` is None when the payload did not yield one."""
     if code not in ERROR_CODES:
         raise InputError(f"error code {code!r} is not one of {sorted(ERROR_CODES)}")
     return _dumps(
@@ -473,6 +478,14 @@ def _opt(obj: Mapping[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+def _model_version(value: object) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    if type(value) is int:  # lenient: an integer version reads as its string
+        return str(value)
+    _reply_fail("bad-field", f"reply field 'model_version' must be a string, got {_short(value)}")
+
+
 def decode_reply(payload: bytes) -> Reply:
     """Decode a reply (requester side). Raises ProtocolError, and nothing else, for any input."""
     fail = _Fail(None, None)
@@ -487,7 +500,7 @@ def decode_reply(payload: bytes) -> Reply:
         task=_opt(obj, "task", str),
         label=_opt(obj, "label", int),
         latency_ms=_opt(obj, "latency_ms", float),
-        model_version=_opt(obj, "model_version", str),
+        model_version=_model_version(obj.get("model_version")),
         reason=_opt(obj, "reason", str),
         code=_opt(obj, "code", str),
         detail=_opt(obj, "detail", str),
@@ -564,9 +577,13 @@ class DeviceStatus:
     t: float | None = None
 
 
-def encode_status(device: str, online: bool, *, t: float | None = None) -> bytes:
-    """The retained status message; the offline one is the device's MQTT last will."""
-    obj: dict[str, Any] = {"v": PROTOCOL_VERSION, "device": _check_name("device", device)}
+def encode_status(
+    device: str, online: bool, *, t: float | None = None, extra: Mapping[str, Any] | None = None
+) -> bytes:
+    """The retained status message; the offline one (without `t`) is the device's last will.
+    `extra` adds fields (a cost profile, a final report) next to the required ones."""
+    obj: dict[str, Any] = _jsonable(dict(extra or {}), "status")
+    obj.update(v=PROTOCOL_VERSION, device=_check_name("device", device))
     obj["state"] = "online" if online else "offline"
     if t is not None:
         obj["t"] = float(t)

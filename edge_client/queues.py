@@ -29,6 +29,7 @@ class QueuedRequest:
     reply_to: str
     image: npt.NDArray[np.uint8]
     received_s: float
+    correlation_data: bytes | None = None  # MQTT 5: echoed on the reply
 
 
 @dataclass(frozen=True, slots=True)

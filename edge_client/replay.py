@@ -59,9 +59,9 @@ def wait_for_status(
     got: dict[str, Any] = {}
     ready = threading.Event()
 
-    def on_message(topic: str, payload: bytes, response_topic: str | None = None) -> None:
+    def on_message(message: Any) -> None:
         try:
-            body = json.loads(payload)
+            body = json.loads(message.payload)
         except ValueError:
             return
         if body.get("state") == want:
@@ -120,8 +120,9 @@ def replay(
     reply_topic = f"dartfl/v1/replay/{uuid.uuid4().hex[:12]}/reply"
     t0 = [math.inf]
 
-    def on_message(topic: str, payload: bytes, response_topic: str | None = None) -> None:
+    def on_message(message: Any) -> None:
         now = time.monotonic()
+        topic, payload = message.topic, message.payload
         if topic == reply_topic:
             try:
                 reply = protocol.decode_reply(payload)
@@ -171,7 +172,7 @@ def replay(
                 time.sleep(delay)
             name = arrivals.task_names[tasks[i]]
             payload = protocol.encode_request(
-                str(i), images[name][0][picks[i]], reply_topic, sent_at=time.time()
+                request_id=str(i), reply_to=reply_topic, image=images[name][0][picks[i]], sent_at=time.time()
             )
             sent[i] = time.monotonic() - t0[0]
             link.publish(protocol.request_topic(device, name), payload, qos=1)

@@ -43,6 +43,8 @@ class ModelRuntime:
         self.engine = engine
         self.model_dir = model_dir
         self._export_lock = threading.Lock()
+        self._next_version = 2
+        self._publisher: threading.Thread | None = None
         self._test_images = {name: (data.x_test, data.y_test) for name, data in tasks.items()}
 
     @classmethod
@@ -54,7 +56,7 @@ class ModelRuntime:
         from edge_client.trainer import Trainer
 
         cap_threads(config.training_threads)
-        tasks = load_tasks(config.tasks, max_train=config.max_train_per_task, seed=config.seed)
+        tasks = load_tasks(config.tasks, max_train=config.max_train_per_task, max_test=1000, seed=config.seed)
         model = build_model(
             {n: t.num_classes for n, t in tasks.items()}, width=config.width, seed=config.seed
         )
@@ -70,7 +72,7 @@ class ModelRuntime:
 
     def classify(self, task: str, images: np.ndarray) -> tuple[np.ndarray, int]:
         """Labels for a batch (float32, N x 1 x 28 x 28) and the model version that answered."""
-        logits, version = self.engine.infer_versioned(task, images)
+        logits, version = self.engine.infer_with_version(task, images)
         return np.argmax(logits, axis=1), version
 
     def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> Any:
@@ -80,22 +82,44 @@ class ModelRuntime:
         """Load new global weights into the trainer and hot-swap them into serving."""
         from edge_client.model import set_weights
 
-        with self._export_lock:
-            set_weights(self.model, weights)
-            return self.publish_model()
+        set_weights(self.model, weights)
+        return self.publish_model()
 
-    def publish_model(self) -> int:
-        """Export the current weights as a new version and swap serving to it atomically."""
+    def publish_model(self, model: Any = None) -> int:
+        """Export the weights (of `model`, default the live one) as a new version and swap
+        serving to it atomically; in-flight batches finish on the version they started on."""
         from edge_client.inference import export_onnx
 
-        version = self.version + 1
-        target = self.model_dir / f"v{version}"
-        export_onnx(self.model, target, version=version)
-        self.engine.swap(target)
-        old = self.model_dir / f"v{version - 2}"
-        if old.exists():  # keep the previous version for in-flight batches, drop older ones
-            shutil.rmtree(old, ignore_errors=True)
-        return version
+        with self._export_lock:
+            version = self._next_version
+            self._next_version += 1
+            target = self.model_dir / f"v{version}"
+            export_onnx(self.model if model is None else model, target, version=version)
+            self.engine.swap(target)
+            old = self.model_dir / f"v{version - 2}"
+            if old.exists():  # keep the previous version for stragglers, drop older ones
+                shutil.rmtree(old, ignore_errors=True)
+            return version
+
+    def publish_in_background(self) -> bool:
+        """Snapshot the live weights now (between microbatches) and export and swap them in a
+        background thread: an export takes seconds, far too long to stall serving. False if
+        an export is still running."""
+        if self._publisher is not None and self._publisher.is_alive():
+            return False
+        snapshot = copy.deepcopy(self.model)
+        self._publisher = threading.Thread(
+            target=self._publish_quietly, args=(snapshot,), name="model-publisher", daemon=True
+        )
+        self._publisher.start()
+        return True
+
+    def _publish_quietly(self, snapshot: Any) -> None:
+        try:
+            version = self.publish_model(snapshot)
+            log.info("now serving model version %d", version)
+        except Exception:  # a failed export must not take the device down: keep serving the old one
+            log.exception("model export failed; still serving version %d", self.version)
 
     def sample_images(self, task: str, count: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Real test images (uint8, 28 x 28) and their labels, for load generation."""
@@ -154,4 +178,6 @@ class ModelRuntime:
         )
 
     def close(self) -> None:
-        pass
+        """Wait for a running export so no half-written version is left behind."""
+        if self._publisher is not None:
+            self._publisher.join(timeout=30.0)

@@ -121,7 +121,8 @@ class Trainer:
         self.optimizer = factory(list(model.parameters()), float(lr))
         rngs = np.random.SeedSequence(seed).spawn(len(self.tasks))
         self._samplers = [
-            _EpochSampler(d.num_train, np.random.default_rng(s)) for d, s in zip(self.tasks.values(), rngs, strict=True)
+            _EpochSampler(d.num_train, np.random.default_rng(s))
+            for d, s in zip(self.tasks.values(), rngs, strict=True)
         ]
         self._splitter = SampleSplitter(len(self.tasks))
         self.pending_samples = 0  # accumulated since the last optimizer step

@@ -85,6 +85,12 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--round-target", type=int, default=0, help="samples owed per round (default 0)")
     p.add_argument("--profile-file", type=Path, help="cost profile (default: calibrate at start)")
     p.add_argument("--model-dir", type=Path, help="where ONNX versions are written (default: a temp dir)")
+    p.add_argument(
+        "--publish-every-s",
+        type=float,
+        default=30.0,
+        help="serve the locally trained model every so often (default 30 s; 0: only after FL rounds)",
+    )
     _model_arguments(p)
 
 
@@ -108,6 +114,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         round_s=args.round_s,
         round_target_samples=args.round_target,
         model_dir=args.model_dir,
+        publish_every_s=args.publish_every_s,
         seed=args.seed,
     )
 
@@ -194,7 +201,7 @@ def _replay(args: argparse.Namespace) -> int:
         status = wait_for_status(url, args.device, "online", timeout_s=120.0)
         profile = load_profile_toml(args.profile_file) if args.profile_file else profile_from_status(status)
         arrivals = arrivals_from_args(args, profile)
-        tasks = load_tasks(arrivals.task_names, max_train=1)
+        tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
         images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
         outcome = replay(
             arrivals,

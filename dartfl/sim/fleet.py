@@ -16,8 +16,9 @@ across worker processes; each chunk builds its own counts through a picklable ca
 from __future__ import annotations
 
 import math
+import multiprocessing
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +28,7 @@ import numpy.typing as npt
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from dartfl.metrics import fluid_trainable_samples
-from dartfl.sim.fleet_period import FleetState, run_period
+from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
 from dartfl.types import DeviceProfile, TaskSpec
 
@@ -80,7 +81,9 @@ class FleetArrivals:
 
     def __post_init__(self) -> None:
         if self.counts.ndim != 3:
-            raise ConfigError(f"fleet counts must have shape (periods, tasks, devices), got {self.counts.shape}")
+            raise ConfigError(
+                f"fleet counts must have shape (periods, tasks, devices), got {self.counts.shape}"
+            )
         if self.counts.shape[1] != len(self.task_names) or not self.task_names:
             raise ConfigError(
                 f"fleet counts have {self.counts.shape[1]} tasks but {len(self.task_names)} task names"
@@ -106,7 +109,8 @@ class FleetArrivals:
 
     def totals(self) -> IntArray:
         """(tasks, devices): every device's request count per task."""
-        return self.counts.sum(axis=0, dtype=np.int64)
+        totals: IntArray = self.counts.sum(axis=0, dtype=np.int64)
+        return totals
 
     @classmethod
     def from_arrivals(
@@ -118,7 +122,9 @@ class FleetArrivals:
         names = workloads[0].task_names
         for w in workloads:
             if w.task_names != names:
-                raise ConfigError(f"every device must serve the same tasks; got {list(w.task_names)} and {list(names)}")
+                raise ConfigError(
+                    f"every device must serve the same tasks; got {list(w.task_names)} and {list(names)}"
+                )
         if num_periods is None:
             num_periods = max(1, max(math.ceil(w.duration_s / period_s - 1e-9) for w in workloads))
         counts = np.zeros((num_periods, len(names), len(workloads)), dtype=np.int32)
@@ -132,7 +138,8 @@ def bin_arrivals(arrivals: Arrivals, period_s: float, num_periods: int) -> IntAr
     k_tasks = arrivals.num_tasks
     index = np.minimum((arrivals.times_s / period_s).astype(np.int64), num_periods - 1)
     flat = np.bincount(index * k_tasks + arrivals.tasks, minlength=num_periods * k_tasks)
-    return flat.reshape(num_periods, k_tasks)
+    counts: IntArray = flat.reshape(num_periods, k_tasks).astype(np.int64, copy=False)
+    return counts
 
 
 @dataclass(frozen=True, eq=False)
@@ -208,9 +215,14 @@ class FleetResult:
             else 0.0,
             "max_backlog": float(self.max_backlog.max()) if self.num_devices else 0.0,
         }
-        for name, values in (("slo_attainment", slo), ("harvest_efficiency", harvest),
-                             ("train_samples", self.trained_samples), ("max_backlog", self.max_backlog),
-                             ("mean_latency_s", self.mean_latency_s)):  # fmt: skip
+        spreads = (
+            ("slo_attainment", slo),
+            ("harvest_efficiency", harvest),
+            ("train_samples", self.trained_samples),
+            ("max_backlog", self.max_backlog),
+            ("mean_latency_s", self.mean_latency_s),
+        )
+        for name, values in spreads:
             out[f"{name}_mean"] = float(values.mean()) if values.size else math.nan
             for q in (5, 50, 95):
                 out[f"{name}_p{q}"] = float(np.percentile(values, q)) if values.size else math.nan
@@ -227,33 +239,44 @@ class FleetResult:
         first = parts[0]
         arrays = {
             name: np.concatenate([getattr(p, name) for p in parts])
-            for name in ("requests", "rejected", "completed", "queued_end", "slo_met", "trained_samples",
-                         "trained_per_task", "training_busy_s", "inference_busy_s", "fluid_trainable",
-                         "max_backlog", "mean_latency_s", "rounds_met")  # fmt: skip
+            for name in (
+                "requests",
+                "rejected",
+                "completed",
+                "queued_end",
+                "slo_met",
+                "trained_samples",
+                "trained_per_task",
+                "training_busy_s",
+                "inference_busy_s",
+                "fluid_trainable",
+                "max_backlog",
+                "mean_latency_s",
+                "rounds_met",
+            )
         }
         return cls(policy=first.policy, task_names=first.task_names, horizon_s=first.horizon_s, **arrays)
 
 
-def _device_arrays(
-    profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]
-) -> dict[str, FloatArray | IntArray]:
-    """Cost, SLO and queue-bound arrays, (tasks, devices) or (devices,)."""
+def _device_arrays(profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]) -> DeviceArrays:
     names = [t.name for t in tasks]
-    costs = [[p.inference_for(n) for p in profiles] for n in names]
-    return {
-        "fixed": np.array([[c.batch_fixed_s for c in row] for row in costs]),
-        "per": np.array([[c.per_request_s for c in row] for row in costs]),
-        "cheapest": np.array(
-            [[c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs]
-        ),
-        "slo": np.repeat(np.array([[t.slo_s] for t in tasks]), len(profiles), axis=1),
-        "capacity": np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), len(profiles), axis=1),
-        "max_batch": np.array([p.max_batch for p in profiles], dtype=np.int64),
-        "a_t": np.array([p.training.microbatch_fixed_s for p in profiles]),
-        "c_t": np.array([p.training.per_sample_s for p in profiles]),
-        "max_microbatch": np.array([p.training.max_microbatch for p in profiles], dtype=np.int64),
-        "cheapest_sample": np.array([p.training.cheapest_per_sample_s() for p in profiles]),
-    }
+    n = len(profiles)
+    costs = [[p.inference_for(name) for p in profiles] for name in names]
+    cheapest = [
+        [c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs
+    ]
+    return DeviceArrays(
+        fixed=np.array([[c.batch_fixed_s for c in row] for row in costs], dtype=np.float64),
+        per=np.array([[c.per_request_s for c in row] for row in costs], dtype=np.float64),
+        cheapest=np.array(cheapest, dtype=np.float64),
+        slo=np.repeat(np.array([[t.slo_s] for t in tasks], dtype=np.float64), n, axis=1),
+        capacity=np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), n, axis=1),
+        max_batch=np.array([p.max_batch for p in profiles], dtype=np.int64),
+        a_t=np.array([p.training.microbatch_fixed_s for p in profiles], dtype=np.float64),
+        c_t=np.array([p.training.per_sample_s for p in profiles], dtype=np.float64),
+        max_microbatch=np.array([p.training.max_microbatch for p in profiles], dtype=np.int64),
+        cheapest_sample=np.array([p.training.cheapest_per_sample_s() for p in profiles], dtype=np.float64),
+    )
 
 
 def simulate_fleet(
@@ -262,14 +285,21 @@ def simulate_fleet(
     tasks: Sequence[TaskSpec],
     policy: FleetPolicy,
     config: FleetConfig | None = None,
+    on_progress: Callable[[float], None] | None = None,
 ) -> FleetResult:
-    """Run every device of the fleet under `policy` for the arrivals' horizon."""
+    """Run every device of the fleet under `policy` for the arrivals' horizon.
+
+    `on_progress(fraction)` is called with the fraction of periods done, about 50 times a run.
+    """
     cfg = config or FleetConfig()
     if abs(arrivals.period_s - cfg.period_s) > 1e-12:
-        raise ConfigError(f"counts are binned per {arrivals.period_s} s but the control period is {cfg.period_s} s")
+        raise ConfigError(
+            f"counts are binned per {arrivals.period_s} s but the control period is {cfg.period_s} s"
+        )
     if tuple(t.name for t in tasks) != arrivals.task_names:
         raise ConfigError(
-            f"task specs {[t.name for t in tasks]} must match the workload's tasks {list(arrivals.task_names)}"
+            f"task specs {[t.name for t in tasks]} must match the workload's tasks "
+            f"{list(arrivals.task_names)}"
         )
     n_dev = arrivals.num_devices
     profiles = [profile] * n_dev if isinstance(profile, DeviceProfile) else list(profile)
@@ -280,17 +310,23 @@ def simulate_fleet(
     state = FleetState.start(dev, tau)
     policy.reset()
     alpha_slow = -math.expm1(-tau / cfg.rate_time_constant_s)
-    rates = np.zeros_like(dev["fixed"])
+    rates = np.zeros_like(dev.fixed)
     round_start = 0.0
     round_trained = np.zeros(n_dev)
     round_samples: list[FloatArray] = []
     k_tasks = len(tasks)
     # The first period is a warm-up, as in the event simulator: serve, do not train.
     alloc = FleetAllocation(
-        np.ones(n_dev), np.zeros(n_dev, dtype=np.int64), dev["max_batch"].copy(), np.full((n_dev, k_tasks), 1 / k_tasks)
+        np.ones(n_dev),
+        np.zeros(n_dev, dtype=np.int64),
+        dev.max_batch.copy(),
+        np.full((n_dev, k_tasks), 1 / k_tasks),
     )
     counts = arrivals.counts
+    report_every = max(1, arrivals.num_periods // 50)
     for j in range(arrivals.num_periods):
+        if on_progress is not None and j % report_every == 0:
+            on_progress(j / arrivals.num_periods)
         arrived = counts[j].astype(np.float64)
         before = state.trained.copy()
         run_period(state, arrived, alloc)
@@ -307,6 +343,9 @@ def simulate_fleet(
             rates = arrived / tau
         else:
             rates += alpha_slow * (arrived / tau - rates)
+            # Flush rates decayed to denormals after a long silence: demand shares divide by
+            # their sum, and 1 / 1e-310 overflows (the scalar policy would return NaN shares).
+            rates[rates < 1e-9] = 0.0
         obs = FleetObservation(
             now_s=now,
             period_s=tau,
@@ -316,13 +355,13 @@ def simulate_fleet(
             slo_misses_since_last=state.misses.T,
             training_misses_since_last=state.training_misses.T,
             arrival_rate_per_s=rates.T,
-            slo_s=dev["slo"].T,
-            batch_fixed_s=dev["fixed"].T,
-            per_request_s=dev["per"].T,
-            max_batch=dev["max_batch"],
-            microbatch_fixed_s=dev["a_t"],
-            per_sample_s=dev["c_t"],
-            max_microbatch=dev["max_microbatch"],
+            slo_s=dev.slo.T,
+            batch_fixed_s=dev.fixed.T,
+            per_request_s=dev.per.T,
+            max_batch=dev.max_batch,
+            microbatch_fixed_s=dev.a_t,
+            per_sample_s=dev.c_t,
+            max_microbatch=dev.max_microbatch,
             round_start_s=round_start,
             round_deadline_s=round_start + cfg.round_s,
             round_target_samples=float(cfg.round_target_samples),
@@ -331,12 +370,16 @@ def simulate_fleet(
         policy.update(obs)
         alloc = policy.decide(obs)
     state.finish()
+    if on_progress is not None:
+        on_progress(1.0)
     totals = arrivals.totals()
-    inference_min = (totals * dev["cheapest"]).sum(axis=0)
+    inference_min = (totals * dev.cheapest).sum(axis=0)
     horizon = arrivals.horizon_s
     trainable = np.array(
-        [fluid_trainable_samples(horizon, float(i), float(c)) for i, c in zip(inference_min, dev["cheapest_sample"],
-                                                                             strict=True)]  # fmt: skip
+        [
+            fluid_trainable_samples(horizon, float(i), float(c))
+            for i, c in zip(inference_min, dev.cheapest_sample, strict=True)
+        ]
     )
     requests = totals.sum(axis=0)
     rounds_met = np.zeros(0)
@@ -357,9 +400,20 @@ def simulate_fleet(
         inference_busy_s=state.inference_busy,
         fluid_trainable=trainable,
         max_backlog=state.max_backlog,
-        mean_latency_s=np.where(state.accepted > 0, state.latency_sum / np.maximum(state.accepted, 1e-300), 0.0),
+        mean_latency_s=np.where(
+            state.accepted > 0, state.latency_sum / np.maximum(state.accepted, 1e-300), 0.0
+        ),
         rounds_met=rounds_met,
     )
+
+
+# Worker processes add the device-runs they finish here (set by `_init_worker`).
+_SHARED_DONE: Any = None
+
+
+def _init_worker(done: Any) -> None:
+    global _SHARED_DONE
+    _SHARED_DONE = done
 
 
 def _chunk_job(
@@ -370,9 +424,32 @@ def _chunk_job(
     tasks: Sequence[TaskSpec],
     specs: Sequence[str],
     config: FleetConfig,
+    report: Callable[[float], None] | None = None,
 ) -> dict[str, FleetResult]:
+    """Build devices lo..hi-1's counts, then run every policy on them.
+
+    Progress is counted in device-runs: building the counts is one per device, each policy one.
+    """
+    size = hi - lo
+    add = report or _add_shared
     counts = source(lo, hi)
-    return {spec: simulate_fleet(counts, profile, tasks, make_fleet_policy(spec), config) for spec in specs}
+    add(size)
+    results: dict[str, FleetResult] = {}
+    for spec in specs:
+        last = [0.0]
+
+        def step(fraction: float, last: list[float] = last) -> None:
+            add(size * (fraction - last[0]))
+            last[0] = fraction
+
+        results[spec] = simulate_fleet(counts, profile, tasks, make_fleet_policy(spec), config, step)
+    return results
+
+
+def _add_shared(amount: float) -> None:
+    if _SHARED_DONE is not None:
+        with _SHARED_DONE.get_lock():
+            _SHARED_DONE.value += amount
 
 
 def run_fleet(
@@ -384,37 +461,65 @@ def run_fleet(
     config: FleetConfig | None = None,
     *,
     workers: int = 1,
-    chunk_devices: int = 250,
-    on_chunk: Callable[[int], None] | None = None,
+    chunk_devices: int = 500,
+    on_progress: Callable[[float], None] | None = None,
 ) -> dict[str, FleetResult]:
-    """Simulate `num_devices` devices under every policy spec, in device chunks.
+    """Simulate `num_devices` devices under every policy spec, in chunks of the device axis.
 
-    `source(lo, hi)` returns the counts of devices lo..hi-1; with workers > 1 it runs in worker
-    processes, so it must be picklable (a module-level function or a functools.partial of one).
-    `on_chunk(devices_done)` is called in this process as chunks finish.
+    `source(lo, hi)` returns the counts of devices lo..hi-1 (it must not depend on the chunking,
+    so a run is the same for any `workers` and `chunk_devices`). With workers > 1 the chunks run
+    in worker processes, so `source` must be picklable (a module-level function or a
+    functools.partial of one). `on_progress(fraction)` is called in this process.
     """
     cfg = config or FleetConfig()
     if num_devices < 1:
         raise ConfigError(f"a fleet needs at least one device, got {num_devices}")
     if workers < 1 or chunk_devices < 1:
         raise ConfigError(f"workers and chunk size must be >= 1, got {workers} and {chunk_devices}")
+    if not specs:
+        raise ConfigError("give at least one policy to run")
     for spec in specs:
         make_fleet_policy(spec)  # fail fast on a bad name
     bounds = [(lo, min(num_devices, lo + chunk_devices)) for lo in range(0, num_devices, chunk_devices)]
+    total = float(num_devices * (len(specs) + 1))
     parts: list[dict[str, FleetResult]] = []
-    done = 0
     if workers == 1 or len(bounds) == 1:
+        done = [0.0]
+
+        def add(amount: float) -> None:
+            done[0] += amount
+            if on_progress is not None:
+                on_progress(min(1.0, done[0] / total))
+
         for lo, hi in bounds:
-            parts.append(_chunk_job(source, lo, hi, profile, tasks, specs, cfg))
-            done += hi - lo
-            if on_chunk is not None:
-                on_chunk(done)
+            parts.append(_chunk_job(source, lo, hi, profile, tasks, specs, cfg, add))
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(bounds))) as pool:
-            futures = [pool.submit(_chunk_job, source, lo, hi, profile, tasks, specs, cfg) for lo, hi in bounds]
-            for (lo, hi), future in zip(bounds, futures, strict=True):
-                parts.append(future.result())
-                done += hi - lo
-                if on_chunk is not None:
-                    on_chunk(done)
+        parts = _run_in_workers(source, bounds, profile, tasks, specs, cfg, workers, total, on_progress)
     return {spec: FleetResult.concat([p[spec] for p in parts]) for spec in specs}
+
+
+def _run_in_workers(
+    source: CountSource,
+    bounds: list[tuple[int, int]],
+    profile: DeviceProfile,
+    tasks: Sequence[TaskSpec],
+    specs: Sequence[str],
+    config: FleetConfig,
+    workers: int,
+    total: float,
+    on_progress: Callable[[float], None] | None,
+) -> list[dict[str, FleetResult]]:
+    context = multiprocessing.get_context()
+    done = context.Value("d", 0.0)
+    with ProcessPoolExecutor(
+        max_workers=min(workers, len(bounds)), mp_context=context, initializer=_init_worker, initargs=(done,)
+    ) as pool:
+        futures = [
+            pool.submit(_chunk_job, source, lo, hi, profile, tasks, specs, config) for lo, hi in bounds
+        ]
+        pending = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
+            if on_progress is not None:
+                on_progress(min(1.0, done.value / total))
+        return [f.result() for f in futures]

@@ -32,12 +32,28 @@ import numpy.typing as npt
 
 from dartfl.sim.fleet_policies import FleetAllocation
 
-__all__ = ["FleetState", "run_period"]
+__all__ = ["DeviceArrays", "FleetState", "run_period"]
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _BIG_S = 1e9  # a latency that never meets an SLO, kept finite so means stay finite
+
+
+@dataclass(frozen=True, eq=False)
+class DeviceArrays:
+    """Every device's costs, SLOs and bounds: (tasks, devices) per task, else (devices,)."""
+
+    fixed: FloatArray  # a_k, batch-fixed seconds
+    per: FloatArray  # c_k, per-request seconds
+    cheapest: FloatArray  # c_k + a_k / b_max, the fluid limit's price of a request
+    slo: FloatArray
+    capacity: FloatArray  # queue bound per task
+    max_batch: IntArray
+    a_t: FloatArray  # training step fixed seconds
+    c_t: FloatArray  # training seconds per sample
+    max_microbatch: IntArray
+    cheapest_sample: FloatArray  # the fluid limit's price of a sample
 
 
 @dataclass(eq=False)
@@ -57,6 +73,7 @@ class FleetState:
     carry_s: FloatArray  # time left of the step in flight at the period start
     carry_m: FloatArray  # its samples
     carry_task: FloatArray  # its samples per task
+    credit: FloatArray  # inference time earned by steps and not yet used (x < 1)
     trained: FloatArray
     trained_per_task: FloatArray
     training_busy: FloatArray
@@ -70,8 +87,8 @@ class FleetState:
     training_misses: FloatArray  # last period: the misses of requests that arrived during a step
 
     @classmethod
-    def start(cls, dev: dict[str, FloatArray | IntArray], tau: float) -> FleetState:
-        k, d = dev["fixed"].shape
+    def start(cls, dev: DeviceArrays, tau: float) -> FleetState:
+        k, d = dev.fixed.shape
 
         def zeros() -> FloatArray:
             return np.zeros(d)
@@ -81,18 +98,19 @@ class FleetState:
 
         return cls(
             tau=tau,
-            fixed=dev["fixed"].astype(np.float64),
-            per=dev["per"].astype(np.float64),
-            slo=dev["slo"].astype(np.float64),
-            capacity=dev["capacity"].astype(np.float64),
-            a_t=dev["a_t"].astype(np.float64),
-            c_t=dev["c_t"].astype(np.float64),
+            fixed=dev.fixed,
+            per=dev.per,
+            slo=dev.slo,
+            capacity=dev.capacity,
+            a_t=dev.a_t,
+            c_t=dev.c_t,
             now_s=0.0,
             queue=task_zeros(),
             head_s=task_zeros(),
             carry_s=zeros(),
             carry_m=zeros(),
             carry_task=task_zeros(),
+            credit=zeros(),
             trained=zeros(),
             trained_per_task=task_zeros(),
             training_busy=zeros(),
@@ -117,9 +135,15 @@ class FleetState:
 
 
 def _div(num: FloatArray, den: FloatArray) -> FloatArray:
-    """num / den with x / 0 = inf for x > 0 and 0 / 0 = 0 (work that needs no time)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        out: FloatArray = np.where(den > 0, num / den, np.where(num > 0, math.inf, 0.0))
+    """num / den, and 0 where den <= 0."""
+    num, den = np.broadcast_arrays(num, den)
+    out: FloatArray = np.divide(num, den, out=np.zeros(num.shape), where=den > 0)
+    return out
+
+
+def _time_to(work: FloatArray, rate: FloatArray) -> FloatArray:
+    """Time to do `work` at `rate`: inf when there is work and no positive rate."""
+    out: FloatArray = np.where(rate > 0, work / rate, np.where(work > 0, math.inf, 0.0))
     return out
 
 
@@ -129,33 +153,89 @@ def _batches(n: FloatArray, batch: FloatArray) -> FloatArray:
     return out
 
 
-def _uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray) -> FloatArray:
-    """P(U <= y) for U uniform on [lo, hi] (a point mass when lo == hi)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        inside = (y - lo) / (hi - lo)
-    out: FloatArray = np.where(y >= hi, 1.0, np.where(y < lo, 0.0, inside))
+_SQRT3 = math.sqrt(3.0)
+
+
+def _blurred_uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray, sd: FloatArray) -> FloatArray:
+    """P(U + Z <= y) for U uniform on [lo, hi] and Z a zero-mean noise of deviation sd.
+
+    Z is taken uniform too (on +-sqrt(3) sd), which keeps the result a closed form of plain
+    arithmetic (the CDF of a sum of two uniforms is piecewise quadratic):
+    F(y) = [r(y - lo + h) - r(y - hi + h) - r(y - lo - h) + r(y - hi - h)] / (4 w h), r(t) = max(t, 0)^2.
+    """
+    h = np.maximum(_SQRT3 * sd, 1e-7)
+    w = np.maximum(hi - lo, 1e-7)
+    top = hi + h
+    a, b = y - lo, y - lo - w
+    ramps = (
+        np.square(np.maximum(a + h, 0.0))
+        - np.square(np.maximum(b + h, 0.0))
+        - np.square(np.maximum(a - h, 0.0))
+        + np.square(np.maximum(b - h, 0.0))
+    )
+    out: FloatArray = np.where(y >= top, 1.0, np.clip(ramps / (4.0 * w * h), 0.0, 1.0))
     return out
 
 
-def _turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> FloatArray:
-    """kappa_k: the expected part of a round of batches that ends with task k's batch.
+def _turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """kappa_k and its spread: the part of a round of batches that ends with task k's batch.
 
     A round serves one batch per waiting task, oldest head first (EDF with equal SLOs). Task j's
-    head is older than task k's with probability n_j / (n_j + n_k) for Poisson arrivals, so
-    task k's batch ends after its own work plus that share of every other task's.
+    head is older than task k's with probability p = n_j / (n_j + n_k) for Poisson arrivals, so
+    task k's batch ends after its own work plus, for each other task, its work with probability
+    p: mean kappa_k, variance sum_j p (1 - p) w_j^2 (in units of the round).
     """
-    work = fixed * (queued > 0) + per * queued
-    turn = work.copy()
+    work = fixed * (queued > 0) + per * queued  # (tasks, devices)
+    pair = queued[None, :, :] + queued[:, None, :]  # [k, j]: n_k + n_j
+    before = np.where(pair > 0, queued[None, :, :] / np.where(pair > 0, pair, 1.0), 0.0)  # P(j before k)
     k_tasks = queued.shape[0]
-    for k in range(k_tasks):
-        for j in range(k_tasks):
-            if j != k:
-                turn[k] += work[j] * _div(queued[j], queued[j] + queued[k])
-    return _div(turn, work.sum(axis=0))
+    diag = np.arange(k_tasks)
+    before[diag, diag] = 0.0
+    total = work.sum(axis=0)
+    turn = work + (before * work[None, :, :]).sum(axis=1)
+    spread = (before * (1.0 - before) * (work * work)[None, :, :]).sum(axis=1)
+    return _div(turn, total), np.sqrt(_div(spread, total * total))
+
+
+def _round_work(n: FloatArray, fixed: FloatArray, per: FloatArray, batch: FloatArray) -> FloatArray:
+    """Device time of one round: a batch for every task with requests, n_k of them expected."""
+    out: FloatArray = (fixed * _batches(n, batch) + per * n).sum(axis=0)
+    return out
+
+
+def _busy_round(lam: FloatArray, fixed: FloatArray, per: FloatArray, batch: FloatArray) -> FloatArray:
+    """R*: the round length at which greedy batching keeps the device busy for good (0: none).
+
+    Round after round, each batch holds what arrived during the previous round, so a busy device
+    settles where R = sum_k a_k beta(lam_k R) + c_k lam_k R. That has a root R > 0 only when
+    serving every request alone would overload the device (sum lam (a + c) > 1): then the queue
+    never empties, and a strict-priority executor never starts a training step. Newton from the
+    full-batch bound converges from above (the right-hand side is concave in R).
+    """
+    alone = (lam * (fixed + per)).sum(axis=0)
+    out: FloatArray = np.zeros(alone.shape)
+    some = np.flatnonzero(alone > 1.0)
+    if some.size == 0:
+        return out
+    lam, fixed, per, batch = lam[:, some], fixed[:, some], per[:, some], batch[some]
+    full = (lam * (per + fixed / batch)).sum(axis=0)
+    r = np.where(full < 1.0, fixed.sum(axis=0) / np.maximum(1.0 - full, 1e-12), 0.0)
+    for _ in range(6):
+        n = lam * r
+        g = _round_work(n, fixed, per, batch) - r
+        slope = (lam * (fixed * np.where(n < batch, np.exp(-n), 1.0 / batch) + per)).sum(axis=0) - 1.0
+        r = np.maximum(r - g / np.minimum(slope, -1e-9), 0.0)
+    out[some] = np.where(full < 1.0, r, 0.0)  # past capacity at full batches: no fixed point
+    return out
 
 
 def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> None:
     """Advance every device by one period; `arrived` is (tasks, devices)."""
+    with np.errstate(all="ignore"):  # inf and nan only appear in branches np.where discards
+        _run_period(st, arrived, alloc)
+
+
+def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> None:
     tau = st.tau
     fixed, per = st.fixed, st.per
     lam = arrived / tau
@@ -167,77 +247,107 @@ def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> N
     s = st.a_t + st.c_t * m
     x_eff = np.where(train & (x < 1.0), x, 1.0)
     q0 = st.queue
+    lamc = (per * lam).sum(axis=0)
+    busy_r = _busy_round(lam, fixed, per, bcap)  # R*
+    settled = busy_r > 0  # greedy batching keeps the device busy: the queue never empties
+    floor_q = lam * busy_r  # the queue a busy device keeps
 
     # 0. The carried step runs first; requests queue behind it.
     carry = st.carry_s
     e0 = np.minimum(carry, tau)
     done0 = (carry > 0) & (carry <= tau)
     trained = np.where(done0, st.carry_m, 0.0)
-    trained_task = np.where(done0, st.carry_task, 0.0)
     carry_rem = carry - e0
     busy = carry_rem > 0
     rest = tau - e0
     q = q0 + lam * e0
 
-    # 1. Drain the queue at share x_eff while arrivals keep coming.
-    v0 = (q0 * (per + fixed / np.clip(q0, 1.0, bcap))).sum(axis=0)
-    cq = per + fixed / np.clip(q, 1.0, bcap)
+    # 1. Drain the queue down to its floor while arrivals keep coming; a batch holds what
+    #    waits, between the floor's batch and the cap. First at full speed while inference has
+    #    credit from the steps that ran (x < 1), then at share x_eff.
+    full = (lam * (per + fixed / bcap)).sum(axis=0)  # the arrivals' work at full batches
+    # A batch holds what waits (at least the floor's batch); past capacity, full batches.
+    cq = np.where(full >= x_eff, per + fixed / bcap, per + fixed / np.clip(np.maximum(q, floor_q), 1.0, bcap))
     v = (q * cq).sum(axis=0)
+    v_floor = (floor_q * cq).sum(axis=0)
     lam1 = (lam * cq).sum(axis=0)
+    over_floor = np.maximum(v - v_floor, 0.0)
+    shared = train & (x < 1.0)
+    credit0 = np.where(shared, st.credit + x_eff / (1.0 - x_eff) * e0, 0.0)
+    net_a = 1.0 - lam1
+    need_a = _time_to(over_floor, net_a)
+    ta = np.minimum(np.minimum(need_a, credit0), rest)
+    drained_a = ~busy & (full < 1.0) & (need_a <= np.minimum(credit0, rest))
+    w_a = np.maximum(over_floor - net_a * ta, 0.0)
     net = x_eff - lam1
-    can_drain = (net > 0) & ~busy
-    td = _div(v, np.where(can_drain, net, 0.0))
-    drained = can_drain & (td <= rest)
-    t1 = np.where(drained, td, rest)
-    v1 = np.where(drained, 0.0, np.maximum(v - net * t1, 0.0))
+    need_b = _time_to(w_a, net)
+    drained_b = ~busy & (full < x_eff) & ~drained_a & (need_b <= rest - ta)
+    tb = np.where(drained_a, 0.0, np.where(drained_b, need_b, rest - ta))
+    drained = drained_a | drained_b
+    t1 = ta + tb
+    v1 = v_floor + np.where(drained, 0.0, np.maximum(w_a - net * tb, 0.0))
     q1 = (q + lam * t1) * _div(v1, v + lam1 * t1)
-    train1 = np.where(train, (1.0 - x_eff) * t1, 0.0)  # x < 1: steps interleave with the drain
+    train1 = np.where(train, (1.0 - x_eff) * tb, 0.0)  # x < 1: steps interleave with the drain
     trained += np.where(train, train1 / s * m, 0.0)
-    infer1 = x_eff * t1
+    infer1 = ta + x_eff * tb
+    share1 = np.where(t1 > 0, _div(infer1, t1), x_eff)  # inference's average share while draining
 
-    # 2. Empty queue: step/drain cycles with training, batches as requests come without.
+    # 2a. The queue is at its floor. Training cycles: a step of s, then the rounds that drain
+    #     what arrived during it, until the queue is empty (R* = 0) or the credit runs out.
     r2 = np.where(drained, rest - t1, 0.0)
-    lamc = (per * lam).sum(axis=0)
+    # A busy device (R* > 0) never empties its queue, so credit left from earlier steps is
+    # spent serving at the floor before the next step (an empty queue would reset it).
+    credit_left = np.maximum(credit0 - ta, 0.0)
+    pre = np.where(drained & settled & shared, np.minimum(credit_left, r2), 0.0)
+    r2c = r2 - pre
     n0 = lam * s
-    d0 = (fixed * _batches(n0, bcap) + per * n0).sum(axis=0)
-    n1 = lam * d0  # round 1 serves what arrived during round 0, and so on
-    d1 = (fixed * _batches(n1, bcap) + per * n1).sum(axis=0)
-    n2 = lam * d1
-    d2 = (fixed * _batches(n2, bcap) + per * n2).sum(axis=0)
-    d_tail = d2 + np.where(lamc < 1.0, d2 * lamc / np.maximum(1.0 - lamc, 1e-12), math.inf)  # round 2 on
-    d_tail = np.minimum(d_tail, _BIG_S)
-    dd = d0 + d1 + d_tail
-    with np.errstate(divide="ignore", invalid="ignore"):
-        credit = np.where(x < 1.0, x * s / (1.0 - x), math.inf)
-    ic = np.minimum(dd, credit)  # inference time per cycle
+    d0 = _round_work(n0, fixed, per, bcap)
+    d1 = _round_work(lam * d0, fixed, per, bcap)
+    d2 = _round_work(lam * d1, fixed, per, bcap)
+    ratio = np.clip(_div(d2, d1), 0.0, 0.99)
+    d_tail = d2 / (1.0 - ratio)  # round 2 on, shrinking geometrically
+    empties = d0 + d1 + d_tail
+    credit = np.where(x < 1.0, x * s / (1.0 - x), math.inf)
+    slope = np.clip(((lam * fixed * np.exp(-floor_q)).sum(axis=0) + lamc), 0.0, 0.99)
+    excess = np.maximum(d0 - busy_r, 0.0) / (1.0 - slope)  # settled: drain time above the floor
+    needed = np.minimum(np.where(settled, excess, empties), _BIG_S)
+    cyc = drained & train & (~settled | (x < 1.0))
+    ic = np.where(settled, credit, np.minimum(empties, credit))  # inference time per cycle
+    ic = np.minimum(ic, _BIG_S)
     cycle = s + ic
-    cycles = np.where(train & drained, np.floor(_div(r2, cycle)), 0.0)
-    rr = r2 - cycles * np.where(np.isfinite(cycle), cycle, 0.0)
+    cycles = np.where(cyc, np.floor(r2c / cycle), 0.0)
+    rr = r2c - cycles * cycle
     in_step = rr < s
-    cyc = train & drained
-    completed = np.where(cyc, cycles + np.where(in_step, 0.0, 1.0), 0.0)
-    train2 = np.where(cyc, cycles * s + np.minimum(rr, s), 0.0)
-    infer2 = np.where(cyc, cycles * ic + np.maximum(rr - s, 0.0), 0.0)
-    # The part of a cycle's arrivals the credit could not serve (x < 1 and a long drain).
-    with np.errstate(invalid="ignore"):
-        left = np.where(dd > ic, np.where(np.isfinite(dd), _div(dd - ic, dd), 1.0), 0.0)
-    q2 = np.where(in_step, lam * rr, n0 * np.maximum(0.0, 1.0 - _div(rr - s, dd))) + n0 * (cycles * left)
+    cyc_started = cyc & (r2c > 0)
+    in_step = in_step & cyc_started
+    completed = np.where(cyc_started, cycles + np.where(in_step, 0.0, 1.0), 0.0)
+    train2 = np.where(cyc_started, cycles * s + np.minimum(rr, s), 0.0)
+    infer2 = np.where(cyc_started, cycles * ic + np.maximum(rr - s, 0.0), 0.0)
+    left = np.where(needed > ic, _div(needed - ic, needed), 0.0)  # what the credit could not serve
+    done_frac = np.minimum(_div(np.maximum(rr - s, 0.0), needed), 1.0)
+    q_cyc = np.where(in_step, lam * rr + floor_q, np.maximum(n0 * (1.0 - done_frac), floor_q))
+    q_cyc = q_cyc + n0 * (cycles * left)
     trained += completed * m
-    # Without training: a batch holds what arrived during the previous one (EDF round robin).
-    idle = drained & ~train
-    active = lam > 0
-    round_s = _div((fixed * active).sum(axis=0), 1.0 - lamc)
-    b_idle = np.clip(lam * np.where(np.isfinite(round_s), round_s, 0.0), 1.0, bcap)
-    rho = (lam * (per + fixed / b_idle)).sum(axis=0)
-    batch_rate = (lam / b_idle).sum(axis=0)
-    rho_w = np.minimum(rho, 0.95)  # rho >= 1 here means the fluid drain ended early: cap the wait
-    wait_idle = _div(rho_w * _div(rho, batch_rate), 2.0 * (1.0 - rho_w))
-    infer2 = infer2 + np.where(idle, np.minimum(rho, 1.0) * r2, 0.0)
+
+    # 2b. No training, or a busy device under strict priority: inference only.
+    serve_only = drained & ~cyc
+    idle = serve_only & ~settled
+    first = _div((lam * (fixed + per)).sum(axis=0), lam.sum(axis=0))  # a busy period's first batch
+    b1 = _round_work(lam * first, fixed, per, bcap)
+    b2 = _round_work(lam * b1, fixed, per, bcap)
+    period_busy = first + b1 + b2 / (1.0 - np.clip(_div(b2, b1), 0.0, 0.99))
+    arrivals = lam.sum(axis=0)
+    util = _div(arrivals * period_busy, 1.0 + arrivals * period_busy)
+    wait_idle = util * first / (2.0 * np.maximum(1.0 - util, 0.05))
+    infer2 = infer2 + np.where(serve_only, np.where(settled, 1.0, util) * r2, 0.0) + pre
 
     # Where every device ends the period.
     new_carry = np.where(cyc & in_step, s - rr, 0.0)
-    q_end = np.where(busy[None, :], q, np.where(drained[None, :], np.where(cyc[None, :], q2, 0.0), q1))
+    q_end = np.where(
+        busy, q, np.where(drained, np.where(cyc_started, q_cyc, np.where(settled, floor_q, 0.0)), q1)
+    )
     q_end = np.where(q_end < 1e-9, 0.0, q_end)
+    q_end = np.minimum(q_end, q0 + arrived)  # a queue holds at most what it had and what came
     over = np.maximum(q_end - st.capacity, 0.0)
     q_end -= over
     accepted = arrived - over
@@ -247,26 +357,63 @@ def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> N
     # for it to end, then for its task's turn in the next round: kappa_k of that round.
     slo = st.slo
     one = fixed + per
-    xs = np.maximum(x_eff, 1e-300)
-    kappa = _turn_fraction(q + lam * tau, fixed, per)
-    r0 = _div(v + lam1 * carry_rem, xs)  # the first round after the carried step
-    lat: list[tuple[FloatArray, FloatArray, FloatArray, bool]] = [
-        (e0 / tau, carry_rem + kappa * r0, carry + kappa * r0, True),
+    kappa, kappa_sd = _turn_fraction(q + lam * tau, fixed, per)
+    xs = np.maximum(share1, 1e-300)
+    r0 = (v + lam1 * carry_rem) / xs  # the first round after the carried step
+    # Draining: the queue is a round of batches; what arrives meanwhile forms the next round,
+    # rho times as long, and so on (rho < 1: the drain ends; rho >= 1: the backlog grows).
+    rho1 = lam1 / xs
+    u0 = v / xs
+    u1 = rho1 * u0
+    u2 = rho1 * u1
+    part_a = np.minimum(t1, u0)
+    part_b = np.minimum(t1 - part_a, u1)
+    # A cycle's inference time: drain rounds 0 and 1, then the later rounds (or the busy floor).
+    w_cyc = _div(np.where(cyc_started, infer2 - pre, 0.0), ic) / tau
+    part0 = np.minimum(d0, ic)
+    part1 = np.minimum(d1, ic - part0)
+    lo_rest = np.where(settled, kappa * busy_r, kappa * np.minimum(d2, d_tail))
+    hi_rest = np.where(settled, (1.0 + kappa) * busy_r, d_tail + kappa * d2)
+    # Poisson noise: the variance of the work that arrives in a stretch of length t, sum c^2 lam t,
+    # of which a request waits for about kappa of the next round's.
+    noise = kappa * (per * per * lam).sum(axis=0)
+    in_flight = np.where(in_step, rr, 0.0)
+
+    def blur(stretch: FloatArray, next_round: FloatArray) -> FloatArray:
+        out: FloatArray = np.sqrt(noise * stretch + (kappa_sd * next_round) ** 2)
+        return out
+
+    no_noise = np.zeros_like(lam)
+    lat: list[tuple[FloatArray, FloatArray, FloatArray, FloatArray, bool]] = [
+        (e0 / tau, carry_rem + kappa * r0, carry + kappa * r0, blur(carry, r0), True),
+        (part_a / tau, kappa * u1, u0 + kappa * u1, blur(u0, u1), False),
+        (part_b / tau, kappa * u2, u1 + kappa * u2, blur(u1, u2), False),
+        ((t1 - part_a - part_b) / tau, kappa * rho1 * u2, u2 + kappa * rho1 * u2, blur(u2, u2), False),
+        ((train2 - in_flight) / tau, kappa * d0, s + kappa * d0, blur(s, d0), True),
+        (
+            in_flight / tau,
+            s - in_flight + kappa * d0,
+            s + kappa * d0,
+            blur(s, d0),
+            True,
+        ),  # the step just begun
+        (w_cyc * part0, kappa * d1, d0 + kappa * d1, blur(d0, d1), False),
+        (w_cyc * part1, kappa * d2, d1 + kappa * d2, blur(d1, d2), False),
+        (w_cyc * (ic - part0 - part1), lo_rest, hi_rest, blur(d2, d2), False),
+        (np.where(idle, r2, 0.0) / tau, one, one + 2.0 * wait_idle, no_noise, False),
+        (
+            (np.where(serve_only & settled, r2, 0.0) + pre) / tau,
+            kappa * busy_r,
+            (1.0 + kappa) * busy_r,
+            blur(busy_r, busy_r),
+            False,
+        ),
     ]
-    a1, b1 = _div(v1, xs) + one, _div(v, xs) + fixed + per * np.maximum(1.0, np.minimum(bcap, q) / 2.0)
-    lat.append((t1 / tau, np.minimum(a1, b1), np.maximum(a1, b1), False))
-    # Cycles: the step, then the rounds of its drain (the credit may cut the drain short).
-    w_rounds = _div(np.where(cyc, infer2, 0.0), dd) / tau
-    lat.append((train2 / tau, kappa * d0, s + kappa * d0, True))
-    lat.append((w_rounds * d0, kappa * d1, d0 + kappa * d1, False))
-    lat.append((w_rounds * d1, kappa * d2, d1 + kappa * d2, False))
-    lat.append((w_rounds * d_tail, kappa * d2 * lamc, d_tail + kappa * d2 * lamc, False))
-    lat.append((np.where(idle, r2, 0.0) / tau, one, one + 2.0 * wait_idle, False))
     p_slo = np.zeros_like(lam)
     p_train_miss = np.zeros_like(lam)
     mean_latency = np.zeros_like(lam)
-    for weight, lo, hi, during_step in lat:
-        hit = _uniform_cdf(slo, lo, hi)
+    for weight, lo, hi, spread, during_step in lat:
+        hit = _blurred_uniform_cdf(slo, lo, hi, spread)
         p_slo += weight * hit
         if during_step:
             p_train_miss += weight * (1.0 - hit)
@@ -278,29 +425,31 @@ def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> N
     # FIFO per task: the oldest request left is the first one not served.
     served = q0 + accepted - q_end
     t0 = st.now_s
-    from_old = served < q0
-    with np.errstate(invalid="ignore"):
-        old_head = st.head_s + _div(served, q0) * (t0 - st.head_s)
-        head = np.where(from_old, old_head, t0 + _div(served - q0, accepted) * tau)
+    old_head = st.head_s + _div(served, q0) * (t0 - st.head_s)
+    head = np.where(served < q0, old_head, t0 + _div(served - q0, accepted) * tau)
     st.head_s = np.where(q_end > 0, np.minimum(head, t0 + tau), t0 + tau)
 
     # Peak backlog inside the period: behind the carried step, at a drain's start, after a step.
-    step_peak = np.where(cyc & ((cycles > 0) | ~in_step), n0.sum(axis=0), 0.0) + (n0 * (cycles * left)).sum(axis=0)
+    step_peak = np.where(cyc_started & ((cycles > 0) | ~in_step), (n0 + floor_q).sum(axis=0), 0.0)
+    step_peak = step_peak + (n0 * (cycles * left)).sum(axis=0)
     peak = np.maximum(np.maximum(q.sum(axis=0), q_end.sum(axis=0) + over.sum(axis=0)), step_peak)
     st.max_backlog = np.maximum(st.max_backlog, np.minimum(peak, st.capacity.sum(axis=0)))
 
     # Totals and the state the next period starts from.
-    task_samples = (trained - np.where(done0, st.carry_m, 0.0)) * shares + trained_task
     st.trained += trained
-    st.trained_per_task += task_samples
+    fresh = trained - np.where(done0, st.carry_m, 0.0)  # samples of steps started this period
+    st.trained_per_task += fresh * shares + np.where(done0, st.carry_task, 0.0)
     st.training_busy += e0 + train1 + train2
     st.inference_busy += infer1 + infer2
     st.rejected_total += over.sum(axis=0)
-    acc_total = accepted.sum(axis=0)
-    st.accepted += acc_total
+    st.accepted += accepted.sum(axis=0)
     st.slo_met += in_slo.sum(axis=0)
     st.latency_sum += (accepted * mean_latency).sum(axis=0)
     st.queue = q_end
+    step_credit = np.where(in_step & (x < 1.0), x / (1.0 - x) * rr, 0.0)
+    drain_credit = np.where(cyc_started & ~in_step & (x < 1.0), np.maximum(ic - (rr - s), 0.0), step_credit)
+    drain_credit = np.where(drained & ~cyc_started, credit_left - pre, drain_credit)
+    st.credit = np.where(busy | ~drained, np.maximum(credit0 - ta, 0.0), drain_credit)
     st.carry_s = np.where(busy, carry_rem, new_carry)
     st.carry_m = np.where(busy, st.carry_m, np.where(cyc & in_step, m, 0.0))
     st.carry_task = np.where(busy, st.carry_task, np.where(cyc & in_step, m * shares, 0.0))

@@ -82,10 +82,14 @@ class FleetObservation:
         shape = self.backlog.shape
         for name in ("oldest_age_s", "arrivals_since_last", "slo_misses_since_last", "arrival_rate_per_s"):
             if getattr(self, name).shape != shape:
-                raise ConfigError(f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape}")
+                raise ConfigError(
+                    f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape}"
+                )
         for name in ("slo_s", "batch_fixed_s", "per_request_s"):
             if getattr(self, name).shape != shape:
-                raise ConfigError(f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape}")
+                raise ConfigError(
+                    f"fleet observation {name} has shape {getattr(self, name).shape}, expected {shape}"
+                )
         for name in ("max_batch", "microbatch_fixed_s", "per_sample_s", "max_microbatch"):
             if getattr(self, name).shape != shape[:1]:
                 raise ConfigError(
@@ -141,7 +145,8 @@ class FleetObservation:
             round_trained_samples=rows("round_trained_samples"),
             # Per device, as the scalar policy reads it: training-caused misses when given.
             training_misses_since_last=np.array(
-                [o.training_misses_since_last or o.slo_misses_since_last for o in observations], dtype=np.float64
+                [o.training_misses_since_last or o.slo_misses_since_last for o in observations],
+                dtype=np.float64,
             ),
         )
 
@@ -175,9 +180,7 @@ class FleetPolicy(ABC):
 
 def _uniform(obs: FleetObservation, share: float, microbatch: IntArray) -> FleetAllocation:
     d, k = obs.backlog.shape
-    return FleetAllocation(
-        np.full(d, share), microbatch, obs.max_batch.copy(), np.full((d, k), 1.0 / k)
-    )
+    return FleetAllocation(np.full(d, share), microbatch, obs.max_batch.copy(), np.full((d, k), 1.0 / k))
 
 
 class FleetInferenceOnly(FleetPolicy):
@@ -234,7 +237,11 @@ class FleetDart(FleetPolicy):
         cfg = self.config
         k_tasks = obs.num_tasks
         # H counts the misses training caused where the executor can tell them apart.
-        counted = obs.slo_misses_since_last if obs.training_misses_since_last is None else obs.training_misses_since_last
+        counted = (
+            obs.slo_misses_since_last
+            if obs.training_misses_since_last is None
+            else obs.training_misses_since_last
+        )
         misses = counted[:, 0].copy()
         arrived = obs.arrivals_since_last[:, 0].copy()
         for k in range(1, k_tasks):  # sequential sums, as the scalar policy adds them
@@ -264,9 +271,9 @@ class FleetDart(FleetPolicy):
         k_tasks = obs.num_tasks
         a_t, c_t, m_max = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch
         backlog, fixed, per = obs.backlog, obs.batch_fixed_s, obs.per_request_s
-        fresh = self.peak_rates is None or self.recent_max is None
-        peaks = obs.arrival_rate_per_s if fresh else self.peak_rates
-        recent = obs.arrivals_since_last if fresh else self.recent_max
+        # Before the first update (fresh state), plan with this period's observation.
+        peaks = obs.arrival_rate_per_s if self.peak_rates is None else self.peak_rates
+        recent = obs.arrivals_since_last if self.recent_max is None else self.recent_max
         miss_queue = self.miss_queue if self.miss_queue is not None else np.zeros(obs.num_devices)
 
         # 1. Arrival rates to plan for: smoothed, busiest recent period, this period, part of a

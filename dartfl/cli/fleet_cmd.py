@@ -1,0 +1,327 @@
+"""`dartfl fleet`: many devices at once, each with its own bursty workload (docs/fleet.md).
+
+Device i gets a workload from the mix (round-robin, or drawn at random), its own seed and a
+load jittered around --target-load; every policy runs on the same per-device arrivals through
+the vectorised fleet simulator (`dartfl.sim.fleet`). The contract outsiders script against:
+`--json` prints one object `{"results": [...], "run_id": ...}` with one entry per policy, each
+with at least `policy`, `devices`, `requests`, `rejected`, `slo_attainment`,
+`slo_attainment_p5`, `slo_attainment_p50`, `train_samples`, `harvest_efficiency`,
+`harvest_efficiency_p5`, `harvest_efficiency_p50`, `max_backlog`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from dartfl.cli.sim_cmd import add_store_arguments
+from dartfl.cli.workload_args import WORKLOAD_NAMES, parse_tasks
+from dartfl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from dartfl.sim.fleet import FleetArrivals, FleetResult
+    from dartfl.types import DeviceProfile
+
+DEFAULT_POLICIES = ("dart", "inference-first:4")
+DEFAULT_MIX = "pareto-onoff,mmpp,gamma,poisson"
+ASSIGNMENTS = ("round-robin", "random")
+
+
+@dataclass(frozen=True)
+class FleetWorkloads:
+    """How every device's workload is drawn; picklable, so worker processes rebuild the counts.
+
+    Device i's randomness comes from SeedSequence([seed, i]) alone, so a device's arrivals do
+    not depend on how the fleet is split into chunks or workers.
+    """
+
+    mix: tuple[str, ...]
+    assignment: str
+    duration_s: float
+    target_load: float
+    load_jitter: float
+    task_names: tuple[str, ...]
+    zipf: float
+    seed: int
+    period_s: float
+    profile: DeviceProfile
+
+    def device(self, index: int) -> tuple[str, float, Any]:
+        """(workload name, load, rng for its arrivals) of device `index`."""
+        import numpy as np
+
+        rng = np.random.default_rng(np.random.SeedSequence([self.seed, index]))
+        if self.assignment == "random":
+            name = self.mix[int(rng.integers(len(self.mix)))]
+        else:
+            name = self.mix[index % len(self.mix)]
+        load = self.target_load * float(rng.uniform(1.0 - self.load_jitter, 1.0 + self.load_jitter))
+        return name, load, rng
+
+
+def device_counts(spec: FleetWorkloads, lo: int, hi: int) -> FleetArrivals:
+    """The per-period counts of devices lo..hi-1 (a module-level function: it runs in workers)."""
+    import numpy as np
+
+    from dartfl.sim.fleet import FleetArrivals, bin_arrivals
+    from workloads.mix import TaskMix
+    from workloads.registry import generate
+    from workloads.rescale import rate_for_load
+
+    periods = max(1, math.ceil(spec.duration_s / spec.period_s - 1e-9))
+    counts = np.zeros((periods, len(spec.task_names), hi - lo), dtype=np.int32)
+    shares = TaskMix(spec.task_names, spec.zipf).expected_shares(spec.duration_s)
+    for d in range(lo, hi):
+        name, load, rng = spec.device(d)
+        rate = rate_for_load(spec.profile, spec.task_names, shares, load)
+        arrivals = generate(
+            name,
+            duration_s=spec.duration_s,
+            rate_per_s=rate,
+            task_names=spec.task_names,
+            rng=rng,
+            zipf=spec.zipf,
+        )
+        counts[:, :, d - lo] = bin_arrivals(arrivals, spec.period_s, periods)
+    return FleetArrivals(counts, spec.task_names, spec.period_s)
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "fleet",
+        help="simulate a fleet of devices, each with its own workload, and compare policies",
+        description="Run many devices at once (a vectorised fluid model, docs/fleet.md) and report "
+        "fleet-wide SLO attainment and harvest per policy.",
+    )
+    g = p.add_argument_group("fleet")
+    g.add_argument("--devices", type=int, default=100, help="number of devices (default 100)")
+    g.add_argument("--duration-s", type=float, default=600.0, help="simulated seconds (default 600)")
+    g.add_argument(
+        "--workload-mix",
+        default=DEFAULT_MIX,
+        metavar="A,B,...",
+        help=f"workloads the devices draw from (default {DEFAULT_MIX}); any of: {', '.join(WORKLOAD_NAMES)}",
+    )
+    g.add_argument(
+        "--assign", choices=ASSIGNMENTS, default="round-robin", help="how devices get a workload from the mix"
+    )
+    g.add_argument(
+        "--target-load", type=float, default=0.5, help="mean offered load per device (default 0.5)"
+    )
+    g.add_argument(
+        "--load-jitter",
+        type=float,
+        default=0.2,
+        help="each device's load is target x U(1 - j, 1 + j) (default 0.2)",
+    )
+    g.add_argument(
+        "--tasks", default="digits,fashion,letters", help="task names (default digits,fashion,letters)"
+    )
+    g.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of task popularity (default 0)")
+    g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    d = p.add_argument_group("device")
+    d.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
+    d.add_argument("--profile-file", help="device profile TOML (see docs/profiles.md)")
+    d.add_argument(
+        "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
+    )
+    d.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
+    d.add_argument("--period-s", type=float, default=0.25, help="control period in s (default 0.25)")
+    d.add_argument("--round-s", type=float, default=60.0, help="FL round length in s (default 60)")
+    d.add_argument("--round-target", type=int, default=0, help="samples owed per round (default 0)")
+    p.add_argument(
+        "--policy",
+        action="append",
+        dest="policies",
+        metavar="SPEC",
+        help=f"policy (repeatable; default: {' '.join(DEFAULT_POLICIES)}); "
+        "dart[:V], inference-only, inference-first[:m], static:<x>",
+    )
+    p.add_argument(
+        "--workers", type=int, default=None, help="worker processes (default: up to 2, one per CPU)"
+    )
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_store_arguments(p)
+    p.set_defaults(handler=run)
+
+
+def _check(args: argparse.Namespace) -> None:
+    if args.devices < 1:
+        raise ConfigError(f"--devices must be >= 1, got {args.devices}")
+    if not (math.isfinite(args.duration_s) and args.duration_s > 0):
+        raise ConfigError(f"--duration-s must be > 0, got {args.duration_s}")
+    if not (math.isfinite(args.target_load) and args.target_load > 0):
+        raise ConfigError(
+            f"--target-load must be > 0 (a fraction of device capacity, e.g. 0.5), got {args.target_load}"
+        )
+    if not 0.0 <= args.load_jitter < 1.0:
+        raise ConfigError(f"--load-jitter must lie in [0, 1), got {args.load_jitter}")
+    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
+        raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
+    if args.queue_capacity < 1:
+        raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
+    if args.seed < 0:
+        raise ConfigError(f"--seed must be an integer >= 0, got {args.seed}")
+    if args.workers is not None and args.workers < 1:
+        raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+
+
+def _mix(text: str) -> tuple[str, ...]:
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in WORKLOAD_NAMES]
+    if not names or unknown:
+        raise ConfigError(
+            f"--workload-mix: unknown workload(s) {', '.join(unknown) or '(none given)'}; "
+            f"valid: {', '.join(WORKLOAD_NAMES)}"
+        )
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    from dartfl.profiles import resolve_profile
+    from dartfl.sim.fleet import FleetConfig, run_fleet
+    from dartfl.sim.fleet_policies import make_fleet_policy
+    from dartfl.types import TaskSpec
+
+    _check(args)
+    if args.profile is None and args.profile_file is None:
+        raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
+    profile = resolve_profile(args.profile, args.profile_file)
+    specs = args.policies or list(DEFAULT_POLICIES)
+    for spec in specs:
+        make_fleet_policy(spec)  # a bad name fails before any work
+    task_names = parse_tasks(args.tasks)
+    config = FleetConfig(period_s=args.period_s, round_s=args.round_s, round_target_samples=args.round_target)
+    tasks = [TaskSpec(name, args.slo_ms / 1e3, args.queue_capacity) for name in task_names]
+    workloads = FleetWorkloads(
+        mix=_mix(args.workload_mix),
+        assignment=args.assign,
+        duration_s=float(args.duration_s),
+        target_load=float(args.target_load),
+        load_jitter=float(args.load_jitter),
+        task_names=task_names,
+        zipf=float(args.zipf),
+        seed=int(args.seed),
+        period_s=float(args.period_s),
+        profile=profile,
+    )
+    workers = args.workers or max(1, min(2, os.cpu_count() or 1))
+    chunk = min(500, math.ceil(args.devices / workers))
+    started = time.perf_counter()
+    results = _with_progress(
+        sys.stderr.isatty() and not args.json,
+        lambda report: run_fleet(
+            partial(device_counts, workloads),
+            args.devices,
+            profile,
+            tasks,
+            specs,
+            config,
+            workers=workers,
+            chunk_devices=chunk,
+            on_progress=report,
+        ),
+    )
+    wall_s = time.perf_counter() - started
+    summaries = [_summary(results[spec], spec) for spec in specs]
+    run_id = None if args.no_store else _record(args, workloads, summaries, wall_s)
+    if args.json:
+        json.dump({"results": summaries, "run_id": run_id, "wall_s": wall_s}, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        _print_table(summaries, args, profile, wall_s)
+        if run_id is not None:
+            print(f"recorded as run {run_id} in the run store")
+    return 0
+
+
+def _with_progress(show: bool, work: Any) -> dict[str, FleetResult]:
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (
+        TextColumn("simulating fleet"),
+        BarColumn(),
+        TextColumn("{task.percentage:>3.0f}%"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=True, disable=not show) as bar:
+        job = bar.add_task("fleet", total=1.0)
+        out: dict[str, FleetResult] = work(lambda fraction: bar.update(job, completed=fraction))
+    return out
+
+
+def _summary(result: FleetResult, spec: str) -> dict[str, Any]:
+    from dartfl.cli.simulation import json_safe
+
+    summary: dict[str, Any] = json_safe(result.aggregates())
+    summary["policy"] = spec  # keyed by the spec as written, as `dartfl sim` does
+    return summary
+
+
+def _record(
+    args: argparse.Namespace, workloads: FleetWorkloads, summaries: list[dict[str, Any]], wall_s: float
+) -> int:
+    from pathlib import Path
+
+    from dartfl.paths import default_store_path
+    from dartfl.store import RunStore
+
+    config = {k: v for k, v in vars(args).items() if k not in ("handler", "store")}
+    spec = asdict(workloads)
+    spec["profile"] = workloads.profile.name
+    config["workloads"] = spec
+    config["wall_s"] = wall_s
+    label = f"fleet of {args.devices} x {args.duration_s:g} s on {workloads.profile.name}"
+    path = Path(args.store) if args.store else default_store_path()
+    with RunStore(path) as store:
+        run_id = store.start_run("fleet", label, config)
+        for summary in summaries:
+            store.add_result(run_id, summary["policy"], summary)
+        store.finish_run(run_id, "ok")
+    return run_id
+
+
+def _print_table(
+    summaries: list[dict[str, Any]], args: argparse.Namespace, profile: DeviceProfile, wall_s: float
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(
+        title=f"fleet of {args.devices} devices x {args.duration_s:g} s, profile {profile.name}, "
+        f"load {args.target_load:g} +-{args.load_jitter:g}, SLO {args.slo_ms:g} ms ({wall_s:.1f} s wall)"
+    )
+    columns = (
+        "policy",
+        "SLO met",
+        "SLO p5/p50",
+        "< 99% SLO",
+        "harvest",
+        "harvest p5/p50/p95",
+        "trained",
+        "rejected",
+    )
+    for col in columns:
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for r in summaries:
+        table.add_row(
+            r["policy"],
+            f"{100 * r['slo_attainment']:.2f}%",
+            f"{100 * r['slo_attainment_p5']:.1f}% / {100 * r['slo_attainment_p50']:.1f}%",
+            str(r["devices_below_99pct_slo"]),
+            f"{r['harvest_efficiency']:.3f}",
+            " / ".join(f"{r[f'harvest_efficiency_p{q}']:.2f}" for q in (5, 50, 95)),
+            f"{r['train_samples']:.3g}",
+            f"{r['rejected']:.0f}",
+        )
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    console.print(table)
+    console.print("estimates of a fluid model; docs/fleet.md gives its approximations and validation")

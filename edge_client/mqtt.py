@@ -1,0 +1,316 @@
+"""A thin paho-mqtt wrapper shared by the device agent and the replayer.
+
+One `MqttLink` = one paho client with its network loop on a background thread
+(`loop_start`), automatic reconnect with re-subscription, and incoming messages converted at
+this edge into `Message` values. Always paho's VERSION2 callback API (a bare `Client()`
+silently selects the old VERSION1 signatures).
+
+`on_message` runs on paho's network thread: keep it short (decode and enqueue). An exception
+in it is logged and the link keeps running.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from dartfl.errors import ConfigError, DartflError
+from edge_client.broker import parse_broker_url
+
+log = logging.getLogger(__name__)
+
+__all__ = ["MQTT_V5", "MQTT_V311", "Message", "MqttConnectError", "MqttLink", "Will", "connect"]
+
+MQTT_V311: Final = "3.1.1"
+MQTT_V5: Final = "5"
+_PROTOCOLS: Final = {
+    MQTT_V311: paho.MQTTv311,
+    MQTT_V5: paho.MQTTv5,
+    paho.MQTTv311: paho.MQTTv311,
+    paho.MQTTv5: paho.MQTTv5,
+}
+# Outgoing QoS>0 messages paho keeps while the broker is away: bounded memory on a device.
+MAX_QUEUED_OUTGOING: Final = 1000
+RECONNECT_MIN_S: Final = 1
+RECONNECT_MAX_S: Final = 10
+
+
+class MqttConnectError(DartflError):
+    """The broker did not accept the connection or the subscriptions in time."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One received message. The MQTT 5 properties are None under 3.1.1 or when absent."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+
+
+@dataclass(frozen=True)
+class Will:
+    """The last will the broker publishes if the link dies without a clean close."""
+
+    topic: str
+    payload: bytes
+    qos: int = 1
+    retain: bool = True
+
+
+def _message_from_paho(msg: paho.MQTTMessage) -> Message:
+    props = getattr(msg, "properties", None)
+    response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
+    correlation = getattr(props, "CorrelationData", None) if props is not None else None
+    return Message(
+        topic=msg.topic,
+        payload=bytes(msg.payload),
+        qos=msg.qos,
+        retain=bool(msg.retain),
+        response_topic=response_topic if isinstance(response_topic, str) else None,
+        correlation_data=bytes(correlation) if isinstance(correlation, bytes | bytearray) else None,
+    )
+
+
+def _set_nodelay(client: paho.Client, userdata: Any, sock: Any) -> None:
+    """Requests and replies are single small packets: with Nagle's algorithm against the
+    peer's delayed ACK each hop would wait ~40 ms. paho leaves Nagle on, so turn it off."""
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class MqttLink:
+    """A connected client; build it with `connect()`. Thread-safe publish and subscribe."""
+
+    def __init__(
+        self,
+        client: paho.Client,
+        protocol: int,
+        on_message: Callable[[Message], None],
+        subscriptions: Sequence[tuple[str, int]],
+        label: str,
+    ) -> None:
+        self._client = client
+        self._protocol = protocol
+        self._on_message = on_message
+        self._subscriptions: dict[str, int] = dict(subscriptions)
+        self._label = label
+        self._cond = threading.Condition()
+        self._connected = False
+        self._ready = False  # connected and the standing subscriptions acknowledged
+        self._failure: str | None = None
+        self._initial_mid: int | None = None
+        self._acked: dict[int, bool] = {}  # mid -> all granted, for subscribe() waiters
+        self._closed = False
+        self._last_sent: paho.MQTTMessageInfo | None = None
+        client.on_connect = self._handle_connect
+        client.on_disconnect = self._handle_disconnect
+        client.on_subscribe = self._handle_subscribe
+        client.on_message = self._handle_message
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    # -- paho callbacks (network thread) --
+
+    def _handle_connect(
+        self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
+    ) -> None:
+        if reason.is_failure:
+            hint = ""
+            if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
+                hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+            with self._cond:
+                self._failure = f"broker refused the connection: {reason}{hint}"
+                self._cond.notify_all()
+            log.warning("%s: connection refused: %s", self._label, reason)
+            return
+        with self._cond:
+            self._connected = True
+            subs = list(self._subscriptions.items())
+        if not subs:
+            with self._cond:
+                self._ready = True
+                self._cond.notify_all()
+            return
+        _, mid = client.subscribe(subs)
+        with self._cond:
+            self._initial_mid = mid
+        log.info("%s: connected; subscribing to %s", self._label, [t for t, _ in subs])
+
+    def _handle_disconnect(
+        self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
+    ) -> None:
+        with self._cond:
+            self._connected = False
+            self._ready = False
+            self._cond.notify_all()
+        if not self._closed:
+            log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
+
+    def _handle_subscribe(
+        self, client: paho.Client, userdata: Any, mid: int, reasons: list[Any], properties: Any
+    ) -> None:
+        granted = not any(r.is_failure for r in reasons)
+        with self._cond:
+            if mid == self._initial_mid:
+                if granted:
+                    self._ready = True
+                else:
+                    self._failure = f"broker refused a subscription: {[str(r) for r in reasons]}"
+            else:
+                self._acked[mid] = granted
+            self._cond.notify_all()
+
+    def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        try:
+            self._on_message(_message_from_paho(msg))
+        except Exception:  # one bad handler call must not stop the network thread
+            log.exception("%s: on_message failed for a message on %s", self._label, msg.topic)
+
+    # -- API --
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until connected with subscriptions acknowledged, or raise MqttConnectError."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ready or self._failure is not None, timeout)
+            if self._failure is not None:
+                raise MqttConnectError(f"{self._label}: {self._failure}")
+            if not self._ready:
+                raise MqttConnectError(f"{self._label}: not connected and subscribed within {timeout} s")
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 1,
+        *,
+        retain: bool = False,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+    ) -> bool:
+        """Send (or, for QoS > 0 while reconnecting, queue) a message. False if it was dropped:
+        QoS 0 while disconnected, or the outgoing queue is full. The MQTT 5 properties are
+        ignored under 3.1.1."""
+        props = None
+        if self._protocol == paho.MQTTv5 and (response_topic is not None or correlation_data is not None):
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            if response_topic is not None:
+                props.ResponseTopic = response_topic
+            if correlation_data is not None:
+                props.CorrelationData = correlation_data
+        info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
+        if info.rc == paho.MQTT_ERR_SUCCESS or (info.rc == paho.MQTT_ERR_NO_CONN and qos > 0):
+            if qos > 0:
+                self._last_sent = info
+            return True
+        log.debug("%s: publish to %s dropped: %s", self._label, topic, paho.error_string(info.rc))
+        return False
+
+    def subscribe(self, topic: str, qos: int = 1, timeout: float = 5.0) -> None:
+        """Add a standing subscription (kept across reconnects) and wait for the broker's ack."""
+        with self._cond:
+            self._subscriptions[topic] = qos
+        rc, mid = self._client.subscribe(topic, qos)
+        if rc != paho.MQTT_ERR_SUCCESS or mid is None:
+            raise MqttConnectError(
+                f"{self._label}: cannot subscribe to {topic!r} now: {paho.error_string(rc)}"
+            )
+        with self._cond:
+            self._cond.wait_for(lambda: mid in self._acked, timeout)
+            granted = self._acked.pop(mid, None)
+        if granted is None:
+            raise MqttConnectError(f"{self._label}: no SUBACK for {topic!r} within {timeout} s")
+        if not granted:
+            raise MqttConnectError(f"{self._label}: broker refused the subscription to {topic!r}")
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until the broker has acknowledged the last QoS > 0 message (and so, in order,
+        the ones before it). Call before `close()` when replies must not be lost."""
+        info = self._last_sent
+        if info is None or info.is_published():
+            return True
+        try:
+            info.wait_for_publish(timeout)
+        except (ValueError, RuntimeError):  # not connected any more: nothing left to wait for
+            return False
+        return info.is_published()
+
+    def close(self) -> None:
+        """Disconnect cleanly (the broker then drops the last will) and stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def __enter__(self) -> MqttLink:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def connect(
+    url: str,
+    client_id: str,
+    *,
+    on_message: Callable[[Message], None],
+    subscriptions: Sequence[tuple[str, int]] = (),
+    will: Will | None = None,
+    protocol: str | int = MQTT_V311,
+    timeout: float = 5.0,
+    keepalive_s: int = 30,
+) -> MqttLink:
+    """Connect to `url` (mqtt://host:port), subscribe, and return once the broker has
+    acknowledged both; raise MqttConnectError if that takes longer than `timeout` seconds.
+
+    `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
+    (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
+    requests that arrive while a device is away are not kept for it.
+    """
+    host, port = parse_broker_url(url)
+    if protocol not in _PROTOCOLS:
+        raise ConfigError(
+            f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
+        )
+    version = _PROTOCOLS[protocol]
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        protocol=version,
+        clean_session=True if version == paho.MQTTv311 else None,
+    )
+    client.on_socket_open = _set_nodelay
+    client.max_queued_messages_set(MAX_QUEUED_OUTGOING)
+    client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
+    if will is not None:
+        client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+    link = MqttLink(client, version, on_message, subscriptions, label=f"mqtt {client_id}@{host}:{port}")
+    if version == paho.MQTTv5:
+        client.connect_async(host, port, keepalive_s, clean_start=True)
+    else:
+        client.connect_async(host, port, keepalive_s)
+    client.loop_start()
+    try:
+        link.wait_ready(timeout)
+    except MqttConnectError:
+        link.close()
+        raise
+    return link

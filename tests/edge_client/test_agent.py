@@ -1,0 +1,250 @@
+"""The device agent end to end against a real Mosquitto: serving, bad input, overflow, drain,
+hot swaps under load, and `dartfl edge replay --spawn-agent`."""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dartfl.cli.main import main
+from dartfl.profiles import get_profile
+from edge_client import protocol
+from edge_client.agent import Agent, AgentConfig
+from edge_client.broker import BrokerHandle
+from edge_client.mqtt import MQTT_V5, MQTT_V311, Message, connect
+from tests.edge_client import mqtt_fixtures as fx
+
+pytestmark = pytest.mark.integration
+
+TASKS = ("digits", "fashion", "uci-digits")
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerHandle]:
+    yield from fx.mosquitto_broker()
+
+
+@dataclass
+class Running:
+    agent: Agent
+    thread: threading.Thread
+    report: dict[str, Any]
+
+    def stop(self) -> dict[str, Any]:
+        self.agent.request_stop()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive(), "the agent did not stop"
+        return self.report
+
+
+def start_agent(url: str, **overrides: Any) -> Running:
+    config = AgentConfig(
+        device_id=overrides.pop("device_id", f"dev-{uuid.uuid4().hex[:6]}"),
+        broker_url=url,
+        max_train_per_task=300,
+        telemetry_period_s=0.2,
+        **overrides,
+    )
+    agent = Agent.create(config, get_profile("x86-1core"))  # known costs: no calibration wait
+    agent.start()
+    report: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: report.update(agent.run()), daemon=True)
+    thread.start()
+    return Running(agent, thread, report)
+
+
+class Client:
+    """A requester that collects every reply on its own topic."""
+
+    def __init__(self, url: str, version: str = MQTT_V311) -> None:
+        self.reply_to = f"test/{uuid.uuid4().hex[:8]}/reply"
+        self.replies: queue.Queue[protocol.Reply] = queue.Queue()
+        name = f"client-{uuid.uuid4().hex[:6]}"
+        self.link = connect(
+            url, name, on_message=self._on, subscriptions=[(self.reply_to, 1)], protocol=version
+        )
+
+    def _on(self, msg: Message) -> None:
+        self.replies.put(protocol.decode_reply(msg.payload))
+
+    def send(self, device: str, task: str, request_id: str, image: np.ndarray | None = None) -> None:
+        image = np.zeros((28, 28), np.uint8) if image is None else image
+        payload = protocol.encode_request(request_id=request_id, reply_to=self.reply_to, image=image)
+        self.link.publish(protocol.request_topic(device, task), payload, qos=1)
+
+    def raw(self, device: str, task: str, payload: bytes) -> None:
+        self.link.publish(protocol.request_topic(device, task), payload, qos=1)
+
+    def collect(self, count: int, timeout_s: float = 20.0) -> list[protocol.Reply]:
+        out = []
+        deadline = time.monotonic() + timeout_s
+        while len(out) < count and time.monotonic() < deadline:
+            try:
+                out.append(self.replies.get(timeout=0.2))
+            except queue.Empty:
+                pass
+        return out
+
+
+def valid_payload(reply_to: str, request_id: str) -> dict[str, Any]:
+    return json.loads(
+        protocol.encode_request(request_id=request_id, reply_to=reply_to, image=np.zeros((28, 28), np.uint8))
+    )
+
+
+def test_agent_answers_every_task_with_real_model_output(broker: BrokerHandle) -> None:
+    running = start_agent(broker.url)
+    client = Client(broker.url)
+    try:
+        device = running.agent.config.device_id
+        rng = np.random.default_rng(0)
+        for i in range(30):
+            client.send(device, TASKS[i % 3], f"r{i}", rng.integers(0, 255, (28, 28), dtype=np.uint8))
+        replies = client.collect(30)
+        assert len(replies) == 30
+        assert {r.status for r in replies} == {"ok"}
+        assert {r.id for r in replies} == {f"r{i}" for i in range(30)}
+        assert all(0 <= (r.label or 0) < 10 and (r.latency_ms or 0) > 0 for r in replies)
+        assert {r.model_version for r in replies} == {"1"}
+    finally:
+        client.link.close()
+        report = running.stop()
+    assert report["replies"] == 30 and report["errors"] == 0
+
+
+def test_every_malformed_input_gets_its_error_code_and_the_agent_keeps_serving(broker: BrokerHandle) -> None:
+    running = start_agent(broker.url)
+    client = Client(broker.url, MQTT_V5)
+    device = running.agent.config.device_id
+    cases: dict[str, bytes] = {}
+    base = valid_payload(client.reply_to, "x")
+
+    def variant(request_id: str, **changes: Any) -> bytes:
+        body = {**base, "id": request_id, **changes}
+        return json.dumps({k: v for k, v in body.items() if v is not None}).encode()
+
+    cases["unsupported-version"] = variant("v", v=99)
+    cases["missing-field"] = variant("m", data=None)
+    cases["bad-shape"] = variant("s", shape=[27, 28])
+    cases["bad-dtype"] = variant("d", dtype="float64")
+    cases["bad-data"] = variant("b", data="!!not base64!!")
+    try:
+        for payload in cases.values():
+            client.raw(device, "digits", payload)
+        client.raw(device, "no-such-task", variant("u"))
+        client.raw(
+            device, "digits", b'{"v": 1, "id": "j", "reply_to": "' + client.reply_to.encode() + b'", oops'
+        )
+        # Too big to be parsed at all: only an MQTT 5 Response Topic lets the agent answer it.
+        client.link.publish(
+            protocol.request_topic(device, "digits"),
+            variant("ignored", pad="x" * 20_000),
+            qos=1,
+            response_topic=client.reply_to,
+            correlation_data=b"o",
+        )
+        cases["oversized-payload"] = b""
+        replies = {r.id: r for r in client.collect(len(cases) + 2)}
+        codes = {r.code for r in replies.values()}
+        assert set(cases) | {"unknown-task"} <= codes
+        assert all(r.status == "error" for r in replies.values())
+        # Still serving after all that.
+        client.send(device, "fashion", "after")
+        (after,) = client.collect(1)
+        assert after.id == "after" and after.status == "ok"
+    finally:
+        client.link.close()
+        report = running.stop()
+    assert report["errors"] >= len(cases) + 1
+
+
+def test_full_queues_reject_and_the_rest_is_drained_on_stop(broker: BrokerHandle) -> None:
+    # static:0 gives inference no share while training runs, so requests pile up: a queue of 8
+    # must reject the rest explicitly; stopping then drains the 8 with answers.
+    running = start_agent(broker.url, policy="static:0", queue_capacity=8)
+    client = Client(broker.url)
+    device = running.agent.config.device_id
+    try:
+        time.sleep(1.0)  # past the warm-up period, so training is on
+        for i in range(60):
+            client.send(device, "digits", f"q{i}")
+        early = client.collect(52, timeout_s=10)
+        assert len(early) == 52
+        assert {r.status for r in early} == {"rejected"} and {r.reason for r in early} == {"queue-full"}
+        assert max(running.agent.queues.backlog()) <= 8
+        report = running.stop()
+        drained = client.collect(8, timeout_s=10)
+    finally:
+        client.link.close()
+    assert len(drained) == 8 and {r.status for r in drained} == {"ok"}
+    assert report["drained"] == 8 and report["rejected"] == 52
+
+
+@pytest.mark.slow
+def test_ten_hot_swaps_under_load_lose_nothing(broker: BrokerHandle) -> None:
+    running = start_agent(broker.url)
+    client = Client(broker.url)
+    device = running.agent.config.device_id
+    sent = 0
+    stop = threading.Event()
+
+    def load() -> None:
+        nonlocal sent
+        while not stop.is_set():
+            client.send(device, TASKS[sent % 3], f"h{sent}")
+            sent += 1
+            time.sleep(0.005)
+
+    sender = threading.Thread(target=load)
+    sender.start()
+    try:
+        versions = []
+        for _ in range(10):
+            versions.append(running.agent.runtime.publish_model())
+            time.sleep(0.3)  # let requests flow on each version
+    finally:
+        stop.set()
+        sender.join()
+    replies = client.collect(sent, timeout_s=30)
+    client.link.close()
+    running.stop()
+    assert versions == list(range(2, 12))
+    assert len(replies) == sent  # zero lost
+    assert {r.status for r in replies} == {"ok"}  # zero errors
+    seen = {int(r.model_version or 0) for r in replies}
+    assert len(seen) >= 8 and max(seen) == 11  # served across the swaps, ending on the last
+
+
+@pytest.mark.slow
+def test_replay_with_a_spawned_agent_loses_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--duration-s", "8", "--rate", "40"]
+    args += ["--slo-ms", "250", "--json", "--no-store", "--agent-arg=--max-train", "--agent-arg=300"]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    for key in (
+        "requests",
+        "replies",
+        "rejected",
+        "errors",
+        "lost",
+        "slo_attainment",
+        "p50_latency_s",
+        "p99_latency_s",
+        "train_samples",
+        "harvest_efficiency",
+    ):
+        assert key in out
+    assert out["requests"] > 200
+    assert out["lost"] == 0 and out["errors"] == 0
+    assert out["replies"] == out["requests"]
+    assert out["train_samples"] > 0
+    assert out["agent_report"]["requests"] == out["requests"]

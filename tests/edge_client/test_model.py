@@ -1,0 +1,213 @@
+"""The multitask model (weights, state-dict layout) and the microbatch trainer."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dartfl.errors import ConfigError, InputError
+from edge_client.data import TaskData, client_view
+from edge_client.model import build_model, get_weights, set_weights
+from edge_client.trainer import Trainer, _EpochSampler, evaluate
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+# ---------------------------------------------------------------------------- model
+
+
+def test_width_one_has_about_100k_parameters_and_width_scales_it(task_classes: dict[str, int]) -> None:
+    small = build_model(task_classes, width=1.0).num_parameters()
+    big = build_model(task_classes, width=4.0).num_parameters()
+    assert 80_000 <= small <= 130_000
+    assert big > 3 * small
+
+
+def test_forward_gives_each_heads_classes() -> None:
+    model = build_model({"a": 10, "b": 3})
+    x = torch.zeros(5, 1, 28, 28)
+    assert model(x, "a").shape == (5, 10) and model(x, "b").shape == (5, 3)
+    with pytest.raises(InputError, match="unknown task 'c'; this model has heads for: a, b"):
+        model(x, "c")
+
+
+def test_state_dict_keys_split_into_trunk_and_heads(task_classes: dict[str, int]) -> None:
+    model = build_model(task_classes)
+    keys = list(model.state_dict())
+    trunk = model.trunk_parameters()
+    heads = {t: model.head_parameters(t) for t in task_classes}
+    assert trunk and all(k.startswith("trunk.") for k in trunk)
+    for task, names in heads.items():
+        assert names == [f"heads.{task}.weight", f"heads.{task}.bias"]
+    assert sorted(trunk + [k for names in heads.values() for k in names]) == sorted(keys)
+
+
+def test_model_config_is_checked() -> None:
+    with pytest.raises(ConfigError, match="at least one task"):
+        build_model({})
+    with pytest.raises(ConfigError, match="classes >= 2"):
+        build_model({"a": 1})
+    with pytest.raises(ConfigError, match=r"no '\.'"):
+        build_model({"a.b": 10})
+    with pytest.raises(ConfigError, match="width"):
+        build_model({"a": 10}, width=0)
+
+
+def test_build_model_is_seeded_and_leaves_the_global_rng_alone(task_classes: dict[str, int]) -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    a, b, c = (
+        build_model(task_classes, seed=7),
+        build_model(task_classes, seed=7),
+        build_model(task_classes, seed=8),
+    )
+    assert torch.equal(torch.rand(3), expected)
+    wa, wb, wc = get_weights(a), get_weights(b), get_weights(c)
+    assert all(np.array_equal(wa[k], wb[k]) for k in wa)
+    assert not np.array_equal(wa["trunk.0.weight"], wc["trunk.0.weight"])
+
+
+def test_weights_round_trip_between_models(task_classes: dict[str, int]) -> None:
+    src, dst = build_model(task_classes, seed=1), build_model(task_classes, seed=2)
+    weights = get_weights(src)
+    assert all(v.dtype == np.float32 for v in weights.values())
+    set_weights(dst, weights)
+    x = torch.rand(4, 1, 28, 28)
+    for task in task_classes:
+        assert torch.equal(src(x, task), dst(x, task))
+    weights["trunk.0.weight"][:] = 0  # a copy: the model is untouched
+    assert src.trunk[0].weight.abs().sum() > 0
+
+
+def test_set_weights_rejects_wrong_keys_and_shapes_and_loads_nothing(task_classes: dict[str, int]) -> None:
+    model = build_model(task_classes, seed=1)
+    before = get_weights(model)
+    other = get_weights(build_model(task_classes, seed=2))
+    missing = {k: v for k, v in other.items() if k != "heads.fashion.bias"}
+    with pytest.raises(InputError, match=r"missing \['heads.fashion.bias'\], unexpected none"):
+        set_weights(model, missing)
+    with pytest.raises(InputError, match=r"unexpected \['heads.extra.bias'\]"):
+        set_weights(model, {**other, "heads.extra.bias": np.zeros(3, np.float32)})
+    wide = get_weights(build_model(task_classes, width=2.0))
+    with pytest.raises(
+        InputError, match=r"weight 'trunk.0.weight' has shape \(32, 1, 3, 3\), this model expects"
+    ):
+        set_weights(model, wide)
+    after = get_weights(model)
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+
+
+# ---------------------------------------------------------------------------- trainer
+
+
+def _trainer(tasks: dict[str, TaskData], **kwargs: object) -> Trainer:
+    model = build_model({n: d.num_classes for n, d in tasks.items()}, seed=0)
+    return Trainer(model, tasks, **kwargs)  # type: ignore[arg-type]
+
+
+def test_microbatch_mix_follows_the_shares(small_tasks: dict[str, TaskData]) -> None:
+    trainer = _trainer(small_tasks, step_samples=64)
+    totals = np.zeros(3, dtype=int)
+    for _ in range(100):
+        result = trainer.train_microbatch(10, (0.5, 0.3, 0.2), (1.0, 1.0, 1.0))
+        assert sum(result.samples_per_task) == 10
+        totals += result.samples_per_task
+    assert totals.tolist() == [500, 300, 200]
+    totals[:] = 0
+    for _ in range(50):  # shares below one sample per microbatch still train now and then
+        totals += trainer.train_microbatch(4, (0.9, 0.05, 0.05), (1.0, 1.0, 1.0)).samples_per_task
+    assert totals.tolist() == [180, 10, 10]
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_accumulated_microbatches_step_like_one_batch(
+    small_tasks: dict[str, TaskData], optimizer: str
+) -> None:
+    shares, weights = (0.5, 0.25, 0.25), (1.5, 1.0, 0.5)
+    split = _trainer(small_tasks, optimizer=optimizer, step_samples=32)
+    whole = _trainer(small_tasks, optimizer=optimizer, step_samples=32)
+    stepped = [split.train_microbatch(8, shares, weights).stepped for _ in range(8)]
+    assert stepped == [False, False, False, True] * 2
+    for _ in range(2):
+        assert whole.train_microbatch(32, shares, weights).stepped
+    assert split.steps == whole.steps == 2
+    a, b = get_weights(split.model), get_weights(whole.model)
+    assert not np.array_equal(
+        a["trunk.0.weight"], get_weights(build_model(split.model.task_classes))["trunk.0.weight"]
+    )
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_step_normalises_by_the_samples_it_accumulated(small_tasks: dict[str, TaskData]) -> None:
+    # 24 + 24 samples cross step_samples=32 inside the second microbatch: one step over 48.
+    split = _trainer(small_tasks, step_samples=32)
+    whole = _trainer(small_tasks, step_samples=32)
+    assert [split.train_microbatch(24, (1 / 3,) * 3, (1, 1, 1)).stepped for _ in range(2)] == [False, True]
+    assert whole.train_microbatch(48, (1 / 3,) * 3, (1, 1, 1)).stepped
+    a, b = get_weights(split.model), get_weights(whole.model)
+    for key in a:
+        np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_zero_loss_weight_gives_its_head_zero_gradient(small_tasks: dict[str, TaskData]) -> None:
+    trainer = _trainer(small_tasks, step_samples=1000)
+    result = trainer.train_microbatch(30, (1 / 3,) * 3, (1.0, 0.0, 2.0))
+    assert result.samples_per_task == (10, 10, 10) and not result.stepped
+    heads = trainer.model.heads
+    assert torch.count_nonzero(heads["fashion"].weight.grad) == 0
+    assert torch.count_nonzero(heads["digits"].weight.grad) > 0
+    before = heads["fashion"].weight.detach().clone()
+    assert trainer.flush() and not trainer.flush()
+    assert torch.equal(heads["fashion"].weight, before)
+
+
+def test_loss_weights_scale_the_gradient(small_tasks: dict[str, TaskData]) -> None:
+    one, two = (_trainer(small_tasks, step_samples=1000) for _ in range(2))
+    loss1 = one.train_microbatch(12, (1 / 3,) * 3, (1.0, 1.0, 1.0)).loss
+    loss2 = two.train_microbatch(12, (1 / 3,) * 3, (2.0, 2.0, 2.0)).loss
+    assert loss2 == pytest.approx(2 * loss1)
+    g1, g2 = one.model.trunk[0].weight.grad, two.model.trunk[0].weight.grad
+    torch.testing.assert_close(g2, 2 * g1)
+
+
+def test_epoch_sampler_visits_every_sample_once_per_epoch() -> None:
+    sampler = _EpochSampler(10, np.random.default_rng(0))
+    first, second = sampler.take(10), np.concatenate([sampler.take(3), sampler.take(7)])
+    assert sorted(first) == sorted(second) == list(range(10))
+    assert sampler.epochs == 1 and len(sampler.take(25)) == 25
+
+
+def test_trainer_inputs_are_checked(small_tasks: dict[str, TaskData]) -> None:
+    trainer = _trainer(small_tasks)
+    with pytest.raises(InputError, match="need 3 entries"):
+        trainer.train_microbatch(8, (0.5, 0.5), (1, 1, 1))
+    with pytest.raises(InputError, match="sum to 1"):
+        trainer.train_microbatch(8, (0.5, 0.5, 0.5), (1, 1, 1))
+    with pytest.raises(InputError, match="loss_weights"):
+        trainer.train_microbatch(8, (0.5, 0.5, 0.0), (1, -1, 1))
+    with pytest.raises(InputError, match="samples >= 1"):
+        trainer.train_microbatch(0, (0.5, 0.5, 0.0), (1, 1, 1))
+    with pytest.raises(ConfigError, match="choose one of: sgd, adam"):
+        _trainer(small_tasks, optimizer="lbfgs")
+    with pytest.raises(ConfigError, match="model tasks: a"):
+        Trainer(build_model({"a": 10}), small_tasks)
+
+
+def test_training_on_a_clients_view_only_draws_its_samples(small_tasks: dict[str, TaskData]) -> None:
+    view = {"digits": client_view(small_tasks["digits"], np.arange(5))}
+    trainer = _trainer(view, step_samples=8)
+    assert trainer.train_microbatch(12, (1.0,), (1.0,)).samples_per_task == (12,)
+
+
+def test_training_learns_every_task(small_tasks: dict[str, TaskData]) -> None:
+    torch.manual_seed(0)
+    trainer = _trainer(small_tasks, step_samples=32)
+    before = evaluate(trainer.model, small_tasks)
+    for _ in range(240):  # 1,280 samples per task, in microbatches of 16
+        trainer.train_microbatch(16, (1 / 3,) * 3, (1.0, 1.0, 1.0))
+    after = evaluate(trainer.model, small_tasks)
+    assert trainer.model.training  # evaluate restores the mode
+    assert all(v < 0.25 for v in before.values()), before
+    assert all(v > 0.4 for v in after.values()), after  # chance is 0.1; ~0.84 / 0.55 / 0.88 seen
