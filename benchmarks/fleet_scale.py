@@ -27,7 +27,9 @@ from dartfl.types import TaskSpec
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--duration-s", type=float, default=3600.0)
     parser.add_argument("--profile", default="pi4")

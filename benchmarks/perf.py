@@ -76,7 +76,8 @@ def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
 def azure_hour_seconds() -> tuple[float, int]:
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "azure.csv"
-        workloads.write_time_task_csv(workloads.bundled_azure_conv(("digits", "fashion", "uci-digits")), trace)
+        tasks = ("digits", "fashion", "uci-digits")
+        workloads.write_time_task_csv(workloads.bundled_azure_conv(tasks), trace)
         cmd = [
             str(Path(sys.executable).parent / "dartfl"),
             "sim",

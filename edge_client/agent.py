@@ -266,7 +266,7 @@ class Agent:
                 request.correlation_data,
             )
             if not self.queues.offer(queued):
-                reason = "shutting-down" if self.queues.closed else "queue-full"
+                reason: protocol.RejectReason = "shutting-down" if self.queues.closed else "queue-full"
                 self.stats.count(rejected=1)
                 self._reply(
                     request.reply_to,

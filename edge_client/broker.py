@@ -284,7 +284,7 @@ class _EmbeddedBroker:
             self._ready.set()  # never leave start() waiting if we died early
 
     async def _serve(self) -> None:
-        from amqtt.broker import Broker  # type: ignore[import-untyped]  # only the embedded broker needs it
+        from amqtt.broker import Broker  # only the embedded broker needs it
 
         self._stop_event = asyncio.Event()
         try:

@@ -208,7 +208,7 @@ class MqttLink:
         ignored under 3.1.1."""
         props = None
         if self._protocol == paho.MQTTv5 and (response_topic is not None or correlation_data is not None):
-            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            props = Properties(PacketTypes.PUBLISH)
             if response_topic is not None:
                 props.ResponseTopic = response_topic
             if correlation_data is not None:

@@ -126,7 +126,7 @@ def replay(
         if topic == reply_topic:
             try:
                 reply = protocol.decode_reply(payload)
-                i = int(reply.id)
+                i = int(reply.id or "-1")
             except (DartflError, ValueError, TypeError):
                 log.warning("unreadable reply on %s", topic)
                 return

@@ -8,6 +8,7 @@ demand, the baselines: uniform); `loss_weighting` overrides it.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
@@ -58,7 +59,7 @@ DART_KEYS = {"v": "v", "margin": "slack_margin", "budget": "miss_budget", "memor
 
 def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
     """`dart`, `dart:V` or `dart:key=value,...` with keys v, margin, budget, memory."""
-    values: dict[str, float] = {}
+    values: dict[str, Any] = {}
     if arg and "=" not in arg:
         values["v"] = float(_number(spec, arg, float))
     elif arg:

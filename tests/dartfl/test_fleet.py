@@ -40,7 +40,7 @@ def _random_observation(
         period_s=period,
         backlog=counts(60, 0.5),
         oldest_age_s=tuple(float(a) for a in rng.uniform(0.0, 1.5, k)),
-        arrivals_since_last=counts(80, 0.3),
+        arrivals_since_last=counts(int(rng.choice([4, 80])), 0.3),
         slo_misses_since_last=counts(5, 0.7),
         training_misses_since_last=counts(4, 0.7) if rng.random() < 0.5 else (),
         arrival_rate_per_s=tuple(float(r) if rng.random() > 0.2 else 0.0 for r in rng.exponential(80.0, k)),
@@ -296,7 +296,7 @@ def test_fleet_json_has_the_contract_keys_and_is_recorded(
     out = json.loads(capsys.readouterr().out)
     assert [r["policy"] for r in out["results"]] == ["dart", "inference-first:4"]
     for result in out["results"]:
-        assert CONTRACT_KEYS <= set(result)
+        assert set(result) >= CONTRACT_KEYS
         assert result["devices"] == 6
     with RunStore(store) as runs:
         run = runs.get_run(out["run_id"])

@@ -3,6 +3,7 @@ hot swaps under load, and `dartfl edge replay --spawn-agent`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -88,10 +89,8 @@ class Client:
         out = []
         deadline = time.monotonic() + timeout_s
         while len(out) < count and time.monotonic() < deadline:
-            try:
+            with contextlib.suppress(queue.Empty):
                 out.append(self.replies.get(timeout=0.2))
-            except queue.Empty:
-                pass
         return out
 
 
