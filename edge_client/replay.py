@@ -161,7 +161,7 @@ def replay(
             per_task[name] += 1
             picks[i] = j
             truth[i] = labels[j]
-        first_telemetry = _await_telemetry(inbox, timeout_s=5.0)
+        first_telemetry = _await_telemetry(inbox, timeout_s=5.0, newer_than=len(inbox.telemetry))
         # 2. Send at wall-clock pace.
         times = arrivals.times_s.tolist()
         sent = np.full(n, np.nan)
@@ -178,9 +178,10 @@ def replay(
             link.publish(protocol.request_topic(device, name), payload, qos=1)
             if on_progress is not None and i % 256 == 0:
                 on_progress(i, n)
-        # 3. Wait for the stragglers, then one more telemetry snapshot.
-        inbox.all_done.wait(max(settle_s, 4 * slo_s))
+        # 3. The training window closes with the first snapshot after the last request, so
+        #    training while stragglers are awaited does not count; then wait for them.
         last_telemetry = _await_telemetry(inbox, timeout_s=5.0, newer_than=len(inbox.telemetry))
+        inbox.all_done.wait(max(settle_s, 4 * slo_s))
     finally:
         link.close()
     return _outcome(arrivals, sent, inbox, truth, profile, policy, slo_s, first_telemetry, last_telemetry)
@@ -212,7 +213,9 @@ def _outcome(
     names = arrivals.task_names
     trained = [0] * len(names)
     training_busy = 0.0
+    horizon = arrivals.duration_s
     if first is not None and last is not None:
+        horizon = float(last["t"]) - float(first["t"])  # the window the training counts cover
         before, after = first["train_samples_per_task"], last["train_samples_per_task"]
         trained = [int(after.get(t, 0)) - int(before.get(t, 0)) for t in names]
         training_busy = float(last["training_busy_s"]) - float(first["training_busy_s"])
@@ -226,7 +229,7 @@ def _outcome(
         policy=policy,
         task_names=names,
         slo_s=(slo_s,) * len(names),
-        horizon_s=arrivals.duration_s,
+        horizon_s=horizon,
         arrival_s=sent,
         finish_s=finish,
         tasks=arrivals.tasks,

@@ -203,15 +203,20 @@ def _replay(args: argparse.Namespace) -> int:
         arrivals = arrivals_from_args(args, profile)
         tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
         images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
-        outcome = replay(
-            arrivals,
-            broker_url=url,
-            device=args.device,
-            images=images,
-            slo_s=args.slo_ms / 1e3,
-            profile=profile,
-            policy=args.policy,
-        )
+        from rich.progress import Progress
+
+        with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
+            job = bar.add_task(f"replaying to {args.device}", total=arrivals.num_requests)
+            outcome = replay(
+                arrivals,
+                broker_url=url,
+                device=args.device,
+                images=images,
+                slo_s=args.slo_ms / 1e3,
+                profile=profile,
+                policy=args.policy,
+                on_progress=lambda done, _total: bar.update(job, completed=done),
+            )
     finally:
         report = _stop_agent(agent)
         if broker is not None:

@@ -1,0 +1,112 @@
+"""The real edge device under a bursty replay, and how well the simulator predicts it.
+
+1. `dartfl edge profile` measures this machine's costs for a Pi-like model (width 16).
+2. A Pareto on/off workload at mean load 0.5 of that profile, 120 s, is written to a trace.
+3. `dartfl edge replay --spawn-agent` replays it against a real agent (Mosquitto, ONNX
+   Runtime serving, PyTorch training) once with DART and once with inference-only.
+4. `dartfl sim` runs the same trace on the measured profile; its p99 latency and trained
+   samples are compared with the replay's.
+
+    .venv/bin/python benchmarks/edge_replay.py [--duration-s 120] [--width 16] [--slo-ms 150]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+import workloads
+from dartfl.profiles import load_profile_toml
+
+DARTFL = str(Path(sys.executable).parent / "dartfl")
+TASKS = ("digits", "fashion", "uci-digits")
+
+
+def run_json(args: list[str]) -> dict:  # type: ignore[type-arg]
+    done = subprocess.run([DARTFL, *args], capture_output=True, text=True)
+    if done.returncode:
+        sys.exit(f"dartfl {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout)  # type: ignore[no-any-return]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--duration-s", type=float, default=120.0)
+    parser.add_argument("--width", type=float, default=16.0)
+    parser.add_argument("--slo-ms", type=float, default=150.0)
+    parser.add_argument("--workload", default="pareto-onoff")
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="dartfl-edge-bench-"))
+    profile_path = tmp / "profile.toml"
+    model = ["--width", f"{args.width:g}"]
+    subprocess.run(
+        [DARTFL, "edge", "profile", *model, "-o", str(profile_path)], check=True, capture_output=True
+    )
+    profile = load_profile_toml(profile_path)
+
+    # The tasks cost about the same on this model, so the mix hardly moves the load.
+    rate = workloads.rate_for_load(profile, TASKS, [1.0] * len(TASKS), 0.5)
+    arrivals = workloads.generate(
+        args.workload,
+        duration_s=args.duration_s,
+        rate_per_s=rate,
+        task_names=TASKS,
+        rng=np.random.default_rng(args.seed),
+        zipf=0.8,
+    )
+    trace = tmp / "trace.csv"
+    workloads.write_time_task_csv(arrivals, trace)
+
+    common = ["--trace", str(trace), "--profile-file", str(profile_path), "--slo-ms", f"{args.slo_ms:g}"]
+    replays = {}
+    for policy in ("dart", "inference-only"):
+        agent = [f"--agent-arg={a}" for a in (*model, "--publish-every-s", "0", "--max-train", "3000")]
+        replays[policy] = run_json(
+            ["edge", "replay", "--spawn-agent", "--policy", policy, *common, *agent, "--json", "--no-store"]
+        )
+    sim = run_json(["sim", *common, "--policy", "dart", "--policy", "inference-only", "--json", "--no-store"])
+    predicted = {r["policy"]: r for r in sim["results"]}
+
+    keys = (
+        "requests",
+        "replies",
+        "rejected",
+        "errors",
+        "lost",
+        "slo_attainment",
+        "p50_latency_s",
+        "p99_latency_s",
+        "train_samples",
+        "harvest_efficiency",
+        "accuracy",
+        "agent_overhead_cpu_fraction",
+    )
+    report = {
+        "profile": {"width": args.width, "file": profile_path.read_text()},
+        "workload": {
+            "name": args.workload,
+            "requests": arrivals.num_requests,
+            "duration_s": arrivals.duration_s,
+        },
+        "replay": {p: {k: r.get(k) for k in keys} for p, r in replays.items()},
+        "sim": {p: {k: predicted[p].get(k) for k in keys if k in predicted[p]} for p in predicted},
+    }
+    d_real, d_sim = replays["dart"], predicted["dart"]
+    report["sim_vs_real"] = {
+        "p99_latency_ratio": d_sim["p99_latency_s"] / d_real["p99_latency_s"],
+        "train_samples_ratio": d_sim["train_samples"] / max(1, d_real["train_samples"]),
+    }
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
