@@ -1,0 +1,72 @@
+"""`dartfl edge profile|run|replay` from the command line."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dartfl.cli.main import main
+from dartfl.profiles import load_profile_toml
+from edge_client.broker import BrokerHandle
+from edge_client.replay import wait_for_status
+from tests.edge_client import mqtt_fixtures as fx
+
+
+@pytest.fixture
+def broker() -> Iterator[BrokerHandle]:
+    yield from fx.mosquitto_broker()
+
+
+def test_profile_writes_a_toml_that_sim_accepts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "edge.toml"
+    assert (
+        main(["edge", "profile", "--quick", "--max-train", "200", "-o", str(out), "--name", "test-box"]) == 0
+    )
+    profile = load_profile_toml(out)
+    assert profile.name == "test-box"
+    assert profile.inference.per_request_s > 0 and profile.training.per_sample_s > 0
+    # Training a sample costs more than answering a request (forward + backward).
+    assert profile.training.per_sample_s > profile.inference.per_request_s
+    capsys.readouterr()
+    args = ["sim", "--workload", "poisson", "--duration-s", "20", "--target-load", "0.5"]
+    assert main([*args, "--profile-file", str(out), "--no-store", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"]
+
+
+def test_replay_needs_a_broker_or_a_spawned_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["edge", "replay", "--workload", "poisson", "--no-store"]) == 2
+    assert "--spawn-agent" in capsys.readouterr().err
+
+
+@pytest.mark.integration
+def test_agent_process_stops_cleanly_on_sigterm_and_reports(broker: BrokerHandle, tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "dartfl.cli.main", "edge", "run", "--broker", broker.url, "--device", "sig"]
+    cmd += ["--max-train", "200", "--profile-file", str(_x86_profile(tmp_path))]
+    agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        status = wait_for_status(broker.url, "sig", "online", timeout_s=60)
+        assert status["profile"]["name"] == "x86-1core"
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0, err.decode()[-2000:]
+    report = json.loads(out.decode().strip().splitlines()[-1])
+    assert report["device"] == "sig" and report["rejected_at_shutdown"] == 0
+    offline = wait_for_status(broker.url, "sig", "offline", timeout_s=10)
+    assert offline["report"]["device"] == "sig"
+
+
+def _x86_profile(folder: Path) -> Path:
+    from dartfl.profiles import get_profile, profile_to_toml
+
+    path = folder / "x86.toml"
+    path.write_text(profile_to_toml(get_profile("x86-1core")))
+    return path
