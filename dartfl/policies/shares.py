@@ -32,7 +32,7 @@ def demand_shares(
     eps = min(floor, 1.0 / k)
     demand = [r + q / period_s for r, q in zip(rates_per_s, backlog, strict=True)]
     total = sum(demand)
-    if total <= 0.0:
+    if total <= 1e-12:  # no demand (or rates decayed to denormals): uniform, never NaN
         return (1.0 / k,) * k
     scale = (1.0 - k * eps) / total
     shares = [eps + d * scale for d in demand]

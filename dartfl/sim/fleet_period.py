@@ -8,18 +8,21 @@ with arrivals spread evenly over the period (rate lam_k = A_k / tau):
 
 0. carried step: a step that started earlier runs until it ends (or through the whole period);
    requests queue up behind it;
-1. drain: the queue is served at the device share x_eff (1, or x while training has work) at a
-   per-request cost c_k + a_k / min(Q_k, b), while arrivals keep adding work at rate Lambda_1;
-   it empties after V / (x_eff - Lambda_1), or never (the period ends with a backlog);
-2. cycles, once the queue is empty: with training, a step of s(m), then a drain of what arrived
-   during it (a cascade of three batch rounds plus a geometric tail), repeating; the step in
-   flight at the period's end carries over into the next period. Without training the device
-   serves arrivals as they come, in batches of what accumulated during the previous batch.
+1. drain: the queue is served at a per-request cost c_k + a_k / min(Q_k, b), at full speed
+   while inference has credit from the steps that ran (x < 1), then at share x, while arrivals
+   keep adding work; it reaches its floor (below), or the period ends with a backlog;
+2. cycles, once the queue is at its floor: with training, a step of s(m), then the rounds of
+   batches that serve what arrived during it (three rounds plus a geometric tail), until the
+   queue is empty or the credit runs out; the step in flight at the period's end carries over.
+   Without training the device serves arrivals as they come.
+The floor is empty unless serving every request alone would overload the device; then greedy
+batching settles at a round length R* where the queue never empties (`_busy_round`).
 
-Latency: a request arriving at time t waits the remaining step time R(t) (if a step runs), plus
-the inference work queued ahead of it V(t) / x_eff, plus its own batch. Both are linear in t
-within each phase, so each phase contributes a uniform latency distribution; SLO attainment is
-the weighted sum of those uniforms' CDFs at the SLO. docs/fleet.md lists the approximations.
+Latency: a request waits for the rest of the non-preemptible stretch it arrives in (a step, or
+a round of batches), then for its task's turn in the next round (`_turn_fraction`). Within a
+phase that wait is linear in the arrival time, so each phase contributes a uniform latency
+distribution, blurred by the Poisson noise of the work ahead; SLO attainment is the
+arrival-weighted sum of their CDFs at the SLO. docs/fleet.md lists the approximations.
 """
 
 from __future__ import annotations
@@ -135,9 +138,8 @@ class FleetState:
 
 
 def _div(num: FloatArray, den: FloatArray) -> FloatArray:
-    """num / den, and 0 where den <= 0."""
-    num, den = np.broadcast_arrays(num, den)
-    out: FloatArray = np.divide(num, den, out=np.zeros(num.shape), where=den > 0)
+    """num / den, and 0 where den <= 0 (under the caller's errstate)."""
+    out: FloatArray = np.where(den > 0, num / den, 0.0)
     return out
 
 
@@ -173,7 +175,7 @@ def _blurred_uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray, sd: Floa
         - np.square(np.maximum(a - h, 0.0))
         + np.square(np.maximum(b - h, 0.0))
     )
-    out: FloatArray = np.where(y >= top, 1.0, np.clip(ramps / (4.0 * w * h), 0.0, 1.0))
+    out: FloatArray = np.where(y >= top, 1.0, np.minimum(np.maximum(ramps / (4.0 * w * h), 0.0), 1.0))
     return out
 
 
@@ -304,11 +306,11 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     d0 = _round_work(n0, fixed, per, bcap)
     d1 = _round_work(lam * d0, fixed, per, bcap)
     d2 = _round_work(lam * d1, fixed, per, bcap)
-    ratio = np.clip(_div(d2, d1), 0.0, 0.99)
+    ratio = np.minimum(_div(d2, d1), 0.99)
     d_tail = d2 / (1.0 - ratio)  # round 2 on, shrinking geometrically
     empties = d0 + d1 + d_tail
     credit = np.where(x < 1.0, x * s / (1.0 - x), math.inf)
-    slope = np.clip(((lam * fixed * np.exp(-floor_q)).sum(axis=0) + lamc), 0.0, 0.99)
+    slope = np.minimum((lam * fixed * np.exp(-floor_q)).sum(axis=0) + lamc, 0.99)
     excess = np.maximum(d0 - busy_r, 0.0) / (1.0 - slope)  # settled: drain time above the floor
     needed = np.minimum(np.where(settled, excess, empties), _BIG_S)
     cyc = drained & train & (~settled | (x < 1.0))
@@ -335,7 +337,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     first = _div((lam * (fixed + per)).sum(axis=0), lam.sum(axis=0))  # a busy period's first batch
     b1 = _round_work(lam * first, fixed, per, bcap)
     b2 = _round_work(lam * b1, fixed, per, bcap)
-    period_busy = first + b1 + b2 / (1.0 - np.clip(_div(b2, b1), 0.0, 0.99))
+    period_busy = first + b1 + b2 / (1.0 - np.minimum(_div(b2, b1), 0.99))
     arrivals = lam.sum(axis=0)
     util = _div(arrivals * period_busy, 1.0 + arrivals * period_busy)
     wait_idle = util * first / (2.0 * np.maximum(1.0 - util, 0.05))
@@ -389,14 +391,10 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
         (part_a / tau, kappa * u1, u0 + kappa * u1, blur(u0, u1), False),
         (part_b / tau, kappa * u2, u1 + kappa * u2, blur(u1, u2), False),
         ((t1 - part_a - part_b) / tau, kappa * rho1 * u2, u2 + kappa * rho1 * u2, blur(u2, u2), False),
+        # Full steps after an empty queue: they wait the rest of the step, then round 0.
         ((train2 - in_flight) / tau, kappa * d0, s + kappa * d0, blur(s, d0), True),
-        (
-            in_flight / tau,
-            s - in_flight + kappa * d0,
-            s + kappa * d0,
-            blur(s, d0),
-            True,
-        ),  # the step just begun
+        # The step just begun: its arrivals came early in it, so they wait most of it.
+        (in_flight / tau, s - in_flight + kappa * d0, s + kappa * d0, blur(s, d0), True),
         (w_cyc * part0, kappa * d1, d0 + kappa * d1, blur(d0, d1), False),
         (w_cyc * part1, kappa * d2, d1 + kappa * d2, blur(d1, d2), False),
         (w_cyc * (ic - part0 - part1), lo_rest, hi_rest, blur(d2, d2), False),
@@ -413,6 +411,8 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     p_train_miss = np.zeros_like(lam)
     mean_latency = np.zeros_like(lam)
     for weight, lo, hi, spread, during_step in lat:
+        if not weight.any():
+            continue  # no device has arrivals in this phase this period
         hit = _blurred_uniform_cdf(slo, lo, hi, spread)
         p_slo += weight * hit
         if during_step:
@@ -446,6 +446,8 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     st.slo_met += in_slo.sum(axis=0)
     st.latency_sum += (accepted * mean_latency).sum(axis=0)
     st.queue = q_end
+    # Credit left for the next period: what the step in flight has earned for its run so far,
+    # the rest of the current drain's, or what the drain did not use.
     step_credit = np.where(in_step & (x < 1.0), x / (1.0 - x) * rr, 0.0)
     drain_credit = np.where(cyc_started & ~in_step & (x < 1.0), np.maximum(ic - (rr - s), 0.0), step_credit)
     drain_credit = np.where(drained & ~cyc_started, credit_left - pre, drain_credit)
