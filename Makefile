@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # System packages the demo and the full suite need (Debian names).
-APT_PACKAGES ?= iproute2 util-linux mosquitto dataset-fashion-mnist
+APT_PACKAGES ?= iproute2 util-linux mosquitto dataset-fashion-mnist chromium
 PYTEST_ARGS ?=
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
@@ -29,7 +29,7 @@ $(BIN)/python:
 
 # Re-install only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev,edge]'
+	$(BIN)/python -m pip install -e '.[dev,edge,fl,dashboard]'
 	touch $@
 
 system-deps:
