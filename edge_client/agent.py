@@ -320,15 +320,12 @@ class Agent:
         batch = self.queues.pop_batch(task, max_batch)
         if not batch:
             return 0
+        t0 = time.monotonic()
         images = np.stack([r.image for r in batch]).astype(np.float32)[:, None, :, :] / 255.0
-        t0, cpu0 = time.monotonic(), time.thread_time()
+        cpu0 = time.thread_time()
         labels, version = self.runtime.classify(self.config.tasks[task], images)
         done = time.monotonic()
         self.counters.compute_cpu_s += time.thread_time() - cpu0
-        duration = done - t0
-        self.gate.served(duration)
-        self.inference_cost[task].observe(len(batch), duration)
-        self.counters.inference_busy_s += duration
         started = time.thread_time()
         slo = self.config.slo_s
         for r, label in zip(batch, labels, strict=True):
@@ -348,6 +345,12 @@ class Agent:
                 r.correlation_data,
             )
         self._add_overhead(time.thread_time() - started)
+        # The allocator plans with what a batch really costs the executor: preparing the
+        # images and publishing the replies too, not only the model's forward pass.
+        duration = time.monotonic() - t0
+        self.gate.served(duration)
+        self.inference_cost[task].observe(len(batch), duration)
+        self.counters.inference_busy_s += duration
         return len(batch)
 
     def _train_step(self, alloc: Allocation) -> None:
