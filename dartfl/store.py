@@ -33,11 +33,15 @@ __all__ = [
     "SCHEMA_VERSION",
     "DecisionPoint",
     "DecisionRow",
+    "FleetPoint",
     "RunInfo",
     "RunStore",
+    "TelemetryDevice",
+    "TelemetryPoint",
+    "TelemetryRow",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 RUN_KINDS = ("sim", "replay", "fl", "dc", "fleet")
 RUN_STATUSES = ("running", "ok", "failed")
 
@@ -72,6 +76,29 @@ CREATE TABLE IF NOT EXISTS decisions (
 );
 CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (run_id, policy, t_s);
 """
+
+# Forward migrations: MIGRATIONS[v] takes a store from version v - 1 to v. A new store gets
+# the version-1 schema above and then every migration, so old and new stores end up alike.
+_MIGRATIONS: dict[int, str] = {
+    2: """
+CREATE TABLE IF NOT EXISTS telemetry (
+    device          TEXT NOT NULL,
+    t_s             REAL NOT NULL,
+    backlog         INTEGER,
+    inference_share REAL,
+    p50_ms          REAL,
+    p95_ms          REAL,
+    p99_ms          REAL,
+    slo_ms          REAL,
+    slo_attainment  REAL,
+    train_samples   INTEGER,
+    payload         TEXT NOT NULL
+);
+-- Unique: a QoS 1 duplicate of a snapshot is stored once (INSERT OR IGNORE).
+CREATE UNIQUE INDEX IF NOT EXISTS telemetry_by_device ON telemetry (device, t_s);
+CREATE INDEX IF NOT EXISTS telemetry_by_time ON telemetry (t_s);
+""",
+}
 
 _BUSY_TIMEOUT_S = 10.0  # how long a writer waits for another one before giving up
 _FIX = "pass --store PATH or set DARTFL_STORE to a writable file path"
@@ -123,6 +150,83 @@ class DecisionPoint:
     task_shares: tuple[float, ...]
     trained_samples: int
     latency_p99_s: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryRow:
+    """One telemetry snapshot of one device, as published on MQTT (docs/protocol.md).
+
+    `t_s` is the device's Unix time; the columns are the snapshot's headline numbers (None
+    when the snapshot lacks them) and `payload` the whole snapshot, for per-task detail.
+    `backlog` is the total over tasks; `train_samples` the device's lifetime counter.
+    """
+
+    device: str
+    t_s: float
+    backlog: int | None = None
+    inference_share: float | None = None
+    p50_ms: float | None = None
+    p95_ms: float | None = None
+    p99_ms: float | None = None
+    slo_ms: float | None = None
+    slo_attainment: float | None = None
+    train_samples: int | None = None
+    payload: Mapping[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.device, str) or not self.device:
+            raise ConfigError(f"telemetry device must be a non-empty string, got {self.device!r}")
+        if not math.isfinite(self.t_s):
+            raise ConfigError(f"telemetry time t_s must be finite, got {self.t_s}")
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryDevice:
+    """A device with recorded telemetry: its time span and row count."""
+
+    device: str
+    first_t_s: float
+    last_t_s: float
+    rows: int
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetryPoint:
+    """A bucket of consecutive snapshots of one device (one snapshot when not downsampled).
+
+    `t_s` is the first snapshot time in the bucket; `backlog_max` keeps bursts visible;
+    shares, backlog_mean and slo_attainment are means, `slo_attainment_min` the worst window;
+    latency percentiles are the bucket's worst; `train_samples` and `train_samples_per_task`
+    (lifetime counters) the bucket's largest; `task_shares` per-task means, by task name.
+    """
+
+    t_s: float
+    count: int
+    backlog_max: int | None
+    backlog_mean: float | None
+    inference_share: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    slo_ms: float | None
+    slo_attainment: float | None
+    slo_attainment_min: float | None
+    train_samples: int | None
+    task_shares: Mapping[str, float]
+    train_samples_per_task: Mapping[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPoint:
+    """A time bucket over all devices: how many reported, their mean and worst SLO attainment,
+    the worst p99 relative to its SLO (p99_ms / slo_ms), and the largest backlog."""
+
+    t_s: float
+    devices: int
+    slo_attainment: float | None
+    slo_attainment_min: float | None
+    p99_over_slo_max: float | None
+    backlog_max: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,12 +351,22 @@ class RunStore:
                 conn.execute(statement)
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
         if row[0] is None:
-            conn.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
-        elif row[0] > SCHEMA_VERSION:
+            conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+            version = 1
+        else:
+            version = int(row[0])
+        if version > SCHEMA_VERSION:
             raise ConfigError(
-                f"run store {self.path} has schema version {row[0]}, newer than this dartfl's "
+                f"run store {self.path} has schema version {version}, newer than this dartfl's "
                 f"{SCHEMA_VERSION}; upgrade dartfl or {_FIX}"
             )
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            for statement in _MIGRATIONS[target].split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute("UPDATE schema_version SET version = ?", (target,))
+            if row[0] is not None:
+                log.info("run store %s migrated to schema version %d", self.path, target)
 
     @contextmanager
     def _transaction(self, mode: str = "IMMEDIATE") -> Iterator[sqlite3.Connection]:
@@ -423,3 +537,153 @@ class RunStore:
             )
             for b, t, count, bmax, bmean, share, micro, maxb, trained, p99 in stats
         ]
+
+    # -- telemetry ----------------------------------------------------------------------------
+
+    _TELEMETRY_COLUMNS = (
+        "device, t_s, backlog, inference_share, p50_ms, p95_ms, p99_ms, slo_ms, slo_attainment, "
+        "train_samples, payload"
+    )
+
+    def add_telemetry(self, rows: Iterable[TelemetryRow]) -> int:
+        """Append snapshots in one transaction; a snapshot already stored (same device and
+        t_s, e.g. a QoS 1 redelivery) is skipped. Returns how many were new."""
+        params = [
+            (
+                r.device,
+                r.t_s,
+                r.backlog,
+                _jsonable(r.inference_share),
+                _jsonable(r.p50_ms),
+                _jsonable(r.p95_ms),
+                _jsonable(r.p99_ms),
+                _jsonable(r.slo_ms),
+                _jsonable(r.slo_attainment),
+                r.train_samples,
+                _dumps(r.payload or {}),
+            )
+            for r in rows
+        ]
+        with self._transaction() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                f"INSERT OR IGNORE INTO telemetry ({self._TELEMETRY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+            return conn.total_changes - before
+
+    def prune_telemetry(self, before_s: float) -> int:
+        """Delete snapshots older than `before_s` (Unix time); returns how many went."""
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM telemetry WHERE t_s < ?", (before_s,)).rowcount
+
+    def telemetry_devices(self) -> list[TelemetryDevice]:
+        """Devices with recorded telemetry, by name."""
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute(
+                "SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry GROUP BY device ORDER BY device"
+            ).fetchall()
+        return [TelemetryDevice(*row) for row in rows]
+
+    def telemetry_latest(self, since_s: float | None = None) -> list[TelemetryRow]:
+        """The newest snapshot of each device (only devices heard from since `since_s`)."""
+        where = "" if since_s is None else "WHERE t_s >= :since"
+        sql = (
+            f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry t JOIN "
+            f"(SELECT device AS d, MAX(t_s) AS m FROM telemetry {where} GROUP BY device) l "
+            "ON t.device = l.d AND t.t_s = l.m ORDER BY t.device"
+        )
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute(sql, {"since": since_s}).fetchall()
+        return [self._telemetry_row(row) for row in rows]
+
+    @staticmethod
+    def _telemetry_row(row: tuple[Any, ...]) -> TelemetryRow:
+        device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, payload = row
+        return TelemetryRow(
+            device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, json.loads(payload)
+        )
+
+    def telemetry_series(
+        self, device: str, since_s: float | None = None, until_s: float | None = None, max_points: int = 600
+    ) -> list[TelemetryPoint]:
+        """One device's snapshots in [since_s, until_s] in time order, bucketed in SQL to at
+        most `max_points` equal time spans (every snapshot its own point when they fit)."""
+        if max_points < 1:
+            raise ConfigError(f"max_points must be >= 1, got {max_points}")
+        key = "t.device = :device AND t.t_s >= :since AND t.t_s <= :until"
+        args: dict[str, Any] = {
+            "device": device,
+            "since": -math.inf if since_s is None else since_s,
+            "until": math.inf if until_s is None else until_s,
+        }
+        with self._transaction("DEFERRED") as conn:
+            n, t0, t1 = conn.execute(
+                f"SELECT COUNT(*), MIN(t_s), MAX(t_s) FROM telemetry t WHERE {key}", args
+            ).fetchone()
+            if n == 0:
+                return []
+            lo = t0 if since_s is None else since_s
+            hi = t1 if until_s is None else until_s
+            args.update(t0=lo, width=(hi - lo) / max_points if hi > lo else 1.0, last=max_points - 1)
+            bucket = "t.rowid" if n <= max_points else "MIN(CAST((t.t_s - :t0) / :width AS INTEGER), :last)"
+            stats = conn.execute(
+                f"SELECT {bucket} AS b, MIN(t.t_s), COUNT(*), MAX(t.backlog), AVG(t.backlog), "
+                "AVG(t.inference_share), MAX(t.p50_ms), MAX(t.p95_ms), MAX(t.p99_ms), MAX(t.slo_ms), "
+                "AVG(t.slo_attainment), MIN(t.slo_attainment), MAX(t.train_samples) "
+                f"FROM telemetry t WHERE {key} GROUP BY b ORDER BY MIN(t.t_s), b",
+                args,
+            ).fetchall()
+            per_task: dict[str, dict[int, dict[str, float]]] = {}
+            for field, agg in (("task_shares", "AVG"), ("train_samples_per_task", "MAX")):
+                rows = conn.execute(
+                    f"SELECT {bucket} AS b, j.key, {agg}(j.value) FROM telemetry t, "
+                    f"json_each(t.payload, '$.{field}') j WHERE {key} AND j.type IN ('integer', 'real') "
+                    "GROUP BY b, j.key ORDER BY b, j.key",
+                    args,
+                ).fetchall()
+                buckets = per_task.setdefault(field, {})
+                for b, task, value in rows:
+                    buckets.setdefault(b, {})[task] = value
+        shares, trained = per_task["task_shares"], per_task["train_samples_per_task"]
+        return [
+            TelemetryPoint(
+                t_s=row[1],
+                count=row[2],
+                backlog_max=row[3],
+                backlog_mean=row[4],
+                inference_share=row[5],
+                p50_ms=row[6],
+                p95_ms=row[7],
+                p99_ms=row[8],
+                slo_ms=row[9],
+                slo_attainment=row[10],
+                slo_attainment_min=row[11],
+                train_samples=row[12],
+                task_shares=shares.get(row[0], {}),
+                train_samples_per_task={k: int(v) for k, v in trained.get(row[0], {}).items()},
+            )
+            for row in stats
+        ]
+
+    def telemetry_fleet_series(
+        self, since_s: float, until_s: float, max_points: int = 300
+    ) -> list[FleetPoint]:
+        """All devices' snapshots in [since_s, until_s], bucketed in SQL into `max_points`
+        equal time spans (see FleetPoint)."""
+        if max_points < 1 or not until_s > since_s:
+            raise ConfigError(
+                f"need max_points >= 1 and until_s > since_s, got {max_points}, [{since_s}, {until_s}]"
+            )
+        args = {"since": since_s, "until": until_s, "width": (until_s - since_s) / max_points}
+        args["last"] = max_points - 1
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute(
+                "SELECT MIN(CAST((t_s - :since) / :width AS INTEGER), :last) AS b, MIN(t_s), "
+                "COUNT(DISTINCT device), AVG(slo_attainment), MIN(slo_attainment), "
+                "MAX(p99_ms / NULLIF(slo_ms, 0)), MAX(backlog) FROM telemetry "
+                "WHERE t_s >= :since AND t_s <= :until GROUP BY b ORDER BY b",
+                args,
+            ).fetchall()
+        return [FleetPoint(*row[1:]) for row in rows]

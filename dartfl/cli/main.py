@@ -24,6 +24,10 @@ SUBCOMMAND_MODULES = (
     "dartfl.cli.fleet_cmd",
     "dartfl.cli.edge_cmd",
     "dartfl.cli.runs_cmd",
+    "dartfl.cli.fl_cmd",
+    "dartfl.cli.dashboard_cmd",
+    "dartfl.cli.record_cmd",
+    "dartfl.cli.dc_cmd",
 )
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from dartfl.errors import ConfigError
 from dartfl.paths import default_store_path
-from dartfl.store import SCHEMA_VERSION, DecisionRow, RunStore
+from dartfl.store import SCHEMA_VERSION, DecisionRow, RunStore, TelemetryRow
 
 
 class FakeClock:
@@ -260,3 +260,120 @@ def test_processes_creating_one_new_store_at_once_agree_on_its_schema(tmp_path: 
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
     conn.close()
+
+
+# -- telemetry (schema version 2) ------------------------------------------------------------
+
+
+def _snap(device: str, t_s: float, backlog: int, **extra: object) -> TelemetryRow:
+    payload = {
+        "device": device,
+        "t": t_s,
+        "task_shares": {"a": 0.25, "b": 0.75},
+        "train_samples_per_task": {"a": int(t_s), "b": 2 * int(t_s)},
+    }
+    return TelemetryRow(
+        device, t_s, backlog, 0.5, 1.0, 2.0, 3.0 + backlog, 100.0, 0.9, 3 * int(t_s), {**payload, **extra}
+    )
+
+
+def _v1_store(path: Path) -> None:
+    """A store as schema version 1 wrote it (no telemetry table)."""
+    with sqlite3.connect(path) as conn:
+        conn.executescript(
+            """
+            CREATE TABLE schema_version (version INTEGER NOT NULL);
+            INSERT INTO schema_version VALUES (1);
+            CREATE TABLE runs (run_id INTEGER PRIMARY KEY, kind TEXT NOT NULL, label TEXT,
+                created_s REAL NOT NULL, finished_s REAL, status TEXT NOT NULL, config TEXT NOT NULL);
+            CREATE TABLE results (run_id INTEGER NOT NULL, policy TEXT NOT NULL, metrics TEXT NOT NULL,
+                PRIMARY KEY (run_id, policy));
+            CREATE TABLE decisions (run_id INTEGER NOT NULL, policy TEXT NOT NULL, t_s REAL NOT NULL,
+                backlog INTEGER NOT NULL, inference_share REAL NOT NULL, microbatch INTEGER NOT NULL,
+                max_batch INTEGER NOT NULL, task_shares TEXT NOT NULL, trained_samples INTEGER NOT NULL,
+                latency_p99_s REAL);
+            INSERT INTO runs VALUES (1, 'sim', 'old', 1.0, 2.0, 'ok', '{"rate": 5}');
+            INSERT INTO results VALUES (1, 'dart', '{"slo_attainment": 0.9}');
+            """
+        )
+    conn.close()
+
+
+def test_version_1_store_is_migrated_forward_and_keeps_its_runs(tmp_path: Path) -> None:
+    path = tmp_path / "old.sqlite"
+    _v1_store(path)
+    with RunStore(path) as store:
+        assert store.results(1) == {"dart": {"slo_attainment": 0.9}}
+        assert store.add_telemetry([_snap("pi-1", 10.0, 3)]) == 1
+        assert [d.device for d in store.telemetry_devices()] == ["pi-1"]
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    conn.close()
+    assert SCHEMA_VERSION == 2
+    assert {"telemetry_by_device", "telemetry_by_time"} <= indexes
+
+
+def test_telemetry_duplicates_are_stored_once_and_latest_is_per_device(tmp_store: RunStore) -> None:
+    rows = [_snap("pi-1", float(t), t) for t in range(5)] + [_snap("pi-2", 2.0, 9)]
+    assert tmp_store.add_telemetry(rows) == 6
+    assert tmp_store.add_telemetry(rows[:2]) == 0  # a QoS 1 redelivery
+    devices = tmp_store.telemetry_devices()
+    assert [(d.device, d.first_t_s, d.last_t_s, d.rows) for d in devices] == [
+        ("pi-1", 0.0, 4.0, 5),
+        ("pi-2", 2.0, 2.0, 1),
+    ]
+    latest = tmp_store.telemetry_latest()
+    assert [(r.device, r.t_s, r.backlog) for r in latest] == [("pi-1", 4.0, 4), ("pi-2", 2.0, 9)]
+    assert latest[0].payload is not None and latest[0].payload["task_shares"] == {"a": 0.25, "b": 0.75}
+    assert [r.device for r in tmp_store.telemetry_latest(since_s=3.0)] == ["pi-1"]
+
+
+def test_telemetry_series_is_exact_below_max_points_and_windowed(tmp_store: RunStore) -> None:
+    tmp_store.add_telemetry([_snap("pi-1", float(t), t % 4) for t in range(10)])
+    tmp_store.add_telemetry([_snap("pi-2", float(t), 50) for t in range(10)])
+    points = tmp_store.telemetry_series("pi-1", 2.0, 5.0, max_points=100)
+    assert [p.t_s for p in points] == [2.0, 3.0, 4.0, 5.0]
+    assert [p.backlog_max for p in points] == [2, 3, 0, 1]
+    assert all(p.count == 1 for p in points)
+    assert points[0].task_shares == {"a": 0.25, "b": 0.75}
+    assert points[-1].train_samples_per_task == {"a": 5, "b": 10}
+    assert tmp_store.telemetry_series("nobody") == []
+
+
+def test_telemetry_series_downsamples_in_sql_keeping_peaks_and_counters(tmp_store: RunStore) -> None:
+    rows = [_snap("pi-1", float(t), 1000 if t == 777 else 1) for t in range(3600)]
+    tmp_store.add_telemetry(rows)
+    points = tmp_store.telemetry_series("pi-1", 0.0, 3600.0, max_points=60)
+    assert len(points) == 60
+    assert sum(p.count for p in points) == 3600
+    assert max(p.backlog_max or 0 for p in points) == 1000  # the burst survives
+    assert points[-1].train_samples == 3 * 3599  # lifetime counter: the bucket's largest
+    assert points[-1].train_samples_per_task == {"a": 3599, "b": 7198}
+    assert points[0].task_shares == pytest.approx({"a": 0.25, "b": 0.75})
+    with pytest.raises(ConfigError, match="max_points"):
+        tmp_store.telemetry_series("pi-1", max_points=0)
+
+
+def test_fleet_series_counts_devices_and_worst_p99_over_slo(tmp_store: RunStore) -> None:
+    tmp_store.add_telemetry([_snap(f"pi-{d}", float(t), d) for d in range(3) for t in range(100)])
+    points = tmp_store.telemetry_fleet_series(0.0, 100.0, max_points=10)
+    assert len(points) == 10
+    assert all(p.devices == 3 for p in points)
+    assert points[0].p99_over_slo_max == pytest.approx((3.0 + 2) / 100.0)
+    assert points[0].backlog_max == 2
+    with pytest.raises(ConfigError, match="until_s > since_s"):
+        tmp_store.telemetry_fleet_series(5.0, 5.0)
+
+
+def test_prune_telemetry_deletes_only_older_rows(tmp_store: RunStore) -> None:
+    tmp_store.add_telemetry([_snap("pi-1", float(t), 0) for t in range(10)])
+    assert tmp_store.prune_telemetry(before_s=7.0) == 7
+    assert [d.rows for d in tmp_store.telemetry_devices()] == [3]
+
+
+def test_telemetry_row_rejects_a_missing_device_or_bad_time() -> None:
+    with pytest.raises(ConfigError, match="device"):
+        TelemetryRow("", 1.0)
+    with pytest.raises(ConfigError, match="finite"):
+        TelemetryRow("pi-1", math.nan)

@@ -1,0 +1,66 @@
+"""`dartfl record`: persist the fleet's MQTT telemetry into the run store.
+
+Runs until interrupted (Ctrl-C or SIGTERM) or for `--duration-s`. The dashboard's device
+history and fleet charts read what it writes. A broker that is down is retried; nothing is
+lost while the recorder runs except what devices could not publish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from dartfl.errors import InputError
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "record",
+        help="record device telemetry from MQTT into the run store",
+        description="Subscribe to dartfl/v1/+/telemetry and append every snapshot to the run store.",
+    )
+    p.add_argument("--broker", required=True, help="broker URL, e.g. mqtt://127.0.0.1:1883")
+    p.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
+    p.add_argument("--flush-s", type=float, default=1.0, help="write to the store this often (default 1 s)")
+    p.add_argument(
+        "--retention-h",
+        type=float,
+        default=24.0,
+        help="delete telemetry older than this many hours (default 24; 0 keeps everything)",
+    )
+    p.add_argument("--duration-s", type=float, help="stop after this long (default: run until stopped)")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dartfl.paths import default_store_path
+    from dashboard.recorder import Recorder
+    from edge_client.broker import parse_broker_url
+
+    parse_broker_url(args.broker)
+    if args.flush_s <= 0 or args.retention_h < 0 or (args.duration_s is not None and args.duration_s <= 0):
+        raise InputError(
+            f"--flush-s and --duration-s must be > 0 and --retention-h >= 0, got "
+            f"{args.flush_s}, {args.duration_s}, {args.retention_h}"
+        )
+    store = args.store or default_store_path()
+    stop = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    recorder = Recorder(
+        store, args.broker, flush_s=args.flush_s, retention_s=args.retention_h * 3600.0 or None
+    )
+    print(f"dartfl record: {args.broker} -> {store}", flush=True)
+    try:
+        recorder.run(stop, args.duration_s)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        recorder.close()
+        signal.signal(signal.SIGTERM, previous)
+    print(f"dartfl record: {recorder.written} snapshots written ({recorder.bad} bad messages ignored)")
+    sys.stdout.flush()
+    return 0

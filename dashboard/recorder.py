@@ -1,0 +1,108 @@
+"""The telemetry recorder: subscribes to every device's telemetry and appends it to the run
+store, so the dashboard's history survives restarts (`dartfl record`).
+
+Snapshots are buffered and written in one transaction per `flush_s` (run-store guidance:
+batches, not single rows); the buffer is bounded, so a store that cannot keep up drops the
+oldest snapshots with a warning rather than growing without limit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+
+from dartfl.errors import ConfigError, ProtocolError
+from dartfl.store import RunStore, TelemetryRow
+from dashboard.feed import TELEMETRY_SUBSCRIPTION, Subscriber
+from dashboard.telemetry import row_from_snapshot
+from edge_client import protocol
+from edge_client.mqtt import Message
+
+log = logging.getLogger(__name__)
+
+__all__ = ["Recorder"]
+
+MAX_BUFFERED = 100_000
+
+
+class Recorder:
+    """Buffers decoded snapshots from the broker and flushes them into the store."""
+
+    def __init__(
+        self,
+        store_path: Path,
+        broker_url: str,
+        *,
+        flush_s: float = 1.0,
+        retention_s: float | None = 86400.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if flush_s <= 0:
+            raise ConfigError(f"flush interval must be > 0 s, got {flush_s}")
+        if retention_s is not None and retention_s <= 0:
+            raise ConfigError(f"retention must be > 0 s (or None to keep everything), got {retention_s}")
+        self.store = RunStore(store_path)
+        self.flush_s = flush_s
+        self.retention_s = retention_s
+        self._clock = clock
+        self._buffer: deque[TelemetryRow] = deque(maxlen=MAX_BUFFERED)
+        self._lock = threading.Lock()
+        self.received = 0
+        self.written = 0
+        self.bad = 0
+        self.subscriber = Subscriber(
+            broker_url, "recorder", self.handle, [(TELEMETRY_SUBSCRIPTION, protocol.TELEMETRY_QOS)]
+        )
+
+    def handle(self, message: Message) -> None:
+        try:
+            row = row_from_snapshot(protocol.decode_telemetry(message.payload))
+        except (ProtocolError, ConfigError) as exc:
+            self.bad += 1
+            log.debug("ignoring a bad telemetry message on %s: %s", message.topic, exc)
+            return
+        with self._lock:
+            if len(self._buffer) == self._buffer.maxlen:
+                log.warning("recorder buffer full: dropping the oldest snapshot")
+            self._buffer.append(row)
+            self.received += 1
+
+    def flush(self) -> int:
+        """Write what is buffered; returns how many new rows went into the store."""
+        with self._lock:
+            rows = list(self._buffer)
+            self._buffer.clear()
+        if not rows:
+            return 0
+        written = self.store.add_telemetry(rows)
+        self.written += written
+        return written
+
+    def prune(self) -> int:
+        if self.retention_s is None:
+            return 0
+        return self.store.prune_telemetry(self._clock() - self.retention_s)
+
+    def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
+        """Flush every `flush_s` until `stop` is set (or `duration_s` has passed); prune hourly."""
+        deadline = None if duration_s is None else time.monotonic() + duration_s
+        next_prune = 0.0
+        while not stop.wait(self.flush_s):
+            self.flush()
+            if time.monotonic() >= next_prune:
+                pruned = self.prune()
+                if pruned:
+                    log.info("pruned %d snapshots older than the retention", pruned)
+                next_prune = time.monotonic() + 3600.0
+            if deadline is not None and time.monotonic() >= deadline:
+                break
+        self.flush()
+
+    def close(self) -> None:
+        self.subscriber.close()
+        self.flush()
+        self.store.close()

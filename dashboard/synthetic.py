@@ -1,0 +1,157 @@
+"""Synthetic but well-formed data for the dashboard's tests, benchmark and screenshots.
+
+`snapshot()` builds a telemetry object with the agent's fields (edge_client.agent.report,
+docs/protocol.md); `fl_results()` and `dc_run()` write runs in the shapes docs/dashboard.md
+defines for the FL and datacenter pages. Deterministic for a seed.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from dartfl.store import DecisionRow, RunStore, TelemetryRow
+from dashboard.telemetry import row_from_snapshot
+
+__all__ = ["fill_telemetry", "record_dc_run", "record_fl_run", "snapshot"]
+
+TASKS = ("digits", "fashion", "uci-digits")
+
+
+def snapshot(
+    device: str,
+    t_s: float,
+    step: int,
+    *,
+    slo_ms: float = 250.0,
+    load: float = 0.5,
+    tasks: Sequence[str] = TASKS,
+    round_target: int = 2048,
+) -> dict[str, Any]:
+    """Snapshot number `step` of `device` at Unix time `t_s`: bursty backlog, a share that
+    follows it, and counters that grow. `load` > 1 makes a device that misses its SLO."""
+    phase = (zlib.crc32(device.encode()) % 97) / 97.0 * 2 * math.pi
+    burst = max(0.0, math.sin(step / 20.0 + phase)) ** 4
+    backlog = round(load * 40 * burst + (step * 7 + len(device)) % 3)
+    share = min(1.0, 0.25 + 0.6 * burst * min(1.0, load))
+    p99 = slo_ms * (0.35 + 0.5 * burst) * load * 2
+    attainment = max(0.0, min(1.0, 1.0 - max(0.0, load - 0.5) * 0.3 - 0.02 * burst))
+    per_task = [int(step * (3 + k) * 0.4) for k in range(len(tasks))]
+    raw = np.array([1.0 + k + burst * (len(tasks) - k) for k in range(len(tasks))])
+    shares = raw / raw.sum()
+    trained_round = int((step % 60) / 60 * round_target * (1.1 - 0.5 * min(1.0, load)))
+    return {
+        "v": 1,
+        "device": device,
+        "t": t_s,
+        "uptime_s": float(step),
+        "policy": "dart",
+        "tasks": list(tasks),
+        "slo_ms": slo_ms,
+        "backlog": {
+            task: backlog // len(tasks) + (k == 0) * (backlog % len(tasks)) for k, task in enumerate(tasks)
+        },
+        "inference_share": share,
+        "task_shares": dict(zip(tasks, shares.tolist(), strict=True)),
+        "microbatch": 16 if burst < 0.3 else 4,
+        "max_batch": 8,
+        "latency_ms": {"p50_ms": p99 * 0.3, "p95_ms": p99 * 0.75, "p99_ms": p99},
+        "slo_attainment_window": attainment,
+        "requests": step * 20,
+        "replies": step * 20,
+        "rejected": 0,
+        "errors": 0,
+        "train_samples": sum(per_task),
+        "train_samples_per_task": dict(zip(tasks, per_task, strict=True)),
+        "round": {
+            "target": round_target,
+            "trained": trained_round,
+            "elapsed_s": float(step % 60),
+            "length_s": 60.0,
+            "done": step // 60,
+            "met": step // 60,
+        },
+        "model_version": step // 60,
+    }
+
+
+def fill_telemetry(
+    store: RunStore, devices: int, seconds: int, *, end_s: float, period_s: float = 1.0, batch: int = 20_000
+) -> int:
+    """`devices` devices x `seconds` of telemetry every `period_s`, ending at `end_s`; every
+    tenth device is overloaded (misses its SLO). Returns the rows written."""
+    rows: list[TelemetryRow] = []
+    written = 0
+    steps = int(seconds / period_s)
+    for d in range(devices):
+        name = f"dev-{d:03d}"
+        load = 1.4 if d % 10 == 3 else 0.5
+        for i in range(steps):
+            rows.append(row_from_snapshot(snapshot(name, end_s - (steps - i) * period_s, i, load=load)))
+            if len(rows) >= batch:
+                written += store.add_telemetry(rows)
+                rows.clear()
+    return written + store.add_telemetry(rows)
+
+
+def record_fl_run(store: RunStore, rounds: int = 8, clients: int = 4, seed: int = 0) -> int:
+    """An FL run of two policies in the documented shape (docs/dashboard.md)."""
+    rng = np.random.default_rng(seed)
+    demand = {"digits": 5.0, "fashion": 3.0, "uci-digits": 1.0}
+    run_id = store.start_run(
+        "fl",
+        f"{clients} clients x {rounds} rounds (synthetic)",
+        {"tasks": list(TASKS), "task_demand": demand},
+    )
+    for policy, speed in (("dart", 1.0), ("inference-first", 0.7)):
+        per_round = []
+        for r in range(1, rounds + 1):
+            acc = {
+                task: float(0.95 - 0.7 * math.exp(-speed * r / (2 + k)) - rng.uniform(0, 0.02))
+                for k, task in enumerate(TASKS)
+            }
+            per_round.append(
+                {
+                    "round": r,
+                    "accuracy": acc,
+                    "clients": {
+                        f"client-{c}": {"samples": int(rng.integers(200, 600) * speed)}
+                        for c in range(clients)
+                    },
+                }
+            )
+        final = per_round[-1]["accuracy"]
+        store.add_result(run_id, policy, {"rounds": per_round, "accuracy": final, "slo_attainment": 0.99})
+    store.finish_run(run_id)
+    return run_id
+
+
+def record_dc_run(store: RunStore, seconds: int = 600, gpus: int = 8, seed: int = 0) -> int:
+    """A datacenter run of two policies in the documented shape (docs/dashboard.md)."""
+    rng = np.random.default_rng(seed)
+    run_id = store.start_run("dc", f"{gpus} GPUs, async RL (synthetic)", {"gpus": gpus})
+    for policy, adaptive in (("dart", True), ("static:0.5", False)):
+        rows, buffer, trained_total = [], 0.0, 0
+        for i in range(seconds):
+            x = 0.5 if not adaptive else min(0.875, max(0.25, 0.5 + (128 - buffer) / 512))
+            produced = x * gpus * rng.uniform(10, 14)
+            consumed = min(buffer + produced, (1 - x) * gpus * 16)
+            buffer = max(0.0, buffer + produced - consumed)
+            trained_total += int(consumed)
+            rows.append(DecisionRow(float(i), int(buffer), x, 64, 256, (1.0,), int(consumed)))
+        store.add_decisions(run_id, policy, rows)
+        lags = rng.poisson(0.6 if adaptive else 1.5, 2000)
+        store.add_result(
+            run_id,
+            policy,
+            {
+                "throughput_samples_per_s": trained_total / seconds,
+                "staleness_histogram": {str(k): int((lags == k).sum()) for k in range(int(lags.max()) + 1)},
+            },
+        )
+    store.finish_run(run_id)
+    return run_id

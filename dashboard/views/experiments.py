@@ -1,0 +1,71 @@
+"""Experiments: pick recorded runs and compare their policies side by side."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard.config import DashboardConfig
+from dashboard.data import COMPARE_METRICS, comparison_frame, decisions_frame, run_choices, run_title
+from dashboard.views.common import HOW_TO_RUN, empty_store, get_store
+
+KINDS = ("sim", "replay", "fleet", "fl", "dc")
+SHOWN = (
+    "slo_attainment",
+    "p99_latency_s",
+    "harvest_efficiency",
+    "train_samples",
+    "max_backlog",
+    "decision_us_p50",
+)
+
+
+def render(cfg: DashboardConfig) -> None:
+    st.title("Experiments")
+    store = get_store(cfg)
+    runs = run_choices(store, KINDS)
+    if store is None or not runs:
+        empty_store(cfg, "runs", [HOW_TO_RUN["sim"], HOW_TO_RUN["fleet"]])
+        return
+    by_title = {run_title(r): r for r in runs}
+    # Default: the newest two device-level runs, the ones `dartfl sim` would compare.
+    device_runs = [t for t, r in by_title.items() if r.kind in ("sim", "replay", "fleet")]
+    default = (device_runs or list(by_title))[:2]
+    chosen = st.multiselect("runs to compare", list(by_title), default=default, key="runs")
+    picked = [by_title[t] for t in chosen]
+    if not picked:
+        st.info("Pick one or more runs above.")
+        return
+    frame = comparison_frame(store, picked)
+    if frame.empty:
+        st.info("The chosen runs have no per-policy results yet (still running, or failed).")
+        return
+    color = "run" if len(picked) > 1 else "policy"
+    shown = [m for m in SHOWN if frame[m].notna().any()]
+    for i in range(0, len(shown), 3):
+        cols = st.columns(3)
+        for col, metric in zip(cols, shown[i : i + 3], strict=False):
+            data = frame.dropna(subset=[metric])
+            col.altair_chart(
+                charts.bars(data, "policy", metric, color, COMPARE_METRICS[metric], y_title=""),
+                width="stretch",
+            )
+    with st.expander("numbers"):
+        st.dataframe(frame.drop(columns=["run_id"]), hide_index=True)
+
+    st.subheader("Over time")
+    run = st.selectbox("run", picked, format_func=run_title, key="timeline_run")
+    policies = list(run.policies)
+    df = decisions_frame(store, run.run_id, policies, max_points=800)
+    if df.empty:
+        st.info("This run recorded no per-period decisions (a replay is seen from the requester only).")
+        return
+    a, b = st.columns(2)
+    a.altair_chart(
+        charts.lines(df, "t_s", "backlog_max", "policy", "Backlog (bucket max)", x_title="time (s)"),
+        width="stretch",
+    )
+    b.altair_chart(
+        charts.lines(df, "t_s", "inference_share", "policy", "Inference share", x_title="time (s)"),
+        width="stretch",
+    )

@@ -1,0 +1,60 @@
+"""Fleet overview: one tile per device, live from MQTT, with recorded history as fallback."""
+
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard.config import DashboardConfig
+from dashboard.data import fleet_frame, fleet_tiles
+from dashboard.views.common import HOW_TO_RECORD, feed_banner, get_feed, get_store
+
+
+def render(cfg: DashboardConfig) -> None:
+    st.title("Fleet")
+
+    @st.fragment(run_every=cfg.refresh_s)
+    def live_part() -> None:
+        now = time.time()
+        feed = get_feed(cfg)
+        feed_banner(feed)
+        store = get_store(cfg)
+        history = store.telemetry_latest() if store is not None else []
+        tiles = fleet_tiles(history, feed, now, cfg.liveness, cfg.slo_target)
+        if not tiles:
+            st.info(
+                "No device has reported yet. Devices publish telemetry on `dartfl/v1/<device>/telemetry`; "
+                "start agents with `dartfl edge run --broker URL` and point the dashboard at the "
+                "same broker.\n\n" + HOW_TO_RECORD.format(store=cfg.store_path)
+            )
+            return
+        counts = {s: sum(t.status == s for t in tiles) for s in ("alive", "stale", "gone")}
+        missing = sum(t.misses_slo for t in tiles)
+        cols = st.columns(5)
+        cols[0].metric("devices", len(tiles))
+        cols[1].metric("alive", counts["alive"])
+        cols[2].metric("stale", counts["stale"])
+        cols[3].metric("gone", counts["gone"])
+        cols[4].metric(f"missing SLO (< {cfg.slo_target:.0%})", missing)
+        st.markdown(charts.tiles_html(tiles), unsafe_allow_html=True)
+        frame = fleet_frame(tiles)
+        if frame["p99_over_slo"].notna().any():
+            st.altair_chart(charts.fleet_p99_chart(frame), width="stretch")
+        if store is not None:
+            points = store.telemetry_fleet_series(now - 3600.0, now, max_points=240)
+            if points:
+                import pandas as pd
+
+                df = pd.DataFrame(
+                    {
+                        "t": pd.to_datetime([p.t_s for p in points], unit="s", utc=True),
+                        "mean": [p.slo_attainment for p in points],
+                        "worst device": [p.slo_attainment_min for p in points],
+                    }
+                ).melt("t", var_name="fleet", value_name="slo_attainment")
+                chart = charts.lines(df, "t", "slo_attainment", "fleet", "SLO attainment, last hour")
+                st.altair_chart(charts.with_rule(chart, cfg.slo_target, "target"), width="stretch")
+
+    live_part()

@@ -1,0 +1,69 @@
+"""Federated rounds: per-task, mean and demand-weighted accuracy per round; client shares."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import charts
+from dashboard.config import DashboardConfig
+from dashboard.data import fl_frames, run_choices, run_title
+from dashboard.views.common import HOW_TO_RUN, empty_store, get_store
+
+
+def render(cfg: DashboardConfig) -> None:
+    st.title("Federated rounds")
+    store = get_store(cfg)
+    runs = run_choices(store, ("fl",))
+    if store is None or not runs:
+        empty_store(cfg, "federated-learning runs (kind 'fl')", [HOW_TO_RUN["fl"]])
+        return
+    run = st.selectbox("FL run", runs, format_func=run_title, key="fl_run")
+    frames = fl_frames(run, store.results(run.run_id))
+    if frames["accuracy"].empty and frames["summary"].empty:
+        st.info(
+            f"Run #{run.run_id} has no per-round accuracy yet: its results need a `rounds` list "
+            "(see docs/dashboard.md for the shape)."
+        )
+        return
+    policies = sorted(set(frames["accuracy"]["policy"]) | set(frames["summary"]["policy"]))
+    policy = st.segmented_control("policy", policies, default=policies[0], key="fl_policy") or policies[0]
+    acc = frames["accuracy"][frames["accuracy"]["policy"] == policy]
+    a, b = st.columns(2)
+    if len(acc):
+        a.altair_chart(
+            charts.lines(acc, "round", "accuracy", "task", "Accuracy per task", point=True, x_title="round"),
+            width="stretch",
+        )
+    summary = frames["summary"]
+    if len(summary):
+        summary = summary.assign(series=summary["policy"] + " " + summary["metric"])
+        b.altair_chart(
+            charts.lines(
+                summary,
+                "round",
+                "accuracy",
+                "series",
+                "Mean and demand-weighted accuracy",
+                point=True,
+                x_title="round",
+            ),
+            width="stretch",
+        )
+    clients = frames["clients"][frames["clients"]["policy"] == policy]
+    if len(clients):
+        import altair as alt
+
+        chart = (
+            alt.Chart(clients, title="Samples trained per client and round")
+            .mark_bar()
+            .encode(
+                x=alt.X("round:O"),
+                y=alt.Y("samples:Q", stack="zero"),
+                color=alt.Color("client:N"),
+                tooltip=["round", "client", "samples"],
+            )
+            .properties(height=charts.HEIGHT)
+        )
+        st.altair_chart(chart, width="stretch")
+    else:
+        st.caption("No per-client contributions recorded for this policy.")
