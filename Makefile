@@ -37,6 +37,10 @@ system-deps:
 
 demo: venv system-deps
 	mkdir -p out
+	@# The headline: a Flower simulation (Ray, hence the loopback-only namespace) of 6 clients,
+	@# DART vs inference-first; table on stdout, plots out/fl-*.png, records in out/runs.sqlite.
+	scripts/loopback-run $(BIN)/dartfl fl sim --clients 6 --rounds 12 --policy dart \
+	    --policy inference-first --seed 1 --store out/runs.sqlite --plot-dir out
 	$(BIN)/dartfl sim --workload pareto-onoff --duration-s 600 --target-load 0.5 \
 	    --profile pi4 --slo-ms 250 --policy dart --policy inference-only --policy inference-first:4 \
 	    --policy inference-first:8 --policy static:0.5 --policy clairvoyant --seed 1 --plot out/demo-sim.png

@@ -74,8 +74,14 @@ def simulate(
     config: SimConfig | None = None,
     rng: np.random.Generator | None = None,
     timer: Callable[[], int] = time.perf_counter_ns,
+    on_step: Callable[[int, tuple[float, ...], tuple[float, ...]], None] | None = None,
 ) -> RunRecord:
-    """Replay `arrivals` through one device run by `policy`; drain the queues at the end."""
+    """Replay `arrivals` through one device run by `policy`; drain the queues at the end.
+
+    `on_step(samples, task_shares, loss_weights)` is called for every training microbatch the
+    device completes (in virtual-time order), so a caller can execute it for real: the
+    federated ClientApp trains its model there while the timing stays modelled.
+    """
     cfg = config or SimConfig()
     names = arrivals.task_names
     if tuple(t.name for t in tasks) != names:
@@ -150,6 +156,8 @@ def simulate(
                 for k, got in enumerate(splitter.split(running_m, alloc.task_shares)):
                     trained[k] += got
                 round_trained += running_m
+                if on_step is not None:
+                    on_step(running_m, alloc.task_shares, alloc.loss_weights)
                 running_m = 0
             busy_until = math.inf
 

@@ -1,0 +1,194 @@
+"""`dartfl fl`: federated multitask learning on Flower.
+
+    dartfl fl sim --clients 6 --rounds 12 --policy dart --policy inference-first --seed 1 --json
+
+`sim` starts its own simulation SuperLink on a free loopback port, runs the Flower app of this
+repository once per policy through `flwr run` (Ray runs the virtual clients, so call it under
+`scripts/loopback-run`), stops the SuperLink, and prints one row per policy. A policy brings
+its natural loss weighting (dart: demand, the baselines: uniform); --loss-weights overrides it.
+`deploy-local` is the real deployment on loopback (docs/deployment.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dartfl.errors import ConfigError
+
+__all__ = ["register"]
+
+DEFAULT_POLICIES = ("dart", "inference-first")
+# The headline experiment's fleet (docs/experiments.md); each can be overridden with --set KEY=VALUE.
+HEADLINE: dict[str, int | float | str] = {
+    "zipf": 2.0,
+    "favourite-tasks": "fashion,fashion,fashion,digits,fashion,uci-digits",
+    "max-train-per-task": 20000,
+    "max-test-per-task": 1000,
+}
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    fl = sub.add_parser("fl", help="federated multitask learning on Flower (simulation, deployment)")
+    fl_sub = fl.add_subparsers(dest="fl_command", metavar="ACTION")
+    sim = fl_sub.add_parser("sim", help="Flower simulation: virtual-time devices, real training")
+    sim.add_argument("--clients", type=int, default=6, help="virtual clients (SuperNodes), default 6")
+    sim.add_argument("--rounds", type=int, default=12, help="federated rounds, default 12")
+    sim.add_argument(
+        "--policy",
+        action="append",
+        metavar="P",
+        help="co-scheduling policy (repeatable); default: dart, inference-first",
+    )
+    sim.add_argument(
+        "--loss-weights", choices=("uniform", "demand"), help="override every policy's loss weighting"
+    )
+    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
+    )
+    sim.add_argument("--json", action="store_true", help="print one JSON object {results: [...]}")
+    sim.add_argument("--store", type=Path, help="record every run in this run store")
+    sim.add_argument("--plot-dir", type=Path, help="write per-task accuracy, SLO and harvest plots here")
+    sim.add_argument("--timeout-s", type=float, default=900.0, help="limit per policy run (wall clock)")
+    sim.set_defaults(handler=_sim)
+
+    def _usage(_args: argparse.Namespace) -> int:
+        fl.print_help()
+        return 2
+
+    fl.set_defaults(handler=_usage)
+
+
+def _parse_sets(items: list[str]) -> dict[str, int | float | str]:
+    out: dict[str, int | float | str] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        value: int | float | str
+        try:
+            value = int(text)
+        except ValueError:
+            try:
+                value = float(text)
+            except ValueError:
+                value = text
+        out[key.strip()] = value
+    return out
+
+
+def _sim(args: argparse.Namespace) -> int:
+    from edge_client.fl_config import FlConfig
+    from server.launch import flwr_run, local_superlink, scratch_dir
+
+    if args.clients < 1 or args.rounds < 1:
+        raise ConfigError(f"--clients and --rounds must be >= 1, got {args.clients} and {args.rounds}")
+    policies = args.policy or list(DEFAULT_POLICIES)
+    base: dict[str, int | float | str] = {**HEADLINE, **_parse_sets(args.set)}
+    base.update({"num-server-rounds": args.rounds, "seed": args.seed, "min-available-nodes": args.clients})
+    if args.loss_weights:
+        base["loss-weighting"] = args.loss_weights
+    configs = [FlConfig.from_run_config({**base, "policy": p}) for p in policies]  # fail fast on bad input
+    results: list[dict[str, Any]] = []
+    with scratch_dir() as work, local_superlink(work, simulation=True) as (conn, env):
+        for i, cfg in enumerate(configs):
+            run_config: dict[str, int | float | str] = {**base, "policy": cfg.policy}
+            run_config["results-file"] = str(work / f"result-{i}.json")
+            run_config["checkpoint-dir"] = str(work / f"ckpt-{i}")
+            if args.store:
+                run_config["store"] = str(args.store.resolve())
+            print(
+                f"dartfl fl sim: running {cfg.policy} ({args.clients} clients x {args.rounds} rounds)",
+                file=sys.stderr,
+            )
+            flwr_run(
+                conn,
+                env,
+                run_config,
+                federation_config=f"num-supernodes={args.clients} client-resources-num-cpus=1",
+                timeout_s=args.timeout_s,
+                log_path=work / f"flwr-run-{i}.log",
+            )
+            result_path = work / f"result-{i}.json"
+            if not result_path.is_file():
+                raise ConfigError(f"the run of {cfg.policy} wrote no results (see `flwr run` output)")
+            results.append(json.loads(result_path.read_text()))
+    if args.plot_dir:
+        _plot_results(results, args.plot_dir)
+    if args.json:
+        print(json.dumps({"results": results}))
+    else:
+        _print_table(results)
+    return 0
+
+
+def _print_table(results: list[dict[str, Any]]) -> None:
+    tasks = list(results[0]["accuracy_per_task"]) if results else []
+    head = [
+        "policy",
+        "rounds",
+        *[f"acc {t}" for t in tasks],
+        "mean acc",
+        "demand-w acc",
+        "SLO",
+        "SLO inf-only",
+        "harvest",
+    ]
+    print(" | ".join(head))
+    for r in results:
+        cells = [
+            f"{r['policy']}+{r['loss_weighting']}",
+            str(r["rounds"]),
+            *[f"{r['accuracy_per_task'][t]:.4f}" for t in tasks],
+            f"{r['mean_accuracy']:.4f}",
+            f"{r['demand_weighted_accuracy']:.4f}",
+            f"{r['slo_attainment']:.4f}",
+            f"{r['slo_attainment_inference_only']:.4f}",
+            f"{r['harvest_efficiency']:.3f}",
+        ]
+        print(" | ".join(cells))
+
+
+def _plot_results(results: list[dict[str, Any]], out_dir: Path) -> None:
+    """fl-accuracy.png (per-task accuracy per round, one panel per task) and fl-slo-harvest.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = list(results[0]["accuracy_per_task"]) if results else []
+    fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(4 * (len(tasks) + 1), 3.2), sharey=True)
+    for r in results:
+        label = f"{r['policy']}+{r['loss_weighting']}"
+        rounds = [h["round"] for h in r["history"]]
+        for ax, task in zip(axes, tasks, strict=False):
+            ax.plot(rounds, [h["accuracy_per_task"][task] for h in r["history"]], marker=".", label=label)
+            ax.set_title(task)
+        axes[-1].plot(rounds, [h["demand_weighted_accuracy"] for h in r["history"]], marker=".", label=label)
+        axes[-1].set_title("demand-weighted")
+    for ax in axes:
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    axes[0].set_ylabel("test accuracy")
+    axes[-1].legend()
+    fig.tight_layout()
+    fig.savefig(out_dir / "fl-accuracy.png", dpi=120)
+    plt.close(fig)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3.2))
+    names = [f"{r['policy']}+{r['loss_weighting']}" for r in results]
+    ax1.bar(names, [r["slo_attainment"] for r in results], label="policy")
+    if results:
+        ax1.axhline(results[0]["slo_attainment_inference_only"], color="k", ls="--", label="inference-only")
+    ax1.set_ylabel("SLO attainment")
+    ax1.set_ylim(0.0, 1.0)
+    ax1.legend(loc="lower right")
+    ax2.bar(names, [r["harvest_efficiency"] for r in results])
+    ax2.set_ylabel("harvest efficiency")
+    fig.tight_layout()
+    fig.savefig(out_dir / "fl-slo-harvest.png", dpi=120)
+    plt.close(fig)

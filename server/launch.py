@@ -1,0 +1,220 @@
+"""Starting and stopping Flower's processes on loopback, and `flwr run`, for the CLI and the tests.
+
+Every process is started in its own session and stopped by its process group, so nothing is
+left behind even when a run fails. We start our own simulation SuperLink on a free loopback
+port instead of letting `flwr run` start its detached one on 39091/39093 (which nothing would
+stop). Ray, which the simulation runs on, must run in a loopback-only network namespace:
+run the calling command under `scripts/loopback-run`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from dartfl.errors import ConfigError, DartflError
+
+__all__ = [
+    "ManagedProcess",
+    "app_dir",
+    "flower_env",
+    "flwr_run",
+    "free_port",
+    "local_superlink",
+    "start_process",
+    "wait_for_port",
+    "write_connection",
+]
+
+_BIN = Path(sys.executable).parent
+
+
+def app_dir() -> Path:
+    """The project directory that holds the Flower app's pyproject.toml (a source checkout)."""
+    root = Path(__file__).resolve().parent.parent
+    if not (root / "pyproject.toml").is_file():
+        raise ConfigError(f"the Flower app needs DART-FL's source checkout; no pyproject.toml in {root}")
+    return root
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise DartflError(f"process {proc.args!r} exited with code {proc.returncode} before listening")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return
+        time.sleep(0.2)
+    raise DartflError(f"nothing listens on 127.0.0.1:{port} after {timeout_s:.0f} s")
+
+
+def flower_env(flwr_home: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment every Flower process needs here (no telemetry, no update check, no uv sync)."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "FLWR_HOME": str(flwr_home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "PATH": f"{_BIN}{os.pathsep}{env.get('PATH', '')}",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    env.update(extra or {})
+    return env
+
+
+class ManagedProcess:
+    """A child process in its own session; `stop()` ends its whole process group."""
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self._log = open(log_path, "ab")  # noqa: SIM115 (closed in stop)
+        self.proc = subprocess.Popen(
+            list(args), env=dict(env), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def kill(self) -> None:
+        """SIGKILL the group at once (a crash, for fault tests)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace_s)
+        # Children (e.g. flwr-serverapp, Ray workers) may outlive the leader: kill the group.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace_s)
+        self._log.close()
+
+    def log_tail(self, chars: int = 3000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+def start_process(args: Sequence[str], env: Mapping[str, str], log_path: Path) -> ManagedProcess:
+    return ManagedProcess(args, env, log_path)
+
+
+def write_connection(flwr_home: Path, name: str, address: str) -> None:
+    """Point `flwr run . <name>` at a SuperLink ($FLWR_HOME/config.toml)."""
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    (flwr_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "{name}"\n\n[superlink.{name}]\naddress = "{address}"\ninsecure = true\n'
+    )
+
+
+@contextlib.contextmanager
+def local_superlink(
+    workdir: Path, *, simulation: bool, name: str = "dartfl"
+) -> Iterator[tuple[str, dict[str, str]]]:
+    """A SuperLink on a free loopback port; yields (connection name, environment). Stopped on exit."""
+    flwr_home = workdir / "flwr-home"
+    env = flower_env(flwr_home)
+    port, control, fleet = free_port(), free_port(), free_port()
+    args = [
+        str(_BIN / "flower-superlink"),
+        "--insecure",
+        "--disable-runtime-dependency-installation",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--control-api-address",
+        f"127.0.0.1:{control}",
+        "--fleet-api-address",
+        f"127.0.0.1:{fleet}",
+        "--database",
+        str(workdir / "superlink.db"),
+    ]
+    if simulation:
+        args += ["--simulation", "--isolation", "subprocess"]
+    superlink = start_process(args, env, workdir / "superlink.log")
+    try:
+        wait_for_port(port, 30, superlink.proc)
+        write_connection(flwr_home, name, f"127.0.0.1:{port}")
+        env["DARTFL_SUPERLINK_FLEET"] = f"127.0.0.1:{fleet}"
+        env["DARTFL_SUPERLINK_PORT"] = str(port)
+        yield name, env
+    finally:
+        superlink.stop()
+
+
+def flwr_run(
+    connection: str,
+    env: Mapping[str, str],
+    run_config: Mapping[str, int | float | str],
+    *,
+    federation_config: str | None = None,
+    timeout_s: float = 900.0,
+    log_path: Path | None = None,
+) -> str:
+    """`flwr run <app> <connection> --stream` until the run ends; returns its output."""
+    overrides = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
+    # `flwr run` through its Python function: the `flwr` script builds its whole typer app at
+    # import, which fails with the typer that amqtt 0.11.4 pins (no typing.Literal support).
+    call = (
+        "import sys; from flwr.cli.run.run import run; "
+        "run(app=sys.argv[1], superlink=sys.argv[2], run_config_overrides=[sys.argv[3]], "
+        "federation_config_overrides=[sys.argv[4]] if sys.argv[4] else None, stream=True, "
+        "output_format='default')"
+    )
+    args = [sys.executable, "-c", call, str(app_dir()), connection, overrides, federation_config or ""]
+    try:
+        done = subprocess.run(
+            args, env=dict(env), capture_output=True, text=True, timeout=timeout_s, start_new_session=True
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise DartflError(f"flwr run did not finish within {timeout_s:.0f} s") from exc
+    output = done.stdout + done.stderr
+    if log_path is not None:
+        log_path.write_text(output)
+    if done.returncode != 0:
+        raise DartflError(f"flwr run failed (exit {done.returncode}):\n{output[-3000:]}")
+    return output
+
+
+def _toml_value(value: int | float | str) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+@contextlib.contextmanager
+def scratch_dir(prefix: str = "dartfl-fl-") -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
