@@ -1,0 +1,289 @@
+"""`dartfl dc`: the datacenter mode, rollout vs training GPUs in asynchronous RL.
+
+The contract outsiders script against (keep it stable): `dartfl dc sim ... --json` prints one
+object `{"results": [...]}` with one entry per policy, each with at least `policy`,
+`samples_per_s`, `tokens_per_s`, `steps`, `rollout_idle_ratio`, `trainer_idle_ratio`,
+`staleness_max`, `staleness_mean`, `dropped_samples`, `switches`. `--sweep-static` adds the
+best static split of a sweep, named `static:<fraction>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from dartfl.errors import ConfigError
+
+DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "dart")
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("dc", help="datacenter mode: balance rollout and training GPUs in async RL")
+    dc = p.add_subparsers(dest="dc_command", metavar="ACTION")
+    s = dc.add_parser(
+        "sim",
+        help="simulate split policies on a GPU cluster",
+        description="Simulate asynchronous RL post-training on a GPU cluster under each split policy.",
+    )
+    s.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
+    s.add_argument("--model-size", default="7b", help="model size: 1.5b, 7b, 14b, 30b, 32b, 70b, 235b")
+    s.add_argument("--eta", type=int, default=2, help="staleness bound in policy versions (default 2)")
+    s.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
+    s.add_argument(
+        "--policy",
+        action="append",
+        dest="policies",
+        metavar="SPEC",
+        help=f"policy (repeatable; default: {' '.join(DEFAULT_POLICIES)}); see docs/datacenter.md",
+    )
+    s.add_argument("--sweep-static", action="store_true", help="add the best static split found by a sweep")
+    g = s.add_argument_group("workload")
+    g.add_argument(
+        "--lengths",
+        choices=("lognormal", "trace"),
+        default="lognormal",
+        help="response lengths: log-normal (p99/median 10) or resampled from a trace",
+    )
+    g.add_argument(
+        "--trace",
+        type=Path,
+        help="Azure LLM trace CSV for --lengths trace (default: the bundled conversation trace)",
+    )
+    g.add_argument(
+        "--length-drift",
+        type=float,
+        default=1.0,
+        help="factor the median length grows by from the first to the last step (1: none)",
+    )
+    g.add_argument("--median-tokens", type=float, default=1024.0, help="median response length at step 0")
+    g.add_argument("--max-tokens", type=int, default=8192, help="response length cap (truncation)")
+    g.add_argument("--group-size", type=int, default=8, help="samples per prompt (GRPO n, default 8)")
+    g.add_argument(
+        "--batch-prompts", type=int, default=0, help="prompts per training step (default 4 per GPU)"
+    )
+    g.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
+    g.add_argument(
+        "--sync-mode",
+        choices=("blocking", "interrupt", "overlapped"),
+        default="interrupt",
+        help="how new weights reach the engines (default interrupt)",
+    )
+    g.add_argument(
+        "--switch-cost-s", type=float, help="dead time of a GPU changing role (default: by model size)"
+    )
+    g.add_argument("--period-s", type=float, default=10.0, help="allocator control period (default 10 s)")
+    s.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    s.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    s.add_argument(
+        "--plot", type=Path, help="PNG of GPU roles, buffer and staleness (default: dartfl-dc.png)"
+    )
+    s.add_argument("--no-plot", action="store_true", help="do not write a PNG")
+    s.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
+    s.add_argument("--no-store", action="store_true", help="do not record the run")
+    s.set_defaults(handler=run_sim)
+
+    r = dc.add_parser(
+        "run",
+        help="run the real engine (Ray actors) on a toy RL task",
+        description="Run asynchronous RL for real: Ray worker actors whose role the allocator switches. "
+        "Run it inside a loopback-only network namespace (scripts/loopback-run).",
+    )
+    r.add_argument("--engine", choices=("ray",), default="ray", help="execution engine (ray)")
+    r.add_argument("--workers", type=int, default=3, help="worker actors (default 3)")
+    r.add_argument("--eta", type=int, default=2, help="staleness bound in policy versions (default 2)")
+    r.add_argument("--steps", type=int, default=30, help="training steps per policy (default 30)")
+    r.add_argument(
+        "--policy",
+        action="append",
+        dest="policies",
+        metavar="SPEC",
+        help="policy (repeatable; default: sync dart)",
+    )
+    r.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    r.add_argument("--store", type=Path, help="run store")
+    r.add_argument("--no-store", action="store_true", help="do not record the run")
+    r.set_defaults(handler=run_real)
+    p.set_defaults(handler=lambda args: _need_action(p, args))
+
+
+def _need_action(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _lengths(args: argparse.Namespace) -> Any:
+    from dartfl.datacenter import LogNormalLengths, TraceLengths
+
+    if args.lengths == "lognormal":
+        if args.trace is not None:
+            raise ConfigError("--trace needs --lengths trace")
+        return LogNormalLengths(args.median_tokens, max_tokens=args.max_tokens, drift=args.length_drift)
+    from workloads.traces import read_azure_llm_requests
+
+    if args.trace is None:
+        from importlib import resources
+
+        from workloads.traces.load import BUNDLED_AZURE_CONV
+
+        with resources.as_file(resources.files("workloads.data").joinpath(BUNDLED_AZURE_CONV)) as path:
+            requests = read_azure_llm_requests(path)
+    else:
+        requests = read_azure_llm_requests(args.trace)
+    tokens = tuple(int(t) for t in requests.generated_tokens if t > 0)
+    return TraceLengths(tokens, max_tokens=args.max_tokens, drift=args.length_drift)
+
+
+def _config(args: argparse.Namespace) -> Any:
+    from dartfl.datacenter import DcConfig, model_spec
+
+    if args.switch_cost_s is not None and not args.switch_cost_s >= 0:
+        raise ConfigError(f"--switch-cost-s must be >= 0, got {args.switch_cost_s}")
+    model = model_spec(args.model_size, switch_s=args.switch_cost_s)
+    return DcConfig(
+        gpus=args.gpus,
+        model=model,
+        steps=args.steps,
+        eta=args.eta,
+        batch_groups=args.batch_prompts,
+        group_size=args.group_size,
+        prompt_tokens=args.prompt_tokens,
+        sync_mode=args.sync_mode,
+        period_s=args.period_s,
+    )
+
+
+def run_sim(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from dartfl.cli.simulation import json_safe
+    from dartfl.datacenter import make_dc_policy, simulate
+    from dartfl.datacenter.sweep import sweep_static
+
+    config = _config(args)
+    lengths = _lengths(args)
+    specs = args.policies or list(DEFAULT_POLICIES)
+    policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
+    runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
+    sweep: list[tuple[float, float]] = []
+    if args.sweep_static:
+        best, sweep = sweep_static(config, lengths, args.seed)
+        if best.policy not in {r.policy for r in runs}:
+            runs.append(best)
+    summaries = [json_safe(r.summary()) for r in runs]
+    run_id = None
+    if not args.no_store:
+        run_id = _record(args, summaries, sweep)
+    plot_path = args.plot if args.plot else (None if args.json else Path("dartfl-dc.png"))
+    if plot_path and not args.no_plot:
+        plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}, eta {args.eta}")
+    if args.json:
+        out: dict[str, Any] = {"results": summaries, "run_id": run_id}
+        if sweep:
+            out["static_sweep"] = [{"fraction": f, "samples_per_s": v} for f, v in sweep]
+        json.dump(out, sys.stdout, default=float)
+        sys.stdout.write("\n")
+    else:
+        _print_table(summaries)
+        if plot_path and not args.no_plot:
+            print(f"plot: {plot_path}")
+    return 0
+
+
+def run_real(args: argparse.Namespace) -> int:
+    from dartfl.cli.simulation import json_safe
+    from dartfl.datacenter.ray_engine import RayRunConfig, run_ray
+
+    specs = args.policies or ["sync", "dart"]
+    cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
+    summaries = [json_safe(s) for s in run_ray(cfg, specs)]
+    run_id = None if args.no_store else _record(args, summaries, [])
+    if args.json:
+        json.dump({"results": summaries, "run_id": run_id}, sys.stdout, default=float)
+        sys.stdout.write("\n")
+    else:
+        _print_table(summaries)
+    return 0
+
+
+def _record(
+    args: argparse.Namespace, summaries: list[dict[str, Any]], sweep: list[tuple[float, float]]
+) -> int:
+    from dartfl.paths import default_store_path
+    from dartfl.store import RunStore
+
+    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"}
+    config["static_sweep"] = sweep
+    label = f"dc {args.dc_command}: {getattr(args, 'gpus', getattr(args, 'workers', '?'))} workers/GPUs"
+    with RunStore(args.store or default_store_path()) as store:
+        run_id = store.start_run("dc", label, config)
+        try:
+            for s in summaries:
+                store.add_result(run_id, str(s["policy"]), s)
+        except BaseException:
+            store.finish_run(run_id, "failed")
+            raise
+        store.finish_run(run_id, "ok")
+    return run_id
+
+
+def plot_dc(runs: list[Any], path: Path, title: str = "") -> Path:
+    """GPU roles, buffer depth and staleness over time, one column per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in runs if r.series["t_s"]] or runs[:1]
+    fig, axes = plt.subplots(3, len(shown), figsize=(4.2 * len(shown), 8), sharex="col", squeeze=False)
+    for j, run in enumerate(shown):
+        s = run.series
+        t = [x / 3600 for x in s["t_s"]]
+        ax = axes[0][j]
+        ax.stackplot(
+            t,
+            s["rollout_gpus"],
+            s["train_gpus"],
+            s["switching_gpus"],
+            labels=("rollout", "train", "switching"),
+            step="post",
+        )
+        ax.set_title(run.policy, fontsize=9)
+        axes[1][j].step(t, s["buffer_groups"], where="post", lw=0.8)
+        axes[2][j].step(t, s["staleness_max"], where="post", lw=0.8)
+        axes[2][j].axhline(run.eta, color="k", ls="--", lw=0.8, label="eta")
+        axes[2][j].set_xlabel("time (h)")
+    axes[0][0].set_ylabel("GPUs")
+    axes[0][0].legend(loc="lower left", fontsize=7)
+    axes[1][0].set_ylabel("buffer (prompts)")
+    axes[2][0].set_ylabel("staleness of last batch")
+    fig.suptitle(title or "dartfl dc sim")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _print_table(summaries: list[dict[str, Any]]) -> None:
+    cols = (
+        "policy",
+        "samples_per_s",
+        "tokens_per_s",
+        "rollout_idle_ratio",
+        "trainer_idle_ratio",
+        "staleness_max",
+        "staleness_mean",
+        "dropped_samples",
+        "switches",
+    )
+    print("  ".join(f"{c:>18s}" for c in cols))
+    for s in summaries:
+        cells = []
+        for c in cols:
+            v = s.get(c)
+            cells.append(f"{v:>18.3f}" if isinstance(v, float) else f"{v!s:>18s}")
+        print("  ".join(cells))

@@ -1,0 +1,193 @@
+"""`dart`: the edge allocator's drift-plus-penalty decision, applied to rollout vs training GPUs.
+
+The experience buffer is the real queue Q (groups ready to train); the penalty is minus the
+training throughput. Every period, over every feasible integer split R (rollout GPUs, a
+multiple of the engine's TP size), DART scores
+
+    J(R) = min(A(R), S(G - R)) - kappa * (Q - Q*) / B * (A(R) - S(G - R))
+
+with A the rollout rate and S the training rate (groups/s) predicted from the profiled cost
+model at the current measured response length, Q* one batch, B the batch. The first term
+is the penalty (throughput); the second is the drift of L = (Q - Q*)^2 / 2: a full buffer
+pushes GPUs to training, an empty one to rollout. A move pays a switch cost (dead GPU
+seconds), so DART moves only when the predicted gain over a hold horizon repays it and
+exceeds a hysteresis band. The derivation is in docs/datacenter.md.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dartfl.datacenter.policies.base import DcPolicy
+from dartfl.datacenter.types import DcAllocation, DcObservation
+from dartfl.errors import ConfigError
+
+__all__ = ["DcDartConfig", "DcDartPolicy", "drift_plus_penalty", "predicted_rates"]
+
+FloatArray = npt.NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class DcDartConfig:
+    kappa: float = 0.2  # weight of the buffer's drift against throughput
+    hysteresis: float = 0.05  # least relative throughput gain worth a move
+    hold_periods: float = 30.0  # horizon (periods) over which a move must repay its dead time
+    smoothing: float = 0.3  # EWMA weight of a new length measurement
+    window: int = 12  # periods of measured rates that correct the cost model
+    max_move: float = 0.125  # most of the cluster one decision moves
+
+    def __post_init__(self) -> None:
+        for name in ("kappa", "hysteresis", "hold_periods"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"dart knob {name} must be a finite number >= 0, got {value}")
+        if not 0.0 < self.smoothing <= 1.0:
+            raise ConfigError(f"dart smoothing must lie in (0, 1], got {self.smoothing}")
+
+
+def predicted_rates(
+    obs: DcObservation, rollout_gpus: FloatArray, length: float
+) -> tuple[FloatArray, FloatArray]:
+    """(rollout, training) groups/s for each candidate split, from the cost model.
+
+    1. Training: one step on B groups of (prompt + length) tokens, data-parallel over T GPUs
+       with a small all-reduce loss per doubling, plus per-minibatch overhead and the part of
+       the weight sync the trainer waits for.
+    2. Rollout: E engines of tp GPUs; each runs n sequences, n capped by KV memory and by
+       what the staleness bound leaves in flight beside one buffered batch; a decode step
+       takes a + n (b + c ctx); tokens/s = E n / step, less the share of time engines pause
+       for weight updates (and, when interrupted, recompute their KV cache).
+    """
+    m = obs.model
+    n, batch = obs.group_size, obs.batch_groups
+    context = obs.active_context_tokens if obs.active_context_tokens > 0 else obs.prompt_tokens + length
+    # 1. training
+    train_gpus = np.maximum(obs.gpus - rollout_gpus, 1.0)
+    tokens = batch * n * (obs.prompt_tokens + length)
+    efficiency = 1.0 / (1.0 + 0.02 * np.log2(train_gpus))
+    sync_wait = m.sync_low_s if obs.sync_mode == "overlapped" else m.sync_s
+    compute_s = tokens * m.train_per_token_gpu_s / (train_gpus * efficiency) + 4 * m.minibatch_overhead_s
+    step_s = compute_s + sync_wait
+    train = np.where(obs.gpus - rollout_gpus >= obs.train_min_gpus, batch / step_s, 0.0)
+    # 2. rollout
+    engines = np.maximum(rollout_gpus / obs.tp, 1e-9)
+    slots = float(m.engine_slots(context))
+    inflight_cap = max(1, obs.eta) * batch * n
+    per_engine = np.minimum(slots, np.maximum(1.0, inflight_cap / engines))
+    decode_s = m.decode_fixed_s + per_engine * (m.decode_per_seq_s + m.decode_per_kv_token_s * context)
+    pause_s = np.full_like(per_engine, 0.0 if obs.sync_mode == "overlapped" else m.sync_s)
+    if obs.sync_mode == "interrupt":
+        pause_s += per_engine * context * m.prefill_per_token_s
+    busy = np.clip(1.0 - pause_s / step_s, 0.05, 1.0)
+    rollout = busy * engines * per_engine / decode_s / (n * max(1.0, length))
+    return rollout, train
+
+
+def drift_plus_penalty(
+    rollout: FloatArray, train: FloatArray, buffer_groups: float, batch_groups: int, kappa: float
+) -> FloatArray:
+    """J per candidate split: throughput minus kappa times the buffer's drift (module docstring)."""
+    backlog = (buffer_groups - batch_groups) / batch_groups
+    result: FloatArray = np.minimum(rollout, train) - kappa * backlog * (rollout - train)
+    return result
+
+
+class DcDartPolicy(DcPolicy):
+    mode = "stream"
+
+    def __init__(self, config: DcDartConfig | None = None) -> None:
+        self.config = config or DcDartConfig()
+        self.name = "dart"
+        self.length = 0.0
+        self.rollout_gain = 1.0  # measured / predicted, when each side ran flat out
+        self.train_gain = 1.0
+        self._candidates: FloatArray | None = None
+        self._window: list[tuple[float, float, float, float]] = []
+        self._window_split = -1
+
+    def reset(self) -> None:
+        self.length = 0.0
+        self.rollout_gain = self.train_gain = 1.0
+        self._candidates = None
+        self._window = []
+        self._window_split = -1
+
+    def update(self, obs: DcObservation) -> None:
+        """Track the response length and how far the cost model is off.
+
+        Rates are measured over a window of `window` periods at an unchanged split (steps
+        finish in lumps, so one period says little). A side's measured rate corrects the
+        model only while it was the bottleneck: rollout never blocked by admission control,
+        or the trainer never short of data.
+        """
+        if obs.mean_response_tokens > 0:
+            w = self.config.smoothing
+            self.length = (
+                obs.mean_response_tokens
+                if self.length <= 0
+                else ((1 - w) * self.length + w * obs.mean_response_tokens)
+            )
+        if obs.switching_gpus or obs.rollout_gpus != self._window_split:
+            self._window = []
+            self._window_split = obs.rollout_gpus
+            return
+        self._window.append(
+            (
+                obs.measured_rollout_groups_per_s,
+                obs.measured_train_groups_per_s,
+                obs.admission_blocked_share,
+                float(obs.buffer_groups < obs.batch_groups),
+            )
+        )
+        if len(self._window) < self.config.window or self.length <= 0:
+            return
+        win = self._window[-self.config.window :]
+        rolled, trained = sum(x[0] for x in win) / len(win), sum(x[1] for x in win) / len(win)
+        blocked, starved = sum(x[2] for x in win) / len(win), sum(x[3] for x in win) / len(win)
+        rollout, train = predicted_rates(obs, np.array([float(obs.rollout_gpus)]), self.length)
+        g = 0.5
+        if blocked < 0.1 and rolled > 0 and rollout[0] > 0:
+            ratio = float(np.clip(rolled / rollout[0], 0.2, 5.0))
+            self.rollout_gain = (1 - g) * self.rollout_gain + g * ratio
+        if starved < 0.1 and trained > 0 and train[0] > 0:
+            ratio = float(np.clip(trained / train[0], 0.2, 5.0))
+            self.train_gain = (1 - g) * self.train_gain + g * ratio
+        self._window = []
+
+    def decide(self, obs: DcObservation) -> DcAllocation:
+        cfg = self.config
+        current = obs.rollout_gpus
+        if obs.switching_gpus > 0 and current > 0:
+            return DcAllocation(current)  # let the last move land before judging it
+        tp = obs.tp
+        most = (obs.gpus - obs.train_min_gpus) // tp * tp
+        if self._candidates is None or self._candidates.size != most // tp:
+            self._candidates = np.arange(tp, most + 1, tp, dtype=np.float64)
+        candidates = self._candidates
+        # 1. Length: the measured one; before any measurement, the model's prompt-sized guess.
+        length = self.length if self.length > 0 else 4.0 * obs.prompt_tokens
+        # 2. Predicted rates per split and the drift-plus-penalty score.
+        rollout, train = predicted_rates(obs, candidates, length)
+        rollout, train = rollout * self.rollout_gain, train * self.train_gain
+        throughput = np.minimum(rollout, train)
+        score = drift_plus_penalty(rollout, train, obs.buffer_groups, obs.batch_groups, cfg.kappa)
+        best = int(np.argmax(score))
+        target = int(candidates[best])
+        step = max(tp, int(cfg.max_move * obs.gpus) // tp * tp)
+        target = int(np.clip(target, current - step, current + step)) if current > 0 else target
+        if current <= 0:
+            return DcAllocation(target)
+        # 3. Hysteresis and switch cost: the gain over the hold horizon must repay the dead time.
+        here = int(np.clip(round(current / tp) - 1, 0, candidates.size - 1))
+        there = int(np.clip(round(target / tp) - 1, 0, candidates.size - 1))
+        gain = float(score[there] - score[here])
+        scale = max(float(throughput[best]), 1e-12)
+        moved = abs(target - current)
+        dead_groups = moved * obs.model.switch_s * scale / obs.gpus
+        if gain <= cfg.hysteresis * scale or gain * cfg.hold_periods * obs.period_s <= dead_groups:
+            return DcAllocation(current)
+        return DcAllocation(target)

@@ -1,0 +1,125 @@
+"""Value types of the datacenter mode: the run config, what a policy sees, what it decides.
+
+Units are in field names; counts of prompts are `groups` (a GRPO group is one prompt's n
+samples), counts of sequences are `samples`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from dartfl.datacenter.model import ModelSpec
+from dartfl.errors import ConfigError
+
+__all__ = ["SYNC_MODES", "DcAllocation", "DcConfig", "DcObservation"]
+
+SYNC_MODES = ("blocking", "interrupt", "overlapped")
+
+
+def _check(name: str, value: float, low: float, *, strict: bool = False) -> None:
+    ok = value > low if strict else value >= low
+    if not (isinstance(value, int | float) and math.isfinite(value) and ok):
+        raise ConfigError(f"{name} must be a finite number {'>' if strict else '>='} {low}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class DcConfig:
+    """One simulated asynchronous-RL run: cluster, model, batch and staleness bound."""
+
+    gpus: int
+    model: ModelSpec
+    steps: int
+    eta: int = 2
+    batch_groups: int = 0  # prompts per training step; 0: 4 per GPU
+    group_size: int = 8  # samples per prompt (GRPO n)
+    prompt_tokens: int = 512
+    minibatches: int = 4  # PPO minibatches per step
+    sync_mode: str = "interrupt"
+    period_s: float = 10.0  # control period of the allocator
+    tick_s: float = 1.0  # longest fluid step of decode progress between events
+    colocated_switch_s: float = 3.0  # sync mode: offload/onload between phases, per phase
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.gpus, int) and self.gpus >= 2):
+            raise ConfigError(f"--gpus must be an integer >= 2, got {self.gpus!r}")
+        if self.gpus < self.model.tp + self.model.train_min_gpus:
+            raise ConfigError(
+                f"--gpus {self.gpus} is too few for a {self.model.name} model: one rollout engine needs "
+                f"{self.model.tp} and the trainer at least {self.model.train_min_gpus}"
+            )
+        if not (isinstance(self.steps, int) and self.steps >= 1):
+            raise ConfigError(f"--steps must be an integer >= 1, got {self.steps!r}")
+        if not (isinstance(self.eta, int) and self.eta >= 0):
+            raise ConfigError(f"--eta must be an integer >= 0, got {self.eta!r}")
+        if self.batch_groups == 0:
+            object.__setattr__(self, "batch_groups", 4 * self.gpus)
+        if not (isinstance(self.batch_groups, int) and self.batch_groups >= 1):
+            raise ConfigError(f"--batch-prompts must be an integer >= 1, got {self.batch_groups!r}")
+        if not (isinstance(self.group_size, int) and self.group_size >= 1):
+            raise ConfigError(f"--group-size must be an integer >= 1, got {self.group_size!r}")
+        _check("--prompt-tokens", self.prompt_tokens, 0)
+        if not (isinstance(self.minibatches, int) and self.minibatches >= 1):
+            raise ConfigError(f"minibatches must be an integer >= 1, got {self.minibatches!r}")
+        if self.sync_mode not in SYNC_MODES:
+            raise ConfigError(f"unknown --sync-mode {self.sync_mode!r}; valid: {', '.join(SYNC_MODES)}")
+        _check("--period-s", self.period_s, 0, strict=True)
+        _check("tick_s", self.tick_s, 0, strict=True)
+        _check("colocated_switch_s", self.colocated_switch_s, 0)
+
+    @property
+    def batch_samples(self) -> int:
+        return self.batch_groups * self.group_size
+
+
+@dataclass(frozen=True, slots=True)
+class DcObservation:
+    """What the allocator sees at the start of a control period.
+
+    Rates are measured over recent periods (0 before any measurement). `mean_response_tokens`
+    is the mean length of recently completed groups' samples (the trainer sees those).
+    """
+
+    now_s: float
+    period_s: float
+    gpus: int
+    tp: int
+    train_min_gpus: int
+    rollout_gpus: int
+    train_gpus: int
+    switching_gpus: int
+    buffer_groups: int
+    inflight_groups: int
+    batch_groups: int
+    group_size: int
+    eta: int
+    version: int
+    steps_left: int
+    mean_response_tokens: float
+    prompt_tokens: int
+    measured_rollout_groups_per_s: float
+    measured_train_groups_per_s: float
+    admission_blocked_share: float  # share of the last period rollout could admit nothing
+    active_context_tokens: float  # mean KV context of an active sequence (engines report it)
+    model: ModelSpec  # the profiled costs, as the edge observation carries its cost model
+    sync_mode: str = "overlapped"
+
+    def __post_init__(self) -> None:
+        if self.rollout_gpus + self.train_gpus + self.switching_gpus != self.gpus:
+            raise ConfigError(
+                f"observation: {self.rollout_gpus} rollout + {self.train_gpus} train + "
+                f"{self.switching_gpus} switching GPUs do not add up to {self.gpus}"
+            )
+        if min(self.buffer_groups, self.inflight_groups, self.rollout_gpus, self.train_gpus) < 0:
+            raise ConfigError("observation: counts must be >= 0")
+
+
+@dataclass(frozen=True, slots=True)
+class DcAllocation:
+    """The GPUs that should hold the rollout role (a multiple of the engine's TP size)."""
+
+    rollout_gpus: int
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.rollout_gpus, int) and self.rollout_gpus >= 0):
+            raise ConfigError(f"rollout_gpus must be an integer >= 0, got {self.rollout_gpus!r}")

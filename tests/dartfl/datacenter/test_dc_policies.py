@@ -1,0 +1,97 @@
+"""Datacenter policies: registry, static splits, DART's direction, cost model anchors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dartfl.datacenter import DcObservation, LogNormalLengths, make_dc_policy, model_spec, weight_sync_range_s
+from dartfl.datacenter.policies import DcDartPolicy, split_gpus
+from dartfl.errors import ConfigError
+
+
+def _obs(length: float, buffer_groups: int = 64, rollout: int = 32, gpus: int = 64) -> DcObservation:
+    return DcObservation(
+        now_s=0.0,
+        period_s=10.0,
+        gpus=gpus,
+        tp=1,
+        train_min_gpus=3,
+        rollout_gpus=rollout,
+        train_gpus=gpus - rollout,
+        switching_gpus=0,
+        buffer_groups=buffer_groups,
+        inflight_groups=100,
+        batch_groups=64,
+        group_size=8,
+        eta=2,
+        version=3,
+        steps_left=10,
+        mean_response_tokens=length,
+        prompt_tokens=2048,
+        measured_rollout_groups_per_s=0.0,
+        measured_train_groups_per_s=0.0,
+        admission_blocked_share=0.0,
+        active_context_tokens=0.0,
+        model=model_spec("7b"),
+    )
+
+
+def test_unknown_policy_error_lists_the_valid_forms() -> None:
+    with pytest.raises(ConfigError, match=r"static:F.*\n.*one-step"):
+        make_dc_policy("greedy")
+    with pytest.raises(ConfigError, match="fraction"):
+        make_dc_policy("static:1.5")
+    assert make_dc_policy("static:0.25").name == "static:0.25"
+    assert make_dc_policy("one-step").eta == 1 and make_dc_policy("sync").mode == "colocated"
+
+
+def test_static_split_is_a_multiple_of_tp_and_leaves_the_trainer_its_minimum() -> None:
+    assert split_gpus(0.5, 64, 4, 3) == 32
+    assert split_gpus(0.99, 64, 4, 3) == 60
+    assert split_gpus(0.01, 64, 4, 3) == 4
+
+
+def test_dart_gives_rollout_more_gpus_when_responses_get_longer() -> None:
+    short, long_ = DcDartPolicy(), DcDartPolicy()
+    short.update(_obs(200.0))
+    long_.update(_obs(6000.0))
+    assert long_.decide(_obs(6000.0)).rollout_gpus > short.decide(_obs(200.0)).rollout_gpus
+
+
+def test_dart_a_full_buffer_pushes_gpus_to_training() -> None:
+    full, empty = DcDartPolicy(), DcDartPolicy()
+    full.update(_obs(1500.0, buffer_groups=300))
+    empty.update(_obs(1500.0, buffer_groups=0))
+    assert full.decide(_obs(1500.0, 300)).rollout_gpus <= empty.decide(_obs(1500.0, 0)).rollout_gpus
+
+
+def test_dart_does_not_move_for_a_negligible_gain() -> None:
+    policy = DcDartPolicy()
+    policy.update(_obs(1500.0))
+    target = policy.decide(_obs(1500.0)).rollout_gpus
+    policy2 = DcDartPolicy()
+    policy2.update(_obs(1500.0, rollout=target + 1))
+    assert policy2.decide(_obs(1500.0, rollout=target + 1)).rollout_gpus == target + 1  # hysteresis
+
+
+def test_weight_sync_times_hit_the_published_verl_anchors() -> None:
+    assert weight_sync_range_s(7.6e9) == pytest.approx((0.02, 0.12))
+    assert weight_sync_range_s(30.5e9) == pytest.approx((4.4, 15.8))
+    assert weight_sync_range_s(235e9) == pytest.approx((23.7, 58.6))
+    lo, hi = weight_sync_range_s(70e9)
+    assert 4.4 < lo < 23.7 and 15.8 < hi < 58.6
+    assert model_spec("235b").tp > model_spec("7b").tp
+    with pytest.raises(ConfigError, match="7b"):
+        model_spec("3t")
+
+
+def test_lengths_are_heavy_tailed_truncated_and_drift_by_the_factor() -> None:
+    rng = np.random.default_rng(0)
+    model = LogNormalLengths(median_tokens=500, max_tokens=100_000, drift=3.0)
+    first = model.draw(rng, 4000, 8, 0.0)
+    last = model.draw(rng, 4000, 8, 1.0)
+    assert 7 < np.percentile(first, 99) / np.median(first) < 13
+    assert np.median(last) / np.median(first) == pytest.approx(3.0, rel=0.08)
+    capped = LogNormalLengths(median_tokens=2000, max_tokens=4096).draw(rng, 1000, 8, 0.0)
+    assert capped.max() == 4096 and (capped == 4096).mean() > 0.1
