@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.errors import ConfigError
+from dartfl.paths import default_store_path
 
 __all__ = ["register"]
 
@@ -51,7 +52,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object {results: [...]}")
-    sim.add_argument("--store", type=Path, help="record every run in this run store")
+    sim.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
+    sim.add_argument("--no-store", action="store_true", help="do not record the runs")
     sim.add_argument("--plot-dir", type=Path, help="write per-task accuracy, SLO and harvest plots here")
     sim.add_argument("--timeout-s", type=float, default=900.0, help="limit per policy run (wall clock)")
     sim.set_defaults(handler=_sim)
@@ -99,8 +101,8 @@ def _sim(args: argparse.Namespace) -> int:
             run_config: dict[str, int | float | str] = {**base, "policy": cfg.policy}
             run_config["results-file"] = str(work / f"result-{i}.json")
             run_config["checkpoint-dir"] = str(work / f"ckpt-{i}")
-            if args.store:
-                run_config["store"] = str(args.store.resolve())
+            if not args.no_store:
+                run_config["store"] = str((args.store or default_store_path()).resolve())
             print(
                 f"dartfl fl sim: running {cfg.policy} ({args.clients} clients x {args.rounds} rounds)",
                 file=sys.stderr,
