@@ -50,6 +50,7 @@ class RayRunConfig:
     period_s: float = 0.5
     seed: int = 1
     lr: float = 0.01
+    dart_start_rollout: int | None = None  # DART's first layout (default: all but one roll out)
 
     def __post_init__(self) -> None:
         if self.workers < 2:
@@ -310,6 +311,8 @@ def _run_policy(ray: Any, torch: Any, cfg: RayRunConfig, spec: str) -> dict[str,
 
     # asynchronous: rollout workers run continuous batching in slices; one trainer step at a time
     n_roll = cfg.workers - 1
+    if spec == "dart" and cfg.dart_start_rollout is not None:
+        n_roll = min(cfg.workers - 1, max(1, cfg.dart_start_rollout))
     if spec.startswith("static:"):
         n_roll = min(cfg.workers - 1, max(1, round(float(spec.split(":")[1]) * cfg.workers)))
     roles = ["rollout" if i < n_roll else "train" for i in range(cfg.workers)]
