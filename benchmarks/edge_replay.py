@@ -23,6 +23,7 @@ import numpy as np
 
 import workloads
 from dartfl.profiles import load_profile_toml
+from edge_client.replay import HEADLINE_KEYS
 
 DARTFL = str(Path(sys.executable).parent / "dartfl")
 TASKS = ("digits", "fashion", "uci-digits")
@@ -76,20 +77,7 @@ def main() -> None:
     sim = run_json(["sim", *common, "--policy", "dart", "--policy", "inference-only", "--json", "--no-store"])
     predicted = {r["policy"]: r for r in sim["results"]}
 
-    keys = (
-        "requests",
-        "replies",
-        "rejected",
-        "errors",
-        "lost",
-        "slo_attainment",
-        "p50_latency_s",
-        "p99_latency_s",
-        "train_samples",
-        "harvest_efficiency",
-        "accuracy",
-        "agent_overhead_cpu_fraction",
-    )
+    keys = HEADLINE_KEYS
     report = {
         "profile": {"width": args.width, "file": profile_path.read_text()},
         "workload": {

@@ -28,6 +28,22 @@ from edge_client import protocol
 
 log = logging.getLogger(__name__)
 
+# The replay's headline figures, in the order people read them.
+HEADLINE_KEYS = (
+    "requests",
+    "replies",
+    "rejected",
+    "errors",
+    "lost",
+    "slo_attainment",
+    "p50_latency_s",
+    "p99_latency_s",
+    "train_samples",
+    "harvest_efficiency",
+    "accuracy",
+    "agent_overhead_cpu_fraction",
+)
+
 
 @dataclass
 class _Inbox:

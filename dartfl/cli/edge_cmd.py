@@ -232,21 +232,9 @@ def _replay(args: argparse.Namespace) -> int:
         json.dump(json_safe(summary), sys.stdout)
         sys.stdout.write("\n")
     else:
-        keys = (
-            "requests",
-            "replies",
-            "rejected",
-            "errors",
-            "lost",
-            "slo_attainment",
-            "p50_latency_s",
-            "p99_latency_s",
-            "train_samples",
-            "harvest_efficiency",
-            "accuracy",
-            "agent_overhead_cpu_fraction",
-        )
-        for key in keys:
+        from edge_client.replay import HEADLINE_KEYS
+
+        for key in HEADLINE_KEYS:
             print(f"{key:28s} {summary.get(key)}")
     return 0
 
