@@ -6,6 +6,7 @@ starved of training; loss-weight schemes turn shares into weights with mean one.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from dartfl.errors import ConfigError
@@ -42,11 +43,18 @@ def demand_shares(
 
 
 def loss_weights(scheme: str, shares: Sequence[float]) -> tuple[float, ...]:
-    """`uniform`: every task weighs 1. `demand`: w_k = K * y_k (mean 1, positive since y_k > 0)."""
+    """`uniform`: every task weighs 1. `demand`: w_k = K sqrt(y_k) / sum_j sqrt(y_j) (mean 1,
+    positive since y_k > 0).
+
+    The square root because the shares already scale how many samples of task k a step holds:
+    weights proportional to y_k would make task k's gradient grow with y_k squared and starve
+    the low-demand heads (measured in docs/experiments.md); sqrt makes it y_k^1.5.
+    """
     k = len(shares)
     if scheme == "uniform":
         return (1.0,) * k
     if scheme == "demand":
-        total = sum(shares)
-        return tuple(k * y / total for y in shares)
+        roots = [math.sqrt(y) for y in shares]
+        total = sum(roots)
+        return tuple(k * r / total for r in roots)
     raise ConfigError(f"unknown loss weighting {scheme!r}; valid: {', '.join(LOSS_WEIGHTINGS)}")
