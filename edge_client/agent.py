@@ -11,6 +11,13 @@ Threads:
 - a telemetry thread publishes a snapshot at a fixed rate (QoS 1).
 SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
 what is left with `shutting-down`, reports the totals and disconnects.
+
+Federated deployment: with `round_channel` (or $DARTFL_ROUND_CHANNEL) set to 127.0.0.1:PORT
+the agent also serves the round channel (edge_client.round_channel). A Flower ClientApp hands
+it a round there: the executor installs the global weights (dropping accumulated gradients
+and optimizer momentum, hot-swapping serving to them), trains under the allocator until the
+round's deadline, flushes, and returns the weights with per-task sample counts and metrics.
+Between rounds such an agent only serves (training then would be thrown away).
 """
 
 from __future__ import annotations
@@ -18,17 +25,18 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import tempfile
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dartfl.errors import ConfigError, ProtocolError
+from dartfl.errors import ConfigError, DartflError, ProtocolError
 from dartfl.estimators import EwmaRates, ServiceTimeProfiler
 from dartfl.executor import ShareGate, most_urgent
 from dartfl.policies import make_policy
@@ -64,6 +72,7 @@ class AgentConfig:
     publish_every_s: float = 0.0  # > 0: serve the locally trained model every so often (no FL)
     model_dir: Path | None = None
     seed: int = 0
+    round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
 
     def __post_init__(self) -> None:
         if not self.device_id or "/" in self.device_id or "+" in self.device_id or "#" in self.device_id:
@@ -76,6 +85,28 @@ class AgentConfig:
             raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
         if not self.tasks:
             raise ConfigError("the agent needs at least one task")
+
+
+@dataclass
+class _RoundJob:
+    """One federated round handed over the round channel (see `Agent._handle_round`)."""
+
+    meta: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    duration_s: float
+    target: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
+    error: BaseException | None = None
+    received_s: float = field(default_factory=time.monotonic)
+    started_s: float = 0.0
+    install_s: float = 0.0
+    trained_before: list[int] = field(default_factory=list)
+    training_busy_before: float = 0.0
+    inference_busy_before: float = 0.0
+    arrivals: list[int] = field(default_factory=list)
+    answered: int = 0
+    met: int = 0
 
 
 @dataclass
@@ -120,6 +151,12 @@ class Agent:
         self._telemetry_thread: threading.Thread | None = None
         self._overhead_lock = threading.Lock()
         self.started_s = time.monotonic()
+        self.round_s = config.round_s  # the current round's length (an FL round sets its own)
+        self.round_target = config.round_target_samples
+        self._channel: Any = None  # edge_client.round_channel.RoundChannelServer when federated
+        self._round_lock = threading.Lock()
+        self._pending_round: _RoundJob | None = None
+        self._active_round: _RoundJob | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -167,7 +204,17 @@ class Agent:
         self._publish_status("online")
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
+        channel = self.config.round_channel or os.environ.get("DARTFL_ROUND_CHANNEL")
+        if channel:
+            from edge_client.round_channel import RoundChannelServer
+
+            self._channel = RoundChannelServer(channel, self._handle_round, self._channel_health)
+            log.warning("round channel on %s", self._channel.start())
         return url
+
+    @property
+    def round_channel_address(self) -> str | None:
+        return None if self._channel is None else str(self._channel.address)
 
     def request_stop(self) -> None:
         """Ask the executor to stop; safe to call from a signal handler."""
@@ -181,7 +228,12 @@ class Agent:
         next_publish = time.monotonic() + every if every > 0 else math.inf
         self.counters.round_start_s = time.monotonic()
         while not self._stop.is_set():
+            if self._pending_round is not None:
+                self._begin_round()
             now = time.monotonic()
+            job = self._active_round
+            if job is not None and now >= job.started_s + job.duration_s:
+                self._end_round(job)
             if now >= next_tick:
                 self._tick(now)
                 next_tick = max(next_tick + period, now + 0.5 * period)
@@ -199,6 +251,14 @@ class Agent:
 
     def _shutdown(self) -> dict[str, Any]:
         self.queues.close()  # new requests are now rejected with `shutting-down`
+        if self._channel is not None:
+            self._channel.stop()
+        with self._round_lock:
+            for job in (self._pending_round, self._active_round):
+                if job is not None and not job.done.is_set():
+                    job.error = ConfigError("the device agent is shutting down")
+                    job.done.set()
+            self._pending_round = self._active_round = None
         deadline = time.monotonic() + self.config.drain_s
         drained = 0
         while self.queues.total() and time.monotonic() < deadline:
@@ -219,7 +279,10 @@ class Agent:
         self._publish_telemetry()
         self._publish_status("offline", extra={"report": report})
         if self._link is not None:
-            self._link.flush(timeout=10.0)  # the drained answers must reach the broker first
+            try:
+                self._link.flush(timeout=10.0)  # the drained answers must reach the broker first
+            except (RuntimeError, ValueError, OSError) as exc:  # the broker went away first
+                log.warning("could not flush replies before disconnecting: %s", exc)
             self._link.close()
         if self._broker is not None:
             self._broker.stop()
@@ -282,7 +345,10 @@ class Agent:
         cfg, c = self.config, self.counters
         counts = self.queues.take_period_counts()
         self.rates.update(counts.arrivals, cfg.period_s)
-        if now - c.round_start_s >= cfg.round_s:
+        if self._active_round is not None:
+            for k, n in enumerate(counts.arrivals):
+                self._active_round.arrivals[k] += int(n)
+        if self._channel is None and now - c.round_start_s >= self.round_s:
             c.rounds_done.append(c.round_trained)
             c.round_start_s, c.round_trained = now, 0
         tr = self.training_cost
@@ -303,13 +369,15 @@ class Agent:
             per_sample_s=tr.per_item_s,
             max_microbatch=self.profile.training.max_microbatch,
             round_start_s=c.round_start_s,
-            round_deadline_s=c.round_start_s + cfg.round_s,
-            round_target_samples=cfg.round_target_samples,
+            round_deadline_s=c.round_start_s + self.round_s,
+            round_target_samples=self.round_target,
             round_trained_samples=c.round_trained,
         )
         t0 = time.perf_counter_ns()
         self.policy.update(obs)
         self.alloc = self.policy.decide(obs)
+        if self._channel is not None and self._active_round is None and self.alloc.microbatch:
+            self.alloc = replace(self.alloc, microbatch=0)  # federated: train only within a round
         c.decision_us.append((time.perf_counter_ns() - t0) / 1e3)
         self._add_overhead(time.thread_time() - started)
 
@@ -332,6 +400,9 @@ class Agent:
             latency = done - r.received_s
             late = latency > slo
             self.queues.record_answer(task, late, r.received_s < self.last_step_end)
+            if self._active_round is not None:
+                self._active_round.answered += 1
+                self._active_round.met += not late
             self.stats.answered(done, latency, not late)
             self._reply(
                 r.reply_to,
@@ -365,6 +436,113 @@ class Agent:
         c.round_trained += alloc.microbatch
         for k, n in enumerate(result.samples_per_task):
             c.trained_per_task[k] += n
+
+    # -- federated rounds (the round channel) -------------------------------------------------
+
+    def _channel_health(self) -> dict[str, Any]:
+        return {
+            "device": self.config.device_id,
+            "tasks": list(self.config.tasks),
+            "policy": self.policy.name,
+            "in_round": self._active_round is not None,
+        }
+
+    def _handle_round(
+        self, meta: dict[str, Any], weights: dict[str, np.ndarray]
+    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        """The round channel's handler thread: queue the round for the executor and wait for it."""
+        try:
+            duration = float(meta.get("round-deadline-s", self.config.round_s))
+            target = int(meta.get("round-target-samples", 0))
+        except (TypeError, ValueError):
+            raise ConfigError(f"bad round metadata: {meta}") from None
+        if not (math.isfinite(duration) and duration > 0):
+            raise ConfigError(f"round-deadline-s must be > 0, got {duration}")
+        tasks = meta.get("tasks")
+        if tasks is not None and list(tasks) != list(self.config.tasks):
+            raise ConfigError(f"the run's tasks {tasks} differ from this agent's {list(self.config.tasks)}")
+        job = _RoundJob(dict(meta), weights, duration, target)
+        with self._round_lock:
+            if self._stop.is_set():
+                raise ConfigError("the device agent is shutting down")
+            if self._pending_round is not None or self._active_round is not None:
+                raise ConfigError("a round is already running on this device")
+            self._pending_round = job
+        if not job.done.wait(duration + 120.0):
+            raise DartflError(f"the round did not finish within {duration + 120.0:.0f} s")
+        if job.error is not None:
+            raise job.error
+        assert job.result is not None
+        return job.result
+
+    def _begin_round(self) -> None:
+        """Executor thread: install the round's global weights and open its training window."""
+        with self._round_lock:
+            job, self._pending_round = self._pending_round, None
+            if job is None:
+                return
+            self._active_round = job
+        t0 = time.monotonic()
+        try:
+            self.runtime.start_round(job.weights)
+        except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
+            log.exception("could not install the round's weights")
+            job.error = ConfigError(f"could not install the global weights: {exc}")
+            with self._round_lock:
+                self._active_round = None
+            job.done.set()
+            return
+        now = time.monotonic()
+        c = self.counters
+        job.install_s = now - t0
+        job.started_s = now
+        job.trained_before = list(c.trained_per_task)
+        job.training_busy_before = c.training_busy_s
+        job.inference_busy_before = c.inference_busy_s
+        job.arrivals = [0] * len(self.config.tasks)
+        self.round_s, self.round_target = job.duration_s, job.target
+        c.round_start_s, c.round_trained = now, 0
+        self._tick(now)  # plan the new round at once
+
+    def _end_round(self, job: _RoundJob) -> None:
+        """Executor thread: close the round, flush the last step, hand back the update."""
+        c, tasks = self.counters, self.config.tasks
+        t0 = time.monotonic()
+        weights = self.runtime.finish_round()
+        c.training_busy_s += time.monotonic() - t0
+        now = time.monotonic()
+        c.rounds_done.append(c.round_trained)
+        samples = {t: c.trained_per_task[k] - job.trained_before[k] for k, t in enumerate(tasks)}
+        wall = now - job.started_s
+        inference_busy = c.inference_busy_s - job.inference_busy_before
+        # Harvest: the share of the time inference left idle that training used, in samples
+        # (at the round's own measured training throughput; the cost model before any step).
+        trained, busy = sum(samples.values()), c.training_busy_s - job.training_busy_before
+        tr, m = self.training_cost, max(1, self.profile.training.max_microbatch)
+        per_sample = busy / trained if trained and busy > 0 else (tr.fixed_s + tr.per_item_s * m) / m
+        requests = sum(job.arrivals)
+        metrics: dict[str, float] = {
+            "num-examples": float(trained),
+            "requests": float(requests),
+            "slo-met": float(min(job.met, requests)),
+            "fluid-trainable": max(0.0, wall - inference_busy) / per_sample if per_sample > 0 else 0.0,
+            "train-wall-s": busy,
+            "inference-busy-s": inference_busy,
+            "client-wall-s": now - job.received_s,
+            "agent-round-s": wall,
+            "install-s": job.install_s,
+            "answered": float(job.answered),
+            "slo-attainment": job.met / requests if requests else 1.0,
+            "model-version": float(self.runtime.version),
+        }
+        for k, t in enumerate(tasks):
+            metrics[f"requests-{t}"] = float(job.arrivals[k])
+        job.result = ({"device": self.config.device_id, "samples": samples, "metrics": metrics}, weights)
+        self.alloc = replace(self.alloc, microbatch=0)  # serve only until the next round
+        with self._round_lock:
+            self._active_round = None
+        job.done.set()
+        log.info("round %s done: %s", job.meta.get("server-round"), metrics)
 
     # -- egress -------------------------------------------------------------------------------
 

@@ -3,9 +3,10 @@
 - Simulation (node config has `partition-id` and `num-partitions`, as Flower's simulation
   gives every virtual SuperNode): the round runs on a virtual-time device whose training is
   real (edge_client.fl_sim_client).
-- Deployment (node config has `agent-address`): planned, NOT BUILT YET: the round is to be
-  handed to the long-lived device agent over a local-only round channel. Such a node is
-  refused with a clear error for now.
+- Deployment (node config has `agent-address`, e.g. `--node-config 'agent-address="127.0.0.1:8765"'`):
+  the round is handed to the long-lived device agent over its local-only round channel
+  (edge_client.round_channel, edge_client.fl_deploy_client); the agent installs the global
+  weights, trains until the round's deadline under its allocator and returns its update.
 The ClientApp is not long-lived (a fresh process per message in deployment, reused Ray actors
 in simulation), so the little it remembers between rounds lives in `context.state`.
 """
@@ -41,11 +42,9 @@ def train(msg: Message, context: Context) -> Message:
     weights = arrays_to_weights(arrays)
     node = context.node_config
     if "agent-address" in node:
-        # The deployment adapter (a local-only round channel to the device agent) is not built yet.
-        raise ConfigError(
-            f"node config sets agent-address={node['agent-address']!r}, but the deployment "
-            "adapter to the device agent is not implemented yet (docs/deployment.md)"
-        )
+        from edge_client.fl_deploy_client import run_agent_round
+
+        outcome = run_agent_round(cfg, str(node["agent-address"]), server_round, weights)
     elif "partition-id" in node and "num-partitions" in node:
         from edge_client.fl_sim_client import run_sim_round
 

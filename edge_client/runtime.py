@@ -85,6 +85,29 @@ class ModelRuntime:
         set_weights(self.model, weights)
         return self.publish_model()
 
+    def start_round(self, weights: Mapping[str, np.ndarray]) -> None:
+        """New global weights for a federated round (executor thread, between microbatches):
+        drop the gradients accumulated on the old weights and the optimizer's momentum, load
+        the weights into the trainer, and hot-swap them into serving (exported in the
+        background, so serving never stalls on the export)."""
+        from edge_client.model import set_weights
+
+        trainer = self.trainer
+        trainer.optimizer.zero_grad(set_to_none=True)
+        trainer.optimizer.state.clear()
+        trainer.pending_samples = 0
+        set_weights(self.model, weights)
+        if self._publisher is not None:
+            self._publisher.join()  # an export of the previous weights must not land after this one
+        self.publish_in_background()
+
+    def finish_round(self) -> dict[str, np.ndarray]:
+        """End of a federated round: step on what has accumulated and return the trained weights."""
+        from edge_client.model import get_weights
+
+        self.trainer.flush()
+        return get_weights(self.model)
+
     def publish_model(self, model: Any = None) -> int:
         """Export the weights (of `model`, default the live one) as a new version and swap
         serving to it atomically; in-flight batches finish on the version they started on."""

@@ -84,6 +84,10 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--round-s", type=float, default=60.0, help="FL round length (default 60 s)")
     p.add_argument("--round-target", type=int, default=0, help="samples owed per round (default 0)")
     p.add_argument("--profile-file", type=Path, help="cost profile (default: calibrate at start)")
+    p.add_argument(
+        "--round-channel",
+        help="127.0.0.1:PORT: take FL rounds from the local Flower ClientApp (default: $DARTFL_ROUND_CHANNEL)",
+    )
     p.add_argument("--model-dir", type=Path, help="where ONNX versions are written (default: a temp dir)")
     p.add_argument(
         "--publish-every-s",
@@ -115,6 +119,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         round_target_samples=args.round_target,
         model_dir=args.model_dir,
         publish_every_s=args.publish_every_s,
+        round_channel=getattr(args, "round_channel", None),
         seed=args.seed,
     )
 

@@ -6,7 +6,15 @@
 repository once per policy through `flwr run` (Ray runs the virtual clients, so call it under
 `scripts/loopback-run`), stops the SuperLink, and prints one row per policy. A policy brings
 its natural loss weighting (dart: demand, the baselines: uniform); --loss-weights overrides it.
-`deploy-local` is the real deployment on loopback (docs/deployment.md).
+`deploy-local` is the real deployment on loopback (docs/deployment.md):
+
+    dartfl fl deploy-local --clients 2 --rounds 2 --json
+
+It starts a SuperLink, one Mosquitto, and per device a `dartfl edge run` agent with its round
+channel on 127.0.0.1 and a SuperNode whose node config points at it; replays requests to every
+agent while Flower runs the rounds; reports per round the server's time, the slowest client's
+own time (handover to update on the agent) and their difference, the deployment overhead;
+and stops every process it started, also on failure.
 """
 
 from __future__ import annotations
@@ -57,6 +65,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument("--plot-dir", type=Path, help="write per-task accuracy, SLO and harvest plots here")
     sim.add_argument("--timeout-s", type=float, default=900.0, help="limit per policy run (wall clock)")
     sim.set_defaults(handler=_sim)
+
+    dep = fl_sub.add_parser(
+        "deploy-local",
+        help="real deployment on loopback: SuperLink, SuperNodes, device agents, Mosquitto, a replay",
+    )
+    dep.add_argument("--clients", type=int, default=2, help="devices (SuperNode + agent each), default 2")
+    dep.add_argument("--rounds", type=int, default=2, help="federated rounds, default 2")
+    dep.add_argument("--round-s", type=float, default=5.0, help="training time per round (default 5 s)")
+    dep.add_argument("--policy", default="dart", help="the agents' allocation policy (default dart)")
+    dep.add_argument("--rate", type=float, default=20.0, help="replayed requests/s per device (default 20)")
+    dep.add_argument(
+        "--max-train", type=int, default=1000, help="training samples per task per agent (default 1000)"
+    )
+    dep.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
+    )
+    dep.add_argument("--workdir", type=Path, help="keep logs, checkpoints and results here (default: temp)")
+    dep.add_argument("--json", action="store_true", help="print one JSON object")
+    dep.add_argument("--timeout-s", type=float, default=600.0, help="limit for the federated run")
+    dep.set_defaults(handler=_deploy_local)
 
     def _usage(_args: argparse.Namespace) -> int:
         fl.print_help()
@@ -194,3 +222,59 @@ def _plot_results(results: list[dict[str, Any]], out_dir: Path) -> None:
     fig.tight_layout()
     fig.savefig(out_dir / "fl-slo-harvest.png", dpi=120)
     plt.close(fig)
+
+
+def _deploy_local(args: argparse.Namespace) -> int:
+    import contextlib
+    import os
+
+    from server.deploy_local import deploy_local
+    from server.launch import scratch_dir
+
+    ctx: contextlib.AbstractContextManager[Path] = (
+        contextlib.nullcontext(args.workdir.resolve()) if args.workdir else scratch_dir("dartfl-deploy-")
+    )
+    print(
+        f"dartfl fl deploy-local: {args.clients} devices x {args.rounds} rounds of {args.round_s:g} s",
+        file=sys.stderr,
+    )
+    with ctx as work:
+        out = deploy_local(
+            work,
+            clients=args.clients,
+            rounds=args.rounds,
+            round_s=args.round_s,
+            policy=args.policy,
+            rate_per_s=args.rate,
+            max_train=args.max_train,
+            run_config=_parse_sets(args.set),
+            timeout_s=args.timeout_s,
+        )
+    out["leftover_pids"] = [pid for pid in out["pids"] if _alive(pid, os)]
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    print("round | replies | server s | slowest client s | overhead s")
+    for r in out["per_round"]:
+        print(
+            f"{r['round']:5d} | {r['replies']:7d} | {r['server_round_s']:8.2f} | "
+            f"{r['slowest_client_s']:16.2f} | {r['overhead_s']:10.2f}"
+        )
+    for device, load in out["replay"].items():
+        print(f"{device}: {load['replies']}/{load['sent']} replies, p50 {load['p50_latency_ms']} ms")
+    print(f"mean overhead per round {out['mean_overhead_s']:.2f} s; leftover pids: {out['leftover_pids']}")
+    return 0
+
+
+def _alive(pid: int, os: Any) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie is gone for our purposes (its parent has not reaped it yet).
+    try:
+        return " Z" not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:3]
+    except OSError:
+        return False

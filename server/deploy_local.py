@@ -1,0 +1,314 @@
+"""A real Flower deployment on loopback: what `dartfl fl deploy-local` runs.
+
+Processes (each in its own session, stopped by process group, also on failure):
+- one SuperLink (deployment mode, `server.launch.local_superlink`), which runs the ServerApp;
+- one Mosquitto (the request plane; the embedded broker if Mosquitto is not installed);
+- per device: a `dartfl edge run` agent with its round channel on 127.0.0.1:<port>
+  ($DARTFL_ROUND_CHANNEL), and a `flower-supernode` with
+  `--node-config 'agent-address="127.0.0.1:<port>"'`.
+While `flwr run` (Flower's Python function, see server.launch.flwr_run) runs the rounds, a
+load generator sends requests to every agent over MQTT and counts the replies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dartfl.errors import ConfigError, DartflError
+from server.launch import (
+    ManagedProcess,
+    flwr_run,
+    free_port,
+    local_superlink,
+    start_process,
+    wait_for_port,
+)
+
+__all__ = ["LoadGenerator", "deploy_local"]
+
+log = logging.getLogger(__name__)
+
+_BIN = Path(sys.executable).parent
+
+
+@dataclass
+class _DeviceLoad:
+    sent: int = 0
+    replies: int = 0
+    ok: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+
+
+class LoadGenerator:
+    """Sends requests at a steady rate to every device over MQTT until stopped; counts replies."""
+
+    def __init__(
+        self, broker_url: str, devices: list[str], tasks: tuple[str, ...], rate_per_s: float
+    ) -> None:
+        from edge_client import protocol
+        from edge_client.mqtt import connect
+
+        self._protocol = protocol
+        self.devices = devices
+        self.tasks = tasks
+        self.rate = rate_per_s
+        self.load = {d: _DeviceLoad() for d in devices}
+        self._sent_at: dict[str, tuple[str, float]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self.reply_to = f"dartfl/v1/deploy-local/{uuid.uuid4().hex[:10]}/reply"
+        self._link = connect(
+            broker_url,
+            client_id=f"dartfl-load-{uuid.uuid4().hex[:8]}",
+            on_message=self._on_message,
+            subscriptions=[(self.reply_to, 1)],
+        )
+        self._thread = threading.Thread(target=self._send_loop, name="load", daemon=True)
+
+    def _on_message(self, message: Any) -> None:
+        now = time.monotonic()
+        try:
+            reply = self._protocol.decode_reply(message.payload)
+        except DartflError:
+            return
+        with self._lock:
+            sent = self._sent_at.pop(reply.id or "", None)
+            if sent is None:
+                return
+            device, t0 = sent
+            load = self.load[device]
+            load.replies += 1
+            if reply.status == "ok":
+                load.ok += 1
+                load.latencies_s.append(now - t0)
+
+    def _send_loop(self) -> None:
+        rng = np.random.default_rng(0)
+        images = rng.integers(0, 256, (64, 28, 28), dtype=np.uint8)
+        i = 0
+        next_at = time.monotonic()
+        while not self._stop.is_set():
+            for device in self.devices:
+                task = self.tasks[i % len(self.tasks)]
+                rid = f"{device}-{i}"
+                payload = self._protocol.encode_request(
+                    request_id=rid, reply_to=self.reply_to, image=images[i % len(images)]
+                )
+                with self._lock:
+                    self._sent_at[rid] = (device, time.monotonic())
+                    self.load[device].sent += 1
+                self._link.publish(self._protocol.request_topic(device, task), payload, qos=1)
+            i += 1
+            next_at += float(rng.exponential(1.0 / self.rate))
+            self._stop.wait(max(0.0, next_at - time.monotonic()))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, settle_s: float = 3.0) -> dict[str, dict[str, Any]]:
+        self._stop.set()
+        self._thread.join(timeout=10)
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            with self._lock:
+                if not self._sent_at:
+                    break
+            time.sleep(0.1)
+        self._link.close()
+        out = {}
+        with self._lock:
+            for device, load in self.load.items():
+                lat = np.asarray(load.latencies_s) if load.latencies_s else None
+                out[device] = {
+                    "sent": load.sent,
+                    "replies": load.replies,
+                    "ok": load.ok,
+                    "p50_latency_ms": float(np.percentile(lat, 50) * 1e3) if lat is not None else None,
+                    "p99_latency_ms": float(np.percentile(lat, 99) * 1e3) if lat is not None else None,
+                }
+        return out
+
+
+def _start_broker() -> Any:
+    from edge_client.broker import BrokerStartError, start_embedded_broker, start_mosquitto
+
+    try:
+        return start_mosquitto()
+    except BrokerStartError as exc:
+        log.warning("no Mosquitto (%s); using the embedded broker", exc)
+        return start_embedded_broker()
+
+
+def _kill_when_training(channel: str, supernode: ManagedProcess, timeout_s: float) -> None:
+    """Poll the agent's /health until it is in a round, then SIGKILL its SuperNode."""
+    import http.client
+
+    host, port = channel.rsplit(":", 1)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        conn = http.client.HTTPConnection(host, int(port), timeout=2)
+        try:
+            conn.request("GET", "/health")
+            if json.loads(conn.getresponse().read()).get("in_round"):
+                log.warning("killing SuperNode pid %d mid-round", supernode.pid)
+                supernode.kill()
+                return
+        except (OSError, ValueError):
+            pass
+        finally:
+            conn.close()
+        time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _stopping(procs: list[ManagedProcess]) -> Iterator[list[ManagedProcess]]:
+    try:
+        yield procs
+    finally:
+        for proc in reversed(procs):
+            proc.stop()
+
+
+def deploy_local(
+    workdir: Path,
+    *,
+    clients: int = 2,
+    rounds: int = 2,
+    round_s: float = 5.0,
+    policy: str = "dart",
+    rate_per_s: float = 20.0,
+    max_train: int = 1000,
+    run_config: Mapping[str, int | float | str] | None = None,
+    timeout_s: float = 600.0,
+    kill_node_in_round: int | None = None,
+) -> dict[str, Any]:
+    """Run `rounds` federated rounds on `clients` loopback devices; return the measurements.
+
+    `kill_node_in_round=i` (a fault test): SIGKILL device i's SuperNode once its agent is
+    training the first round; the run must finish with the other nodes."""
+    from edge_client.fl_config import FlConfig
+
+    if clients < 1 or rounds < 1:
+        raise ConfigError(f"--clients and --rounds must be >= 1, got {clients} and {rounds}")
+    config: dict[str, int | float | str] = {
+        "max-test-per-task": 300,
+        "max-train-per-task": max_train,
+        **(run_config or {}),
+        "num-server-rounds": rounds,
+        "min-available-nodes": clients,
+        "round-deadline-s": round_s,
+        "policy": policy,
+        "results-file": str(workdir / "result.json"),
+    }
+    config.setdefault("checkpoint-dir", str(workdir / "checkpoints"))
+    config.setdefault("round-timeout-s", round_s + 180.0)
+    config.setdefault("node-wait-s", 120.0)
+    cfg = FlConfig.from_run_config(config)  # fail fast on bad input
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    devices = [f"fl-edge-{i}" for i in range(clients)]
+    pids: list[int] = []
+    load_report: dict[str, Any] = {}
+    with local_superlink(workdir, simulation=False) as (conn, env), _stopping([]) as procs:
+        broker = _start_broker()
+        try:
+            agent_env = {**env, "PYTHONUNBUFFERED": "1"}
+            channels = []
+            agents = []
+            for i, device in enumerate(devices):
+                port = free_port()
+                channels.append(f"127.0.0.1:{port}")
+                args = [
+                    sys.executable, "-m", "dartfl.cli.main", "edge", "run",
+                    "--broker", broker.url, "--device", device, "--policy", policy,
+                    "--tasks", ",".join(cfg.task_names), "--width", str(cfg.model_width),
+                    "--slo-ms", str(cfg.slo_ms), "--max-train", str(max_train),
+                    "--publish-every-s", "0", "--seed", str(cfg.seed + i),
+                ]  # fmt: skip
+                proc = start_process(
+                    args, {**agent_env, "DARTFL_ROUND_CHANNEL": channels[-1]}, workdir / f"agent-{i}.log"
+                )
+                procs.append(proc)
+                agents.append(proc)
+            for proc, channel in zip(agents, channels, strict=True):
+                try:
+                    wait_for_port(int(channel.rsplit(":", 1)[1]), 180, proc.proc)
+                except DartflError as exc:
+                    raise DartflError(f"{exc}\nagent log:\n{proc.log_tail()}") from None
+            for i, channel in enumerate(channels):
+                args = [
+                    str(_BIN / "flower-supernode"), "--insecure",
+                    "--superlink", f"127.0.0.1:{env['DARTFL_SUPERLINK_PORT']}",
+                    "--port", str(free_port()),
+                    "--node-config", f'agent-address="{channel}"',
+                ]  # fmt: skip
+                procs.append(start_process(args, env, workdir / f"supernode-{i}.log"))
+            pids = [p.pid for p in procs]
+            killer = None
+            if kill_node_in_round is not None:
+                supernode = procs[len(agents) + kill_node_in_round]
+                killer = threading.Thread(
+                    target=_kill_when_training,
+                    args=(channels[kill_node_in_round], supernode, timeout_s),
+                    daemon=True,
+                )
+                killer.start()
+            load = LoadGenerator(broker.url, devices, cfg.task_names, rate_per_s)
+            load.start()
+            try:
+                t0 = time.monotonic()
+                flwr_run(conn, env, config, timeout_s=timeout_s, log_path=workdir / "flwr-run.log")
+                run_s = time.monotonic() - t0
+            finally:
+                load_report = load.stop()
+                if killer is not None:
+                    killer.join(timeout=1)
+        except DartflError as exc:
+            tails = "\n".join(f"--- {p.log_path.name}:\n{p.log_tail(1500)}" for p in procs)
+            raise DartflError(f"{exc}\n{tails}") from None
+        finally:
+            for proc in reversed(procs):  # SuperNodes and agents before the broker they use
+                proc.stop()
+            broker.stop()
+    result_path = workdir / "result.json"
+    if not result_path.is_file():
+        raise DartflError(f"the federated run wrote no results ({workdir / 'flwr-run.log'})")
+    summary = json.loads(result_path.read_text())
+    per_round = [
+        {
+            "round": h["round"],
+            "replies": h["replies"],
+            "server_round_s": h["round_s"],
+            "slowest_client_s": h["slowest_client_s"],
+            "slowest_train_s": h["slowest_train_s"],
+            "overhead_s": h["overhead_s"],
+        }
+        for h in summary["history"]
+    ]
+    return {
+        "clients": clients,
+        "rounds": summary["rounds"],
+        "round_deadline_s": round_s,
+        "per_round": per_round,
+        "mean_overhead_s": float(np.mean([r["overhead_s"] for r in per_round])) if per_round else None,
+        "flwr_run_s": run_s,
+        "total_s": time.monotonic() - started,
+        "mean_accuracy": summary["mean_accuracy"],
+        "slo_attainment": summary["slo_attainment"],
+        "harvest_efficiency": summary["harvest_efficiency"],
+        "samples_trained": summary["samples_trained"],
+        "replay": load_report,
+        "pids": pids,
+    }

@@ -1,0 +1,98 @@
+"""A real Flower deployment on loopback, end to end: SuperLink, 2 SuperNodes, 2 device agents
+with their round channels, Mosquitto and a replay, 2 rounds (`dartfl fl deploy-local`).
+
+Run under `scripts/loopback-run` like the simulation test. `deploy_local` stops every process
+it started in `finally`, so a failing run leaves nothing behind either; the test checks that.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from server.deploy_local import deploy_local
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _loopback_only() -> bool:
+    lines = Path("/proc/net/dev").read_text().splitlines()[2:]
+    return sorted(line.split(":")[0].strip() for line in lines) == ["lo"]
+
+
+def _children_of_session(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose session or group leader is `pid`."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
+        if state != "Z" and pid in (pgrp, session):
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.mark.skipif(not _loopback_only(), reason="run the Flower tests under scripts/loopback-run")
+def test_two_devices_two_rounds_through_flower(tmp_path: Path) -> None:
+    out = deploy_local(
+        tmp_path,
+        clients=2,
+        rounds=2,
+        round_s=3.0,
+        rate_per_s=15.0,
+        max_train=400,
+        run_config={"max-test-per-task": 200},
+        timeout_s=240.0,
+    )
+    assert out["rounds"] == 2
+    assert [r["replies"] for r in out["per_round"]] == [2, 2]  # both devices contributed every round
+    for r in out["per_round"]:
+        assert r["slowest_client_s"] >= 3.0  # the agent trained through the round's deadline
+        assert r["server_round_s"] > r["slowest_client_s"]
+        assert r["overhead_s"] == pytest.approx(r["server_round_s"] - r["slowest_client_s"])
+    assert out["samples_trained"] > 0
+    assert 0.0 < out["harvest_efficiency"] <= 1.0 + 1e-9
+    assert 0.0 <= out["slo_attainment"] <= 1.0
+    assert set(out["replay"]) == {"fl-edge-0", "fl-edge-1"}
+    for load in out["replay"].values():
+        assert load["sent"] > 0 and load["ok"] > 0.9 * load["sent"]
+    assert len(out["pids"]) == 4  # 2 agents + 2 SuperNodes (+ the SuperLink and the broker)
+    deadline = time.monotonic() + 10
+    left = [p for pid in out["pids"] for p in _children_of_session(pid)]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.3)
+        left = [p for pid in out["pids"] for p in _children_of_session(pid)]
+    assert left == [], f"processes left: {left}"
+    for pid in out["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+@pytest.mark.skipif(not _loopback_only(), reason="run the Flower tests under scripts/loopback-run")
+def test_a_supernode_killed_mid_round_leaves_the_run_to_the_others(tmp_path: Path) -> None:
+    # Flower notices the dead node after ~52 s (heartbeats); its message then errors out.
+    out = deploy_local(
+        tmp_path,
+        clients=2,
+        rounds=2,
+        round_s=2.0,
+        rate_per_s=5.0,
+        max_train=300,
+        run_config={"max-test-per-task": 100, "min-train-nodes": 1},
+        timeout_s=240.0,
+        kill_node_in_round=1,
+    )
+    assert out["rounds"] == 2
+    assert [r["replies"] for r in out["per_round"]] == [1, 1]
+    assert out["replay"]["fl-edge-0"]["ok"] > 0
+    for pid in out["pids"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

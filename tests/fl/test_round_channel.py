@@ -1,0 +1,98 @@
+"""The deployment adapter in-process: a ClientApp hands rounds to a live device agent over
+its loopback round channel (no Flower processes; the embedded broker)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+from flwr.supercore.task_identity import TaskIdentity
+
+from dartfl.errors import ConfigError
+from dartfl.profiles import get_profile
+from edge_client.agent import Agent, AgentConfig
+from edge_client.client_app import app
+from edge_client.fl_config import FlConfig
+from edge_client.fl_records import arrays_to_weights, weights_to_arrays
+from edge_client.model import build_model, get_weights
+from edge_client.round_channel import RoundChannelError, check_local_address, request_round
+
+pytestmark = pytest.mark.integration
+
+CFG = FlConfig(round_deadline_s=1.5, max_train_per_task=300)
+
+
+@pytest.fixture(scope="module")
+def agent() -> Iterator[Agent]:
+    config = AgentConfig(
+        device_id="fl-dev", max_train_per_task=300, round_channel="127.0.0.1:0", publish_every_s=0.0
+    )
+    agent = Agent.create(config, get_profile("x86-1core"))
+    agent.start()
+    report: dict[str, Any] = {}
+    thread = threading.Thread(target=lambda: report.update(agent.run()), daemon=True)
+    thread.start()
+    try:
+        yield agent
+    finally:
+        agent.request_stop()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+
+
+def _message(server_round: int) -> Message:
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 1, 0, server_round
+    model = build_model({"digits": 10, "fashion": 10, "uci-digits": 10}, 1.0, seed=7)
+    config = ConfigRecord({**CFG.to_run_config(), "server-round": server_round})
+    content = RecordDict({"arrays": weights_to_arrays(get_weights(model)), "config": config})
+    return Message(content, dst_node_id=5, message_type=MessageType.TRAIN)
+
+
+def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
+    address = agent.round_channel_address
+    assert address is not None and address.startswith("127.0.0.1:")
+    ctx = Context(
+        run_id=1,
+        node_id=5,
+        node_config={"agent-address": address},
+        state=RecordDict(),
+        run_config=CFG.to_run_config(),
+    )
+    version = agent.runtime.version
+    msg = _message(1)
+    t0 = time.monotonic()
+    reply = app(msg, ctx)
+    assert time.monotonic() - t0 >= CFG.round_deadline_s  # the agent trained through the deadline
+    metrics = reply.content["metrics"]
+    counts = {t: int(metrics[f"samples-{t}"]) for t in CFG.task_names}
+    assert sum(counts.values()) == int(metrics["num-examples"]) > 0
+    before, after = arrays_to_weights(msg.content["arrays"]), arrays_to_weights(reply.content["arrays"])
+    assert set(after) == set(before)
+    assert any(not np.array_equal(before[k], after[k]) for k in after)
+    assert metrics["train-wall-s"] > 0 and metrics["agent-round-s"] >= CFG.round_deadline_s
+    assert ctx.state.metric_records["dartfl"]["rounds"] == 1
+    deadline = time.monotonic() + 30
+    while agent.runtime.version == version and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert agent.runtime.version > version  # the global weights were hot-swapped into serving
+    # Between rounds the federated agent serves only.
+    trained = sum(agent.counters.trained_per_task)
+    time.sleep(0.6)
+    assert sum(agent.counters.trained_per_task) == trained
+
+
+def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> None:
+    address = agent.round_channel_address
+    assert address is not None
+    with pytest.raises(RoundChannelError, match="tasks"):
+        request_round(address, {"round-deadline-s": 0.5, "tasks": ["digits"]}, {}, timeout_s=10)
+    with pytest.raises(RoundChannelError, match="install"):
+        request_round(address, {"round-deadline-s": 0.5}, {"nope": np.zeros(2)}, timeout_s=10)
+    with pytest.raises(ConfigError, match="loopback"):
+        check_local_address("10.0.0.5:8765")
+    assert check_local_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
