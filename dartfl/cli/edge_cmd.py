@@ -86,7 +86,7 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile-file", type=Path, help="cost profile (default: calibrate at start)")
     p.add_argument(
         "--round-channel",
-        help="127.0.0.1:PORT: take FL rounds from the local Flower ClientApp (default: $DARTFL_ROUND_CHANNEL)",
+        help="127.0.0.1:PORT: take FL rounds from the local ClientApp (default: $DARTFL_ROUND_CHANNEL)",
     )
     p.add_argument("--model-dir", type=Path, help="where ONNX versions are written (default: a temp dir)")
     p.add_argument(
