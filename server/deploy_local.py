@@ -15,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
+import signal
 import sys
 import threading
 import time
@@ -36,7 +38,7 @@ from server.launch import (
     wait_for_port,
 )
 
-__all__ = ["LoadGenerator", "deploy_local"]
+__all__ = ["LoadGenerator", "deploy_local", "processes_of"]
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +174,82 @@ def _kill_when_training(channel: str, supernode: ManagedProcess, timeout_s: floa
         time.sleep(0.2)
 
 
+def _agent_in_round(channel: str) -> bool | None:
+    """The agent's /health `in_round`, or None if it does not answer."""
+    import http.client
+
+    host, port = channel.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=2)
+    try:
+        conn.request("GET", "/health")
+        return bool(json.loads(conn.getresponse().read()).get("in_round"))
+    except (OSError, ValueError):
+        return None
+    finally:
+        conn.close()
+
+
+def processes_of(flwr_home: Path, cmdline_has: str = "") -> list[int]:
+    """Live processes whose environment has FLWR_HOME=`flwr_home` (and whose command line
+    contains `cmdline_has`): the SuperLink, its SuperExec and ServerApps, `flwr run`..."""
+    needle = f"FLWR_HOME={flwr_home}".encode()
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            if cmdline_has.encode() not in (entry / "cmdline").read_bytes().replace(b"\0", b" "):
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+def _kill_server_after(
+    round_no: int,
+    ckpt_dir: Path,
+    flwr_home: Path,
+    channels: list[str],
+    killed: threading.Event,
+    timeout_s: float,
+) -> None:
+    """Once round `round_no`'s checkpoint exists and every agent trains the next round, SIGKILL
+    the ServerApp and `flwr run` (a server crash mid-round); set `killed`."""
+    deadline = time.monotonic() + timeout_s
+    ckpt = ckpt_dir / f"round-{round_no:04d}.json"
+    while not ckpt.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    in_round_by = time.monotonic() + 60.0
+    while time.monotonic() < min(deadline, in_round_by):
+        if all(_agent_in_round(c) for c in channels):
+            break
+        time.sleep(0.2)
+    pids = processes_of(flwr_home, "flwr-serverapp") + processes_of(flwr_home, "flwr.cli.run.run")
+    log.warning("killing the ServerApp and flwr run (pids %s) after round %d", pids, round_no)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    killed.set()
+
+
+def _wait_agents_idle(channels: list[str], timeout_s: float, quiet_s: float = 1.0) -> None:
+    """Until no agent has been in a round for `quiet_s` (the killed run's last round is over)."""
+    deadline = time.monotonic() + timeout_s
+    idle_since = time.monotonic()
+    while time.monotonic() < deadline:
+        if any(_agent_in_round(c) for c in channels):
+            idle_since = time.monotonic()
+        elif time.monotonic() - idle_since >= quiet_s:
+            return
+        time.sleep(0.2)
+    raise DartflError(f"the agents are still in a round {timeout_s:.0f} s after the server was killed")
+
+
 @contextlib.contextmanager
 def _stopping(procs: list[ManagedProcess]) -> Iterator[list[ManagedProcess]]:
     try:
@@ -193,11 +271,15 @@ def deploy_local(
     run_config: Mapping[str, int | float | str] | None = None,
     timeout_s: float = 600.0,
     kill_node_in_round: int | None = None,
+    kill_server_after_round: int | None = None,
 ) -> dict[str, Any]:
     """Run `rounds` federated rounds on `clients` loopback devices; return the measurements.
 
     `kill_node_in_round=i` (a fault test): SIGKILL device i's SuperNode once its agent is
-    training the first round; the run must finish with the other nodes."""
+    training the first round; the run must finish with the other nodes.
+    `kill_server_after_round=r` (a fault test): once round r's checkpoint is written and the
+    agents train round r+1, SIGKILL the ServerApp and `flwr run`; once the agents are idle,
+    `flwr run` again with the same checkpoint-dir, which must resume at round r+1."""
     from edge_client.fl_config import FlConfig
 
     if clients < 1 or rounds < 1:
@@ -265,10 +347,37 @@ def deploy_local(
                     daemon=True,
                 )
                 killer.start()
+            server_killed = threading.Event()
+            server_killer = None
+            if kill_server_after_round is not None:
+                server_killer = threading.Thread(
+                    target=_kill_server_after,
+                    args=(
+                        kill_server_after_round,
+                        Path(str(config["checkpoint-dir"])),
+                        Path(env["FLWR_HOME"]),
+                        channels,
+                        server_killed,
+                        timeout_s,
+                    ),
+                    daemon=True,
+                )
+                server_killer.start()
             load = LoadGenerator(broker.url, devices, cfg.task_names, rate_per_s)
             load.start()
             try:
                 t0 = time.monotonic()
+                if server_killer is not None:
+                    with contextlib.suppress(DartflError):
+                        flwr_run(
+                            conn, env, config, timeout_s=timeout_s, log_path=workdir / "flwr-run-killed.log"
+                        )
+                    server_killer.join(timeout=1)
+                    if not server_killed.is_set():
+                        raise DartflError(
+                            f"the run ended before round {kill_server_after_round}'s checkpoint"
+                        )
+                    _wait_agents_idle(channels, round_s + 120.0)
                 flwr_run(conn, env, config, timeout_s=timeout_s, log_path=workdir / "flwr-run.log")
                 run_s = time.monotonic() - t0
             finally:
