@@ -39,6 +39,7 @@ __all__ = [
     "TelemetryDevice",
     "TelemetryPoint",
     "TelemetryRow",
+    "to_jsonable",
 ]
 
 SCHEMA_VERSION = 2
@@ -259,30 +260,30 @@ class RunInfo:
         }
 
 
-def _jsonable(value: Any) -> Any:
+def to_jsonable(value: Any) -> Any:
     """Plain JSON values: numpy scalars and arrays unwrapped, non-finite floats as None."""
     if value is None or isinstance(value, bool | int | str):
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): to_jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [_jsonable(v) for v in value]
+        return [to_jsonable(v) for v in value]
     if isinstance(value, Path):
         return str(value)
     for attr in ("item", "tolist"):  # numpy scalars, then arrays
         convert = getattr(value, attr, None)
         if callable(convert):
             try:
-                return _jsonable(convert())
+                return to_jsonable(convert())
             except (TypeError, ValueError):
                 continue  # e.g. .item() on a multi-element array
     raise ConfigError(f"cannot store a value of type {type(value).__name__} as JSON: {value!r}")
 
 
 def _dumps(value: Any) -> str:
-    return json.dumps(_jsonable(value), allow_nan=False, separators=(",", ":"))
+    return json.dumps(to_jsonable(value), allow_nan=False, separators=(",", ":"))
 
 
 class RunStore:
@@ -553,12 +554,12 @@ class RunStore:
                 r.device,
                 r.t_s,
                 r.backlog,
-                _jsonable(r.inference_share),
-                _jsonable(r.p50_ms),
-                _jsonable(r.p95_ms),
-                _jsonable(r.p99_ms),
-                _jsonable(r.slo_ms),
-                _jsonable(r.slo_attainment),
+                to_jsonable(r.inference_share),
+                to_jsonable(r.p50_ms),
+                to_jsonable(r.p95_ms),
+                to_jsonable(r.p99_ms),
+                to_jsonable(r.slo_ms),
+                to_jsonable(r.slo_attainment),
                 r.train_samples,
                 _dumps(r.payload or {}),
             )

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.errors import ConfigError
 
 DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "dart")
@@ -81,8 +82,7 @@ def register(sub: Any) -> None:
         "--plot", type=Path, help="PNG of GPU roles, buffer and staleness (default: dartfl-dc.png)"
     )
     s.add_argument("--no-plot", action="store_true", help="do not write a PNG")
-    s.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
-    s.add_argument("--no-store", action="store_true", help="do not record the run")
+    add_store_arguments(s)
     s.set_defaults(handler=run_sim)
 
     r = dc.add_parser(
@@ -104,8 +104,7 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    r.add_argument("--store", type=Path, help="run store")
-    r.add_argument("--no-store", action="store_true", help="do not record the run")
+    add_store_arguments(r)
     r.set_defaults(handler=run_real)
     p.set_defaults(handler=lambda args: _need_action(p, args))
 
@@ -159,9 +158,9 @@ def _config(args: argparse.Namespace) -> Any:
 def run_sim(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from dartfl.cli.simulation import json_safe
     from dartfl.datacenter import make_dc_policy, simulate
     from dartfl.datacenter.sweep import sweep_static
+    from dartfl.store import to_jsonable
 
     config = _config(args)
     lengths = _lengths(args)
@@ -173,7 +172,7 @@ def run_sim(args: argparse.Namespace) -> int:
         best, sweep = sweep_static(config, lengths, args.seed)
         if best.policy not in {r.policy for r in runs}:
             runs.append(best)
-    summaries = [json_safe(r.summary()) for r in runs]
+    summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None
     if not args.no_store:
         run_id = _record(args, summaries, sweep)
@@ -194,12 +193,12 @@ def run_sim(args: argparse.Namespace) -> int:
 
 
 def run_real(args: argparse.Namespace) -> int:
-    from dartfl.cli.simulation import json_safe
     from dartfl.datacenter.ray_engine import RayRunConfig, run_ray
+    from dartfl.store import to_jsonable
 
     specs = args.policies or ["sync", "dart"]
     cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
-    summaries = [json_safe(s) for s in run_ray(cfg, specs)]
+    summaries = [to_jsonable(s) for s in run_ray(cfg, specs)]
     run_id = None if args.no_store else _record(args, summaries, [])
     if args.json:
         json.dump({"results": summaries, "run_id": run_id}, sys.stdout, default=float)
@@ -232,11 +231,9 @@ def _record(
 
 def plot_dc(runs: list[Any], path: Path, title: str = "") -> Path:
     """GPU roles, buffer depth and staleness over time, one column per policy."""
-    import matplotlib
+    from dartfl.cli.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     shown = [r for r in runs if r.series["t_s"]] or runs[:1]
     fig, axes = plt.subplots(3, len(shown), figsize=(4.2 * len(shown), 8), sharex="col", squeeze=False)
     for j, run in enumerate(shown):

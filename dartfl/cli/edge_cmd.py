@@ -232,9 +232,9 @@ def _replay(args: argparse.Namespace) -> int:
     if not args.no_store:
         _record_replay(args, arrivals, outcome)
     if args.json:
-        from dartfl.cli.simulation import json_safe
+        from dartfl.store import to_jsonable
 
-        json.dump(json_safe(summary), sys.stdout)
+        json.dump(to_jsonable(summary), sys.stdout)
         sys.stdout.write("\n")
     else:
         from edge_client.replay import HEADLINE_KEYS

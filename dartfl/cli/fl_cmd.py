@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.errors import ConfigError
 from dartfl.paths import default_store_path
 
@@ -60,8 +61,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
     )
     sim.add_argument("--json", action="store_true", help="print one JSON object {results: [...]}")
-    sim.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
-    sim.add_argument("--no-store", action="store_true", help="do not record the runs")
+    add_store_arguments(sim)
     sim.add_argument("--plot-dir", type=Path, help="write per-task accuracy, SLO and harvest plots here")
     sim.add_argument("--timeout-s", type=float, default=900.0, help="limit per policy run (wall clock)")
     sim.set_defaults(handler=_sim)
@@ -185,11 +185,9 @@ def _print_table(results: list[dict[str, Any]]) -> None:
 
 def _plot_results(results: list[dict[str, Any]], out_dir: Path) -> None:
     """fl-accuracy.png (per-task accuracy per round, one panel per task) and fl-slo-harvest.png."""
-    import matplotlib
+    from dartfl.cli.plots import pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     out_dir.mkdir(parents=True, exist_ok=True)
     tasks = list(results[0]["accuracy_per_task"]) if results else []
     fig, axes = plt.subplots(1, len(tasks) + 1, figsize=(4 * (len(tasks) + 1), 3.2), sharey=True)

@@ -259,9 +259,9 @@ def _with_progress(show: bool, work: Any) -> dict[str, FleetResult]:
 
 
 def _summary(result: FleetResult, spec: str) -> dict[str, Any]:
-    from dartfl.cli.simulation import json_safe
+    from dartfl.store import to_jsonable
 
-    summary: dict[str, Any] = json_safe(result.aggregates())
+    summary: dict[str, Any] = to_jsonable(result.aggregates())
     summary["policy"] = spec  # keyed by the spec as written, as `dartfl sim` does
     return summary
 

@@ -11,7 +11,8 @@ import numpy as np
 from dartfl.metrics import RunRecord
 
 
-def _pyplot() -> Any:
+def pyplot() -> Any:
+    """matplotlib.pyplot on the Agg backend (files only, no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -39,7 +40,7 @@ def plot_sim(
     records: Sequence[RunRecord], path: Path, title: str = "", window_s: float | None = None
 ) -> Path:
     """Backlog, inference share, training step size and p99 latency over time, per policy."""
-    plt = _pyplot()
+    plt = pyplot()
     horizon = max((r.horizon_s for r in records), default=1.0)
     window = window_s or max(1.0, horizon / 200)
     fig, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True)

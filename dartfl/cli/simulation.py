@@ -16,6 +16,7 @@ from dartfl.metrics import RunRecord, summarize
 from dartfl.policies import make_policy
 from dartfl.profiles import resolve_profile
 from dartfl.sim import SimConfig, simulate
+from dartfl.store import to_jsonable
 from dartfl.types import DeviceProfile, TaskSpec
 
 
@@ -40,19 +41,6 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
 
 def task_specs(arrivals: Arrivals, slo_s: float, queue_capacity: int) -> list[TaskSpec]:
     return [TaskSpec(name, slo_s, queue_capacity) for name in arrivals.task_names]
-
-
-def json_safe(value: Any) -> Any:
-    """NaN and infinities are not JSON: report them as null."""
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [json_safe(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, np.generic):
-        return json_safe(value.item())
-    return value
 
 
 def run_policies(
@@ -84,6 +72,6 @@ def run_policies(
             bar.update(job, description=f"simulating {policy.name}")
             record = simulate(arrivals, profile, tasks, policy, config, np.random.default_rng(seed))
             records.append(record)
-            summaries.append(json_safe(summarize(record, burst_threshold=profile.max_batch)))
+            summaries.append(to_jsonable(summarize(record, burst_threshold=profile.max_batch)))
             bar.advance(job)
     return Outcome(records, summaries)

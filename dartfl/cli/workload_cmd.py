@@ -112,11 +112,11 @@ def _inspect(args: argparse.Namespace) -> int:
 
 
 def _plot(args: argparse.Namespace) -> int:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from dartfl.cli.plots import pyplot
+
+    plt = pyplot()
 
     from workloads.stats import binned_counts
 
