@@ -243,3 +243,24 @@ def test_dart_stops_training_when_one_sample_already_breaks_the_slo() -> None:
     assert DartPolicy().decide(obs).microbatch == 0
     owed = dataclasses.replace(obs, round_start_s=0.0, round_deadline_s=12.0, round_target_samples=100_000)
     assert DartPolicy().decide(owed).microbatch >= 1
+
+
+def test_demand_loss_weights_are_the_square_root_of_the_shares() -> None:
+    from dartfl.policies.shares import loss_weights
+
+    w = loss_weights("demand", (0.64, 0.32, 0.04))
+    roots = (0.8, 0.32**0.5, 0.2)
+    assert w == pytest.approx(tuple(3 * r / sum(roots) for r in roots))
+    assert loss_weights("uniform", (0.64, 0.32, 0.04)) == (1.0, 1.0, 1.0)
+
+
+def test_owed_training_is_not_blocked_by_a_spent_miss_budget() -> None:
+    # H counts misses beyond the budget; once the round is behind, the deadline must still win.
+    obs = observation(
+        microbatch_fixed_s=0.3, round_start_s=0.0, round_deadline_s=12.0, round_target_samples=100_000
+    )
+    policy = DartPolicy()
+    policy.miss_queue = 1e9
+    assert policy.decide(obs).microbatch >= 1
+    policy.miss_queue = 1e9
+    assert policy.decide(dataclasses.replace(obs, round_target_samples=0)).microbatch == 0

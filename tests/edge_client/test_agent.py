@@ -188,6 +188,18 @@ def test_full_queues_reject_and_the_rest_is_drained_on_stop(broker: BrokerHandle
     assert report["drained"] == 8 and report["rejected"] == 52
 
 
+def test_a_standalone_agent_serves_its_locally_trained_model(broker: BrokerHandle) -> None:
+    running = start_agent(broker.url, publish_every_s=0.5)
+    try:
+        deadline = time.monotonic() + 20
+        while running.agent.runtime.version < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert running.agent.runtime.version >= 2  # exported in the background and swapped in
+        assert sum(running.agent.counters.trained_per_task) > 0
+    finally:
+        running.stop()
+
+
 @pytest.mark.slow
 def test_ten_hot_swaps_under_load_lose_nothing(broker: BrokerHandle) -> None:
     running = start_agent(broker.url)
