@@ -2,10 +2,17 @@
 
     .venv/bin/python benchmarks/dc_targets.py [--json benchmarks/results/dc_targets.json]
 
-Scenarios: 64 and 256 simulated GPUs, 7B-class model, log-normal lengths (p99/median 10,
-truncated at 8192) whose median grows 3x over 200 steps, eta = 2. Targets: DART >= 1.6x
-sync and >= 1.1x the best static split of a sweep, staleness never above eta; 1,024 GPUs x
-1,000 steps simulated in under 60 s.
+Scenarios (64 and 256 simulated GPUs, 7B-class model, log-normal lengths with p99/median 10,
+eta = 2, 200 steps):
+- `issue`: median 1,024 tokens growing 3x, truncated at 8,192, 512-token prompts (the
+  issue's and the public check's workload);
+- `r1-growth`: median 256 growing 16x, truncated at 32,768, as reasoning lengths grow in
+  R1-style training (DeepSeek-R1-Zero's mean response grows from hundreds to thousands);
+- `long-prompt`: the same growth with 4,096-token prompts (code, documents, agent context).
+Targets: DART >= 1.6x sync and >= 1.1x the best static split of a sweep, staleness never
+above eta; 1,024 GPUs x 1,000 steps simulated in under 60 s. For each scenario the oracle
+headroom (`reallocation_headroom`: free switches to each quarter's best split) bounds what
+any reallocation could gain over the best static split.
 """
 
 from __future__ import annotations
@@ -19,13 +26,21 @@ from typing import Any
 import numpy as np
 
 from dartfl.datacenter import DcConfig, LogNormalLengths, make_dc_policy, model_spec, simulate
-from dartfl.datacenter.sweep import sweep_static
+from dartfl.datacenter.sweep import reallocation_headroom, sweep_static
+
+# name -> (median tokens at step 0, drift factor, max tokens, prompt tokens)
+SCENARIOS: dict[str, tuple[float, float, int, int]] = {
+    "issue": (1024.0, 3.0, 8192, 512),
+    "r1-growth": (256.0, 16.0, 32768, 512),
+    "long-prompt": (256.0, 16.0, 32768, 4096),
+}
 
 
-def targets(gpus: int, steps: int, drift: float, seed: int) -> dict[str, Any]:
-    cfg = DcConfig(gpus=gpus, model=model_spec("7b"), steps=steps, eta=2)
-    lengths = LogNormalLengths(drift=drift)
-    out: dict[str, Any] = {"gpus": gpus, "steps": steps, "drift": drift, "seed": seed}
+def targets(scenario: str, gpus: int, steps: int, seed: int) -> dict[str, Any]:
+    median, drift, max_tokens, prompt = SCENARIOS[scenario]
+    cfg = DcConfig(gpus=gpus, model=model_spec("7b"), steps=steps, eta=2, prompt_tokens=prompt)
+    lengths = LogNormalLengths(median_tokens=median, drift=drift, max_tokens=max_tokens)
+    out: dict[str, Any] = {"scenario": scenario, "gpus": gpus, "steps": steps, "drift": drift, "seed": seed}
     for spec in ("sync", "one-step", "dart"):
         out[spec] = simulate(cfg, make_dc_policy(spec), lengths, np.random.default_rng(seed)).summary()
     best, curve = sweep_static(cfg, lengths, seed)
@@ -34,6 +49,12 @@ def targets(gpus: int, steps: int, drift: float, seed: int) -> dict[str, Any]:
     dart = out["dart"]["samples_per_s"]
     out["dart_over_sync"] = dart / out["sync"]["samples_per_s"]
     out["dart_over_best_static"] = dart / out["best_static"]["samples_per_s"]
+    headroom = reallocation_headroom(cfg, lengths, seed)
+    out["headroom"] = {
+        "ratio": headroom.ratio,
+        "best_fixed": headroom.best_fixed,
+        "phase_best": list(headroom.phase_best),
+    }
     return out
 
 
@@ -69,16 +90,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=5)
     args = parser.parse_args()
     results = {
-        "targets": [targets(g, 200, 3.0, args.seed) for g in (64, 256)],
+        "targets": [targets(name, g, 200, args.seed) for name in SCENARIOS for g in (64, 256)],
         "eta_ablation": eta_ablation(64, 100, args.seed),
         "speed": speed(args.seed),
     }
     for t in results["targets"]:
         print(
-            f"{t['gpus']} GPUs: dart {t['dart']['samples_per_s']:.1f} samples/s, sync "
+            f"{t['scenario']:11s} {t['gpus']:3d} GPUs: dart {t['dart']['samples_per_s']:.1f} samples/s, sync "
             f"{t['sync']['samples_per_s']:.1f}, best static {t['best_static']['policy']} "
             f"{t['best_static']['samples_per_s']:.1f}; dart/sync {t['dart_over_sync']:.2f}x, "
-            f"dart/best-static {t['dart_over_best_static']:.2f}x, staleness max {t['dart']['staleness_max']}"
+            f"dart/best-static {t['dart_over_best_static']:.3f}x, "
+            f"staleness max {t['dart']['staleness_max']}; "
+            f"headroom {t['headroom']['ratio']:.3f}x (best split per quarter {t['headroom']['phase_best']})"
         )
     for row in results["eta_ablation"]:
         print(

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from dartfl.datacenter.lengths import LengthModel
+from dartfl.datacenter.lengths import IntArray, LengthModel
 from dartfl.datacenter.policies import StaticSplit, split_gpus
 from dartfl.datacenter.simulator import DcRun, simulate
 from dartfl.datacenter.types import DcConfig
 
-__all__ = ["DEFAULT_FRACTIONS", "sweep_static"]
+__all__ = ["DEFAULT_FRACTIONS", "Headroom", "reallocation_headroom", "sweep_static"]
 
 DEFAULT_FRACTIONS: tuple[float, ...] = tuple(round(0.1 + 0.05 * i, 2) for i in range(17))  # 0.10..0.90
 
@@ -37,3 +38,71 @@ def sweep_static(
     if best is None:
         raise ValueError("no static fraction to sweep")  # pragma: no cover - fractions is non-empty
     return best, curve
+
+
+class _Phase(LengthModel):
+    """One slice [start, end] of a drifting length model, replayed as a whole run."""
+
+    def __init__(self, base: LengthModel, start: float, end: float) -> None:
+        self.base, self.start, self.end = base, start, end
+        self.max_tokens = base.max_tokens
+
+    def _progress(self, progress: float) -> float:
+        return self.start + progress * (self.end - self.start)
+
+    def draw(self, rng: np.random.Generator, groups: int, n: int, progress: float) -> IntArray:
+        return self.base.draw(rng, groups, n, self._progress(progress))
+
+    def median(self, progress: float) -> float:
+        return self.base.median(self._progress(progress))
+
+
+@dataclass(frozen=True)
+class Headroom:
+    """What any reallocation policy could gain over the best fixed split on a workload.
+
+    The run is cut into phases; each phase is simulated under every static split. The oracle
+    switches for free to each phase's best split; the best fixed split is the one with the
+    least total time over all phases. `ratio` = fixed time / oracle time bounds the speed-up
+    of a policy that moves GPUs (it ignores switch costs, so real policies get less).
+    """
+
+    best_fixed: float
+    phase_best: tuple[float, ...]
+    fixed_s: float
+    oracle_s: float
+
+    @property
+    def ratio(self) -> float:
+        return self.fixed_s / self.oracle_s
+
+
+def reallocation_headroom(
+    config: DcConfig,
+    lengths: LengthModel,
+    seed: int,
+    phases: int = 4,
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+) -> Headroom:
+    """The oracle bound of `Headroom` for `config.steps` steps cut into `phases` phases."""
+    if phases < 1 or config.steps < phases:
+        raise ValueError(f"need 1 <= phases <= steps, got {phases} phases for {config.steps} steps")
+    phase_config = replace(config, steps=config.steps // phases)
+    m = config.model
+    splits: dict[int, float] = {}
+    for f in fractions:  # distinct GPU counts only: two fractions may round to one split
+        splits.setdefault(split_gpus(f, config.gpus, m.tp, m.train_min_gpus), f)
+    times = np.empty((len(splits), phases))
+    for i in range(phases):
+        phase = _Phase(lengths, i / phases, (i + 1) / phases)
+        for j, f in enumerate(splits.values()):
+            run = simulate(phase_config, StaticSplit(f), phase, np.random.default_rng(seed + i))
+            times[j, i] = run.makespan_s
+    fixed = int(np.argmin(times.sum(axis=1)))
+    chosen = list(splits.values())
+    return Headroom(
+        best_fixed=chosen[fixed],
+        phase_best=tuple(chosen[int(j)] for j in np.argmin(times, axis=0)),
+        fixed_s=float(times[fixed].sum()),
+        oracle_s=float(times.min(axis=0).sum()),
+    )
