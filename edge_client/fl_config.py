@@ -50,6 +50,7 @@ class FlConfig:
     dirichlet_alpha: float = 0.0  # 0: IID partitions, else label-skewed Dirichlet(alpha)
     model_width: float = 1.0
     learning_rate: float = 0.05
+    lr_decay: float = 1.0  # round r trains at learning-rate * lr-decay^(r-1)
     step_samples: int = 32
     seed: int = 1
     checkpoint_dir: str = ""  # "": no checkpoints
@@ -65,7 +66,7 @@ class FlConfig:
             raise ConfigError(
                 f"loss-weighting {self.loss_weighting!r} is unknown; valid: {', '.join(LOSS_WEIGHTINGS)}"
             )
-        for name in ("slo_ms", "round_deadline_s", "round_timeout_s", "period_s", "model_width"):
+        for name in ("slo_ms", "round_deadline_s", "round_timeout_s", "period_s", "model_width", "lr_decay"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name.replace('_', '-')} must be a finite number > 0, got {value}")
@@ -88,6 +89,10 @@ class FlConfig:
             raise ConfigError(
                 f"zipf and dirichlet-alpha must be >= 0, got {self.zipf}, {self.dirichlet_alpha}"
             )
+
+    def round_learning_rate(self, server_round: int) -> float:
+        """The learning rate of round `server_round` (1-based) under the per-round decay."""
+        return self.learning_rate * self.lr_decay ** max(0, server_round - 1)
 
     @property
     def task_names(self) -> tuple[str, ...]:

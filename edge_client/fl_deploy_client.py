@@ -35,6 +35,7 @@ def run_agent_round(
         "round-target-samples": cfg.round_target_samples,
         "tasks": list(cfg.task_names),
         "policy": cfg.policy,
+        "learning-rate": cfg.round_learning_rate(server_round),
     }
     started = time.monotonic()
     reply, weights = request_round(address, meta, global_weights, timeout_s=cfg.round_deadline_s + SLACK_S)

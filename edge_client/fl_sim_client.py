@@ -122,17 +122,19 @@ def run_sim_round(
     trainer = Trainer(
         model,
         data,
-        lr=cfg.learning_rate,
+        lr=cfg.round_learning_rate(server_round),
         step_samples=cfg.step_samples,
         seed=int(np.random.SeedSequence([cfg.seed, partition_id, server_round]).generate_state(1)[0]),
     )
     counts = [0] * len(data)
+    ce_sums = [0.0] * len(data)
     wall = [0.0]
 
     def on_step(samples: int, shares: tuple[float, ...], weights: tuple[float, ...]) -> None:
         result = trainer.train_microbatch(samples, shares, weights)
-        for k, n in enumerate(result.samples_per_task):
+        for k, (n, ce) in enumerate(zip(result.samples_per_task, result.ce_sum_per_task, strict=True)):
             counts[k] += n
+            ce_sums[k] += ce
         wall[0] += result.duration_s
 
     arrivals = client_arrivals(cfg, partition_id, server_round)
@@ -167,8 +169,9 @@ def run_sim_round(
         "client-wall-s": time.perf_counter() - started,
         "partition-id": float(partition_id),
     }
-    for name in cfg.task_names:
+    for k, name in enumerate(cfg.task_names):
         metrics[f"requests-{name}"] = float(summary["per_task"][name]["requests"])
+        metrics[f"ce-sum-{name}"] = ce_sums[k]
     return RoundOutcome(
         weights=get_weights(model),
         samples_per_task=dict(zip(cfg.task_names, counts, strict=True)),

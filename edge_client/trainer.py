@@ -47,6 +47,8 @@ class MicrobatchResult:
     """What one microbatch did. `samples_per_task` is indexed like `Trainer.task_names`.
 
     `loss` is the microbatch's weighted loss per sample, sum_k w_k sum_i CE_i / samples;
+    `ce_sum_per_task` the unweighted cross-entropy summed over each task's samples (what an FL
+    round reports so the server can tell which tasks are still being learnt);
     `stepped` says whether the optimizer stepped after it.
     """
 
@@ -54,6 +56,7 @@ class MicrobatchResult:
     loss: float
     duration_s: float
     stepped: bool
+    ce_sum_per_task: tuple[float, ...] = ()
 
 
 class _EpochSampler:
@@ -139,6 +142,7 @@ class Trainer:
         counts = self._splitter.split(samples, shares)
         self.model.train()
         total = torch.zeros(())
+        ce_sums = [0.0] * len(counts)
         for k, (name, count) in enumerate(zip(self.task_names, counts, strict=True)):
             if count == 0:
                 continue
@@ -148,6 +152,7 @@ class Trainer:
             y = torch.from_numpy(data.y_train[idx])
             ce_sum = F.cross_entropy(self.model(x, name), y, reduction="sum")
             total = total + weights[k] * ce_sum
+            ce_sums[k] = float(ce_sum.detach())
         total.backward()
         self.pending_samples += samples
         self.samples_trained += samples
@@ -159,6 +164,7 @@ class Trainer:
             loss=float(total.detach()) / samples,
             duration_s=time.perf_counter() - start,
             stepped=stepped,
+            ce_sum_per_task=tuple(ce_sums),
         )
 
     def flush(self) -> bool:

@@ -172,6 +172,17 @@ def test_loss_weights_scale_the_gradient(small_tasks: dict[str, TaskData]) -> No
     torch.testing.assert_close(g2, 2 * g1)
 
 
+def test_per_task_cross_entropy_is_reported_unweighted(small_tasks: dict[str, TaskData]) -> None:
+    one, two = (_trainer(small_tasks, step_samples=1000) for _ in range(2))
+    r1 = one.train_microbatch(12, (0.5, 0.25, 0.25), (1.0, 1.0, 1.0))
+    r2 = two.train_microbatch(12, (0.5, 0.25, 0.25), (3.0, 0.5, 1.0))
+    assert r1.ce_sum_per_task == pytest.approx(r2.ce_sum_per_task)  # loss weights do not enter
+    assert sum(r1.ce_sum_per_task) == pytest.approx(r1.loss * 12, rel=1e-5)
+    # An untrained 10-class head: mean cross-entropy near ln(10) per sample.
+    mean_ce = [ce / n for ce, n in zip(r1.ce_sum_per_task, r1.samples_per_task, strict=True)]
+    assert all(1.5 < x < 3.5 for x in mean_ce)
+
+
 def test_epoch_sampler_visits_every_sample_once_per_epoch() -> None:
     sampler = _EpochSampler(10, np.random.default_rng(0))
     first, second = sampler.take(10), np.concatenate([sampler.take(3), sampler.take(7)])

@@ -71,3 +71,13 @@ def test_too_few_nodes_fail_after_the_wait(tmp_path: Path) -> None:
     cfg = FlConfig(num_server_rounds=1, **{**SMALL, "min_available_nodes": 3})
     with pytest.raises(Exception, match="need 3"):
         run_rounds(_grid(cfg), cfg)
+
+
+def test_each_round_records_the_fleet_training_loss_per_task(tmp_path: Path) -> None:
+    cfg = FlConfig(num_server_rounds=2, **SMALL)
+    summary = run_rounds(_grid(cfg), cfg)
+    first, second = (h["train_loss_per_task"] for h in summary["history"])
+    assert set(first) == set(cfg.task_names)
+    # An untrained 10-class head starts near ln(10) = 2.3; training brings the pooled mean down.
+    assert all(0.0 < first[t] < 2.4 for t in cfg.task_names)
+    assert sum(second.values()) < sum(first.values())
