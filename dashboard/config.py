@@ -11,6 +11,7 @@ from pathlib import Path
 from dartfl.errors import ConfigError
 from dartfl.paths import STORE_ENV, default_store_path
 from dashboard.telemetry import Liveness
+from edge_client.mqtt_security import MqttSecurity
 
 __all__ = ["BROKER_ENV", "GONE_ENV", "SLO_TARGET_ENV", "STALE_ENV", "DashboardConfig"]
 
@@ -29,6 +30,7 @@ class DashboardConfig:
 
     store_path: Path
     broker_url: str | None = None
+    mqtt_security: MqttSecurity | None = None  # TLS files and login for an mqtts:// broker
     liveness: Liveness = field(default_factory=Liveness)
     slo_target: float = 0.95
     refresh_s: float = 2.0
@@ -53,9 +55,11 @@ class DashboardConfig:
                 raise ConfigError(f"{name}={text!r} is not a number") from None
 
         store = Path(env[STORE_ENV]).expanduser() if env.get(STORE_ENV) else default_store_path()
+        security = MqttSecurity.from_env(env)
         return cls(
             store_path=store,
             broker_url=env.get(BROKER_ENV) or None,
+            mqtt_security=None if security == MqttSecurity() else security,
             liveness=Liveness(num(STALE_ENV, 10.0), num(GONE_ENV, 60.0)),
             slo_target=num(SLO_TARGET_ENV, 0.95),
             refresh_s=num(REFRESH_ENV, 2.0),
@@ -71,4 +75,6 @@ class DashboardConfig:
         }
         if self.broker_url:
             env[BROKER_ENV] = self.broker_url
+        if self.mqtt_security is not None:
+            env.update(self.mqtt_security.to_env())  # the password stays in $DARTFL_MQTT_PASSWORD
         return env

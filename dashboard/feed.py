@@ -19,7 +19,8 @@ from typing import Any
 
 from dartfl.errors import DartflError, ProtocolError
 from edge_client import protocol
-from edge_client.mqtt import Message, MqttLink, connect
+from edge_client.mqtt import Message, MqttLink, MqttSecurityError, connect
+from edge_client.mqtt_security import MqttSecurity
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,8 @@ class Subscriber:
     """An MQTT subscription that survives a broker that is down, at start or later.
 
     `on_message` runs on paho's network thread (keep it short). `state()` says whether the
-    feed is connected and, if not, why."""
+    feed is connected and, if not, why. A TLS or login failure is not retried: the settings
+    are wrong, and `fatal_error` says how."""
 
     def __init__(
         self,
@@ -45,8 +47,11 @@ class Subscriber:
         subscriptions: list[tuple[str, int]],
         *,
         retry_s: float = RETRY_S,
+        security: MqttSecurity | None = None,
     ) -> None:
         self.url = url
+        self._security = security
+        self.fatal_error: MqttSecurityError | None = None
         self._name = name
         self._on_message = on_message
         self._subscriptions = subscriptions
@@ -67,10 +72,16 @@ class Subscriber:
                     on_message=self._on_message,
                     subscriptions=self._subscriptions,
                     timeout=self._retry_s,
+                    security=self._security,
                 )
+            except MqttSecurityError as exc:
+                self._error, self.fatal_error = str(exc), exc
+                log.error("%s: giving up on %s: %s", self._name, self.url, exc)
+                return
             except DartflError as exc:
+                if self._error is None:  # say it once; the state shows it from then on
+                    log.warning("%s: broker %s unreachable, retrying: %s", self._name, self.url, exc)
                 self._error = str(exc)
-                log.debug("%s: broker %s unreachable: %s", self._name, self.url, exc)
                 self._stop.wait(self._retry_s)
                 continue
             self._link, self._error = link, None
@@ -117,7 +128,14 @@ class FeedState:
 class LiveFeed:
     """The fleet as the broker tells it now: newest snapshot and short history per device."""
 
-    def __init__(self, url: str, *, clock: Callable[[], float] = time.time, retry_s: float = RETRY_S) -> None:
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Callable[[], float] = time.time,
+        retry_s: float = RETRY_S,
+        security: MqttSecurity | None = None,
+    ) -> None:
         self._clock = clock
         self._lock = threading.Lock()
         self._latest: dict[str, LiveSnapshot] = {}
@@ -129,6 +147,7 @@ class LiveFeed:
             self.handle,
             [(TELEMETRY_SUBSCRIPTION, protocol.TELEMETRY_QOS), (STATUS_SUBSCRIPTION, protocol.STATUS_QOS)],
             retry_s=retry_s,
+            security=security,
         )
 
     def handle(self, message: Message) -> None:

@@ -21,6 +21,7 @@ from dashboard.feed import TELEMETRY_SUBSCRIPTION, Subscriber
 from dashboard.telemetry import row_from_snapshot
 from edge_client import protocol
 from edge_client.mqtt import Message
+from edge_client.mqtt_security import MqttSecurity
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Recorder:
         flush_s: float = 1.0,
         retention_s: float | None = 86400.0,
         clock: Callable[[], float] = time.time,
+        security: MqttSecurity | None = None,
     ) -> None:
         if flush_s <= 0:
             raise ConfigError(f"flush interval must be > 0 s, got {flush_s}")
@@ -55,7 +57,11 @@ class Recorder:
         self.written = 0
         self.bad = 0
         self.subscriber = Subscriber(
-            broker_url, "recorder", self.handle, [(TELEMETRY_SUBSCRIPTION, protocol.TELEMETRY_QOS)]
+            broker_url,
+            "recorder",
+            self.handle,
+            [(TELEMETRY_SUBSCRIPTION, protocol.TELEMETRY_QOS)],
+            security=security,
         )
 
     def handle(self, message: Message) -> None:
@@ -88,10 +94,13 @@ class Recorder:
         return self.store.prune_telemetry(self._clock() - self.retention_s)
 
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
-        """Flush every `flush_s` until `stop` is set (or `duration_s` has passed); prune hourly."""
+        """Flush every `flush_s` until `stop` is set (or `duration_s` has passed); prune hourly.
+        Raises the subscriber's MqttSecurityError: wrong TLS or login settings never heal."""
         deadline = None if duration_s is None else time.monotonic() + duration_s
         next_prune = 0.0
         while not stop.wait(self.flush_s):
+            if self.subscriber.fatal_error is not None:
+                raise self.subscriber.fatal_error
             self.flush()
             if time.monotonic() >= next_prune:
                 pruned = self.prune()

@@ -18,6 +18,7 @@ it a round there: the executor installs the global weights (dropping accumulated
 and optimizer momentum, hot-swapping serving to them), trains under the allocator until the
 round's deadline, flushes, and returns the weights with per-task sample counts and metrics.
 Between rounds such an agent only serves (training then would be thrown away).
+Its parts: agent_config, agent_link (MQTT), agent_ingress, agent_rounds, agent_report.
 """
 
 from __future__ import annotations
@@ -29,99 +30,28 @@ import os
 import tempfile
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dartfl.errors import ConfigError, DartflError, ProtocolError
+from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates, ServiceTimeProfiler
 from dartfl.executor import ShareGate, most_urgent
 from dartfl.policies import make_policy
 from dartfl.types import Allocation, DeviceProfile, Observation
 from edge_client import protocol
-from edge_client.queues import QueuedRequest, RequestQueues
+from edge_client.agent_config import AgentConfig
+from edge_client.agent_ingress import admit_request
+from edge_client.agent_report import Counters, build_report, profile_dict
+from edge_client.agent_rounds import RoundJob, RoundSlot, round_job_from_meta, round_metrics
+from edge_client.queues import RequestQueues
 from edge_client.telemetry import RequestStats
 
 log = logging.getLogger(__name__)
 
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """How one device agent runs; every field has a flag in `dartfl edge run`."""
-
-    device_id: str = "edge-1"
-    broker_url: str | None = None  # None: start the embedded broker on a free loopback port
-    tasks: tuple[str, ...] = ("digits", "fashion", "uci-digits")
-    slo_s: float = 0.25
-    queue_capacity: int = 256
-    period_s: float = 0.25
-    policy: str = "dart"
-    loss_weighting: str | None = None
-    width: float = 1.0
-    inference_threads: int = 1
-    training_threads: int = 1
-    telemetry_period_s: float = 1.0
-    max_payload_bytes: int = 16384
-    max_train_per_task: int | None = 3000
-    round_s: float = 60.0
-    round_target_samples: int = 0
-    drain_s: float = 5.0
-    publish_every_s: float = 0.0  # > 0: serve the locally trained model every so often (no FL)
-    model_dir: Path | None = None
-    seed: int = 0
-    round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
-
-    def __post_init__(self) -> None:
-        if not self.device_id or "/" in self.device_id or "+" in self.device_id or "#" in self.device_id:
-            raise ConfigError(f"device id must be non-empty without '/', '+', '#', got {self.device_id!r}")
-        for name in ("slo_s", "period_s", "telemetry_period_s", "round_s", "width"):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value > 0):
-                raise ConfigError(f"{name.replace('_', '-')} must be > 0, got {value}")
-        if self.queue_capacity < 1:
-            raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
-        if not self.tasks:
-            raise ConfigError("the agent needs at least one task")
-
-
-@dataclass
-class _RoundJob:
-    """One federated round handed over the round channel (see `Agent._handle_round`)."""
-
-    meta: dict[str, Any]
-    weights: dict[str, np.ndarray]
-    duration_s: float
-    target: int
-    done: threading.Event = field(default_factory=threading.Event)
-    result: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
-    error: BaseException | None = None
-    received_s: float = field(default_factory=time.monotonic)
-    started_s: float = 0.0
-    install_s: float = 0.0
-    trained_before: list[int] = field(default_factory=list)
-    training_busy_before: float = 0.0
-    inference_busy_before: float = 0.0
-    arrivals: list[int] = field(default_factory=list)
-    answered: int = 0
-    met: int = 0
-
-
-@dataclass
-class _Counters:
-    """Executor-side totals (only the executor thread writes them)."""
-
-    trained_per_task: list[int] = field(default_factory=list)
-    training_busy_s: float = 0.0
-    inference_busy_s: float = 0.0
-    round_start_s: float = 0.0
-    round_trained: int = 0
-    rounds_done: list[int] = field(default_factory=list)
-    decision_us: deque[float] = field(default_factory=lambda: deque(maxlen=4096))
-    overhead_cpu_s: float = 0.0  # allocator + queueing + MQTT callbacks, thread CPU time
-    compute_cpu_s: float = 0.0  # inference batches and training steps, thread CPU time
+__all__ = ["Agent", "AgentConfig"]
 
 
 class Agent:
@@ -143,7 +73,7 @@ class Agent:
         tr = profile.training
         self.training_cost = ServiceTimeProfiler(tr.microbatch_fixed_s, tr.per_sample_s)
         self.alloc = Allocation(1.0, (1.0 / k,) * k, (1.0,) * k, 0, profile.max_batch)  # warm-up
-        self.counters = _Counters(trained_per_task=[0] * k)
+        self.counters = Counters(trained_per_task=[0] * k)
         self.last_step_end = -math.inf
         self._stop = threading.Event()
         self._link: Any = None
@@ -154,9 +84,7 @@ class Agent:
         self.round_s = config.round_s  # the current round's length (an FL round sets its own)
         self.round_target = config.round_target_samples
         self._channel: Any = None  # edge_client.round_channel.RoundChannelServer when federated
-        self._round_lock = threading.Lock()
-        self._pending_round: _RoundJob | None = None
-        self._active_round: _RoundJob | None = None
+        self._rounds = RoundSlot()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -175,32 +103,9 @@ class Agent:
 
     def start(self) -> str:
         """Connect to the broker (starting the embedded one if none is given); return its URL."""
-        from edge_client.broker import start_embedded_broker
-        from edge_client.mqtt import MQTT_V5, MQTT_V311, MqttConnectError, Will, connect
+        from edge_client.agent_link import open_agent_link
 
-        url = self.config.broker_url
-        if url is None:
-            self._broker = start_embedded_broker()
-            url = self._broker.url
-            log.info("embedded MQTT broker on %s", url)
-        device = self.config.device_id
-
-        def link(version: str) -> Any:
-            return connect(
-                url,
-                client_id=f"dartfl-agent-{device}",
-                on_message=self._on_message,
-                subscriptions=[(protocol.request_subscription(device), protocol.REQUEST_QOS)],
-                will=Will(protocol.status_topic(device), protocol.encode_status(device, online=False)),
-                protocol=version,
-            )
-
-        # MQTT 5 lets requesters use Response Topic / Correlation Data; the embedded broker
-        # (and older brokers) speak 3.1.1 only, so fall back to it.
-        try:
-            self._link = link(MQTT_V311 if self._broker is not None else MQTT_V5)
-        except MqttConnectError:
-            self._link = link(MQTT_V311)
+        self._link, self._broker, url = open_agent_link(self.config, self._on_message)
         self._publish_status("online")
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
@@ -228,10 +133,10 @@ class Agent:
         next_publish = time.monotonic() + every if every > 0 else math.inf
         self.counters.round_start_s = time.monotonic()
         while not self._stop.is_set():
-            if self._pending_round is not None:
+            if self._rounds.pending is not None:
                 self._begin_round()
             now = time.monotonic()
-            job = self._active_round
+            job = self._rounds.active
             if job is not None and now >= job.started_s + job.duration_s:
                 self._end_round(job)
             if now >= next_tick:
@@ -253,12 +158,7 @@ class Agent:
         self.queues.close()  # new requests are now rejected with `shutting-down`
         if self._channel is not None:
             self._channel.stop()
-        with self._round_lock:
-            for job in (self._pending_round, self._active_round):
-                if job is not None and not job.done.is_set():
-                    job.error = ConfigError("the device agent is shutting down")
-                    job.done.set()
-            self._pending_round = self._active_round = None
+        self._rounds.cancel("the device agent is shutting down")
         deadline = time.monotonic() + self.config.drain_s
         drained = 0
         while self.queues.total() and time.monotonic() < deadline:
@@ -292,50 +192,10 @@ class Agent:
     # -- ingress (paho's thread) --------------------------------------------------------------
 
     def _on_message(self, message: Any) -> None:
-        """Decode one request and queue it, or answer at once with an error or a rejection."""
         started = time.thread_time()
-        received = time.monotonic()
-        self.stats.count(requests=1)
-        try:
-            _, task = protocol.parse_request_topic(message.topic)
-            request = protocol.decode_request(
-                message.payload,
-                task,
-                self.task_index,
-                max_bytes=self.config.max_payload_bytes,
-                response_topic=message.response_topic,
-                correlation_data=message.correlation_data,
-            )
-        except ProtocolError as exc:
-            self.stats.count(errors=1)
-            reply_to = getattr(exc, "reply_to", None) or message.response_topic
-            if reply_to:
-                task_name = message.topic.rsplit("/", 1)[-1]
-                error = protocol.encode_error(
-                    request_id=getattr(exc, "correlation_id", None),
-                    code=exc.code,
-                    detail=exc.detail,
-                    task=task_name,
-                )
-                self._reply(reply_to, error, message.correlation_data)
-            log.debug("bad request on %s: %s", message.topic, exc)
-        else:
-            queued = QueuedRequest(
-                request.id,
-                self.task_index[request.task],
-                request.reply_to,
-                request.image,
-                received,
-                request.correlation_data,
-            )
-            if not self.queues.offer(queued):
-                reason: protocol.RejectReason = "shutting-down" if self.queues.closed else "queue-full"
-                self.stats.count(rejected=1)
-                self._reply(
-                    request.reply_to,
-                    protocol.encode_rejection(request_id=request.id, reason=reason, task=request.task),
-                    request.correlation_data,
-                )
+        admit_request(
+            message, self.task_index, self.config.max_payload_bytes, self.queues, self.stats, self._reply
+        )
         self._add_overhead(time.thread_time() - started)
 
     # -- the executor -------------------------------------------------------------------------
@@ -345,9 +205,9 @@ class Agent:
         cfg, c = self.config, self.counters
         counts = self.queues.take_period_counts()
         self.rates.update(counts.arrivals, cfg.period_s)
-        if self._active_round is not None:
+        if self._rounds.active is not None:
             for k, n in enumerate(counts.arrivals):
-                self._active_round.arrivals[k] += int(n)
+                self._rounds.active.arrivals[k] += int(n)
         if self._channel is None and now - c.round_start_s >= self.round_s:
             c.rounds_done.append(c.round_trained)
             c.round_start_s, c.round_trained = now, 0
@@ -376,7 +236,7 @@ class Agent:
         t0 = time.perf_counter_ns()
         self.policy.update(obs)
         self.alloc = self.policy.decide(obs)
-        if self._channel is not None and self._active_round is None and self.alloc.microbatch:
+        if self._channel is not None and self._rounds.active is None and self.alloc.microbatch:
             self.alloc = replace(self.alloc, microbatch=0)  # federated: train only within a round
         c.decision_us.append((time.perf_counter_ns() - t0) / 1e3)
         self._add_overhead(time.thread_time() - started)
@@ -400,9 +260,9 @@ class Agent:
             latency = done - r.received_s
             late = latency > slo
             self.queues.record_answer(task, late, r.received_s < self.last_step_end)
-            if self._active_round is not None:
-                self._active_round.answered += 1
-                self._active_round.met += not late
+            if (job := self._rounds.active) is not None:
+                job.answered += 1
+                job.met += not late
             self.stats.answered(done, latency, not late)
             self._reply(
                 r.reply_to,
@@ -444,53 +304,27 @@ class Agent:
             "device": self.config.device_id,
             "tasks": list(self.config.tasks),
             "policy": self.policy.name,
-            "in_round": self._active_round is not None,
+            "in_round": self._rounds.active is not None,
         }
 
     def _handle_round(
         self, meta: dict[str, Any], weights: dict[str, np.ndarray]
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The round channel's handler thread: queue the round for the executor and wait for it."""
-        try:
-            duration = float(meta.get("round-deadline-s", self.config.round_s))
-            target = int(meta.get("round-target-samples", 0))
-        except (TypeError, ValueError):
-            raise ConfigError(f"bad round metadata: {meta}") from None
-        if not (math.isfinite(duration) and duration > 0):
-            raise ConfigError(f"round-deadline-s must be > 0, got {duration}")
-        tasks = meta.get("tasks")
-        if tasks is not None and list(tasks) != list(self.config.tasks):
-            raise ConfigError(f"the run's tasks {tasks} differ from this agent's {list(self.config.tasks)}")
-        job = _RoundJob(dict(meta), weights, duration, target)
-        with self._round_lock:
-            if self._stop.is_set():
-                raise ConfigError("the device agent is shutting down")
-            if self._pending_round is not None or self._active_round is not None:
-                raise ConfigError("a round is already running on this device")
-            self._pending_round = job
-        if not job.done.wait(duration + 120.0):
-            raise DartflError(f"the round did not finish within {duration + 120.0:.0f} s")
-        if job.error is not None:
-            raise job.error
-        assert job.result is not None
-        return job.result
+        job = round_job_from_meta(meta, weights, self.config.round_s, self.config.tasks)
+        return self._rounds.run(job, self._stop)
 
     def _begin_round(self) -> None:
         """Executor thread: install the round's global weights and open its training window."""
-        with self._round_lock:
-            job, self._pending_round = self._pending_round, None
-            if job is None:
-                return
-            self._active_round = job
+        job = self._rounds.begin()
+        if job is None:
+            return
         t0 = time.monotonic()
         try:
             self.runtime.start_round(job.weights)
         except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
             log.exception("could not install the round's weights")
-            job.error = ConfigError(f"could not install the global weights: {exc}")
-            with self._round_lock:
-                self._active_round = None
-            job.done.set()
+            self._rounds.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
             return
         now = time.monotonic()
         c = self.counters
@@ -504,7 +338,7 @@ class Agent:
         c.round_start_s, c.round_trained = now, 0
         self._tick(now)  # plan the new round at once
 
-    def _end_round(self, job: _RoundJob) -> None:
+    def _end_round(self, job: RoundJob) -> None:
         """Executor thread: close the round, flush the last step, hand back the update."""
         c, tasks = self.counters, self.config.tasks
         t0 = time.monotonic()
@@ -513,35 +347,20 @@ class Agent:
         now = time.monotonic()
         c.rounds_done.append(c.round_trained)
         samples = {t: c.trained_per_task[k] - job.trained_before[k] for k, t in enumerate(tasks)}
-        wall = now - job.started_s
-        inference_busy = c.inference_busy_s - job.inference_busy_before
-        # Harvest: the share of the time inference left idle that training used, in samples
-        # (at the round's own measured training throughput; the cost model before any step).
-        trained, busy = sum(samples.values()), c.training_busy_s - job.training_busy_before
         tr, m = self.training_cost, max(1, self.profile.training.max_microbatch)
-        per_sample = busy / trained if trained and busy > 0 else (tr.fixed_s + tr.per_item_s * m) / m
-        requests = sum(job.arrivals)
-        metrics: dict[str, float] = {
-            "num-examples": float(trained),
-            "requests": float(requests),
-            "slo-met": float(min(job.met, requests)),
-            "fluid-trainable": max(0.0, wall - inference_busy) / per_sample if per_sample > 0 else 0.0,
-            "train-wall-s": busy,
-            "inference-busy-s": inference_busy,
-            "client-wall-s": now - job.received_s,
-            "agent-round-s": wall,
-            "install-s": job.install_s,
-            "answered": float(job.answered),
-            "slo-attainment": job.met / requests if requests else 1.0,
-            "model-version": float(self.runtime.version),
-        }
-        for k, t in enumerate(tasks):
-            metrics[f"requests-{t}"] = float(job.arrivals[k])
+        metrics = round_metrics(
+            job,
+            now_s=now,
+            samples=samples,
+            training_busy_s=c.training_busy_s - job.training_busy_before,
+            inference_busy_s=c.inference_busy_s - job.inference_busy_before,
+            modelled_per_sample_s=(tr.fixed_s + tr.per_item_s * m) / m,
+            model_version=self.runtime.version,
+            tasks=tasks,
+        )
         job.result = ({"device": self.config.device_id, "samples": samples, "metrics": metrics}, weights)
         self.alloc = replace(self.alloc, microbatch=0)  # serve only until the next round
-        with self._round_lock:
-            self._active_round = None
-        job.done.set()
+        self._rounds.end(job)
         log.info("round %s done: %s", job.meta.get("server-round"), metrics)
 
     # -- egress -------------------------------------------------------------------------------
@@ -556,50 +375,7 @@ class Agent:
 
     def report(self) -> dict[str, Any]:
         """Totals and the latest window: the telemetry payload and the final report."""
-        c, cfg = self.counters, self.config
-        now = time.monotonic()
-        window = self.stats.window(now)
-        decisions = list(c.decision_us)
-        cpu = time.process_time()
-        return {
-            "device": cfg.device_id,
-            "t": time.time(),
-            "uptime_s": now - self.started_s,
-            "policy": self.policy.name,
-            "tasks": list(cfg.tasks),
-            "slo_ms": cfg.slo_s * 1e3,
-            "backlog": dict(zip(cfg.tasks, self.queues.backlog(), strict=True)),
-            "inference_share": self.alloc.inference_share,
-            "task_shares": dict(zip(cfg.tasks, self.alloc.task_shares, strict=True)),
-            "microbatch": self.alloc.microbatch,
-            "max_batch": self.alloc.max_batch,
-            "latency_ms": {k: window[k] for k in ("p50_ms", "p95_ms", "p99_ms")},
-            "slo_attainment_window": window["slo_attainment"],
-            "requests": window["requests"],
-            "replies": window["replies"],
-            "rejected": window["rejected"],
-            "errors": window["errors"],
-            "train_samples": sum(c.trained_per_task),
-            "train_samples_per_task": dict(zip(cfg.tasks, c.trained_per_task, strict=True)),
-            "training_busy_s": c.training_busy_s,
-            "inference_busy_s": c.inference_busy_s,
-            "round": {
-                "target": cfg.round_target_samples,
-                "trained": c.round_trained,
-                "elapsed_s": now - c.round_start_s,
-                "length_s": cfg.round_s,
-                "done": len(c.rounds_done),
-                "met": sum(n >= cfg.round_target_samples for n in c.rounds_done)
-                if cfg.round_target_samples
-                else None,
-            },
-            "model_version": self.runtime.version,
-            "decision_us_p50": float(np.median(decisions)) if decisions else None,
-            "overhead_cpu_s": c.overhead_cpu_s,
-            "compute_cpu_s": c.compute_cpu_s,
-            "process_cpu_s": cpu,
-            "profile": _profile_dict(self.profile),
-        }
+        return build_report(self)
 
     def _publish_telemetry(self) -> None:
         if self._link is not None:
@@ -613,7 +389,7 @@ class Agent:
         body = json.loads(
             protocol.encode_status(self.config.device_id, online=state == "online", t=time.time())
         )
-        body["profile"] = _profile_dict(self.profile)
+        body["profile"] = profile_dict(self.profile)
         body.update(extra or {})
         topic = protocol.status_topic(self.config.device_id)
         self._link.publish(topic, json.dumps(body).encode(), qos=1, retain=True)
@@ -624,19 +400,3 @@ class Agent:
                 self._publish_telemetry()
             except Exception:  # a broken link must not kill the device; paho reconnects
                 log.exception("telemetry publish failed")
-
-
-def _profile_dict(profile: DeviceProfile) -> dict[str, Any]:
-    return {
-        "name": profile.name,
-        "batch_fixed_s": profile.inference.batch_fixed_s,
-        "per_request_s": profile.inference.per_request_s,
-        "max_batch": profile.max_batch,
-        "microbatch_fixed_s": profile.training.microbatch_fixed_s,
-        "per_sample_s": profile.training.per_sample_s,
-        "max_microbatch": profile.training.max_microbatch,
-        "tasks": {
-            name: {"batch_fixed_s": c.batch_fixed_s, "per_request_s": c.per_request_s}
-            for name, c in profile.task_inference.items()
-        },
-    }

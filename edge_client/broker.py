@@ -1,13 +1,15 @@
 """MQTT brokers on loopback: a real Mosquitto process, or an embedded amqtt broker.
 
-Mosquitto is what tests and production use; the embedded broker (amqtt, pure Python, on its
-own thread and event loop) is the zero-setup default for a single machine. Both bind to
-127.0.0.1 only and come back as a `BrokerHandle` that stops them.
+Mosquitto is what tests and production use (optionally with a TLS listener, `MosquittoTls`);
+the embedded broker (amqtt, pure Python, on its own thread and event loop:
+edge_client.embedded_broker) is the zero-setup default for a single machine. Both bind to
+127.0.0.1 only and come back as a `BrokerHandle` that stops them. Broker URLs are
+`mqtt://host:port` or, with TLS, `mqtts://host:port`.
 """
 
 from __future__ import annotations
 
-import asyncio
+import getpass
 import logging
 import shutil
 import socket
@@ -16,20 +18,24 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 from urllib.parse import urlsplit
 
 from dartfl.errors import ConfigError, DartflError
+from edge_client.embedded_broker import EmbeddedBroker
 
 log = logging.getLogger(__name__)
 
 __all__ = [
     "LOOPBACK",
+    "BrokerAddress",
     "BrokerHandle",
     "BrokerStartError",
+    "MosquittoTls",
     "free_port",
+    "parse_broker_address",
     "parse_broker_url",
     "start_embedded_broker",
     "start_mosquitto",
@@ -37,6 +43,7 @@ __all__ = [
 
 LOOPBACK = "127.0.0.1"
 DEFAULT_MQTT_PORT = 1883
+DEFAULT_MQTTS_PORT = 8883
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 # Per-client queue bound in Mosquitto: a stalled subscriber must not grow the broker unboundedly.
@@ -57,12 +64,19 @@ class BrokerHandle:
     """A running broker on `host:port`; `stop()` (idempotent) or use it as a context manager."""
 
     def __init__(
-        self, host: str, port: int, kind: str, stop: Callable[[], None], pid: int | None = None
+        self,
+        host: str,
+        port: int,
+        kind: str,
+        stop: Callable[[], None],
+        pid: int | None = None,
+        tls_port: int | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self.kind = kind
         self.pid = pid
+        self.tls_port = tls_port  # a second, TLS listener (start_mosquitto(tls=...))
         self._stop = stop
         self._stopped = False
         self._lock = threading.Lock()
@@ -70,6 +84,10 @@ class BrokerHandle:
     @property
     def url(self) -> str:
         return f"mqtt://{self.host}:{self.port}"
+
+    @property
+    def tls_url(self) -> str | None:
+        return None if self.tls_port is None else f"mqtts://{self.host}:{self.tls_port}"
 
     def stop(self) -> None:
         with self._lock:
@@ -90,17 +108,30 @@ class BrokerHandle:
         return f"BrokerHandle({self.kind} at {self.url}, pid={self.pid})"
 
 
-def parse_broker_url(url: str) -> tuple[str, int]:
-    """`mqtt://host:port` (or `tcp://`, port defaults to 1883) -> (host, port)."""
+@dataclass(frozen=True)
+class BrokerAddress:
+    """Where a broker listens, and whether it speaks TLS there (an mqtts:// URL)."""
+
+    host: str
+    port: int
+    tls: bool = False
+
+
+def parse_broker_address(url: str) -> BrokerAddress:
+    """`mqtt://host:port` (or `tcp://`; port 1883 by default) or `mqtts://host:port` (TLS,
+    port 8883 by default) -> BrokerAddress."""
     if not isinstance(url, str) or "://" not in url:
-        raise ConfigError(f"broker URL {url!r} must look like mqtt://127.0.0.1:1883")
+        raise ConfigError(f"broker URL {url!r} must look like mqtt://127.0.0.1:1883 or mqtts://HOST:8883")
     parts = urlsplit(url)
-    if parts.scheme not in ("mqtt", "tcp"):
+    if parts.scheme not in ("mqtt", "tcp", "mqtts"):
         raise ConfigError(
-            f"broker URL {url!r} has scheme {parts.scheme!r}; expected mqtt:// (TLS is not supported)"
+            f"broker URL {url!r} has scheme {parts.scheme!r}; expected mqtt:// or mqtts:// (TLS)"
         )
     if parts.path not in ("", "/") or parts.query or parts.fragment or parts.username or parts.password:
-        raise ConfigError(f"broker URL {url!r} must be just mqtt://host:port (no path, query or credentials)")
+        raise ConfigError(
+            f"broker URL {url!r} must be just {parts.scheme}://host:port (no path, query or "
+            "credentials; give --mqtt-username and $DARTFL_MQTT_PASSWORD instead)"
+        )
     try:
         port = parts.port
     except ValueError:
@@ -109,7 +140,15 @@ def parse_broker_url(url: str) -> tuple[str, int]:
         raise ConfigError(f"broker URL {url!r} has no host; expected mqtt://127.0.0.1:1883")
     if port == 0:
         raise ConfigError(f"broker URL {url!r} has port 0; expected 1-65535")
-    return parts.hostname, DEFAULT_MQTT_PORT if port is None else port
+    tls = parts.scheme == "mqtts"
+    default = DEFAULT_MQTTS_PORT if tls else DEFAULT_MQTT_PORT
+    return BrokerAddress(parts.hostname, default if port is None else port, tls)
+
+
+def parse_broker_url(url: str) -> tuple[str, int]:
+    """(host, port) of a broker URL; see `parse_broker_address`."""
+    address = parse_broker_address(url)
+    return address.host, address.port
 
 
 def free_port() -> int:
@@ -139,21 +178,51 @@ def _probe_mqtt(port: int, timeout_s: float = 0.5) -> bool:
 # --- Mosquitto ------------------------------------------------------------------------------
 
 
-def _mosquitto_conf(port: int) -> str:
-    return "\n".join(
-        [
-            f"listener {port} {LOOPBACK}",
-            "allow_anonymous true",
-            "persistence false",
-            f"max_queued_messages {MAX_QUEUED_MESSAGES}",
-            "set_tcp_nodelay true",  # small request/reply packets: no Nagle delay
-            "log_dest stderr",
-            "log_type error",
-            "log_type warning",
-            "log_type notice",
-            "",
+@dataclass(frozen=True)
+class MosquittoTls:
+    """A TLS listener next to the plain one (which stays: it is how start-up is detected).
+
+    `require_certificate`: clients must present a certificate signed by `ca_file`;
+    `password_file` (made with `mosquitto_passwd`): clients must log in on this listener."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+    require_certificate: bool = False
+    password_file: Path | None = None
+
+
+def _mosquitto_conf(port: int, tls: MosquittoTls | None = None, tls_port: int = 0) -> str:
+    lines = []
+    if tls is not None:
+        # Authentication settings then belong to the listener above them. Running as root,
+        # Mosquitto would switch to the `mosquitto` user before reading the key, which cannot
+        # open the caller's private files: stay the caller.
+        lines += ["per_listener_settings true", f"user {getpass.getuser()}"]
+    lines += [
+        f"listener {port} {LOOPBACK}",
+        "allow_anonymous true",
+        "persistence false",
+        f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        "set_tcp_nodelay true",  # small request/reply packets: no Nagle delay
+        "log_dest stderr",
+        "log_type error",
+        "log_type warning",
+        "log_type notice",
+    ]
+    if tls is not None:
+        lines += [
+            f"listener {tls_port} {LOOPBACK}",
+            f"cafile {tls.ca_file}",
+            f"certfile {tls.cert_file}",
+            f"keyfile {tls.key_file}",
+            f"require_certificate {str(tls.require_certificate).lower()}",
         ]
-    )
+        if tls.password_file is not None:
+            lines += ["allow_anonymous false", f"password_file {tls.password_file}"]
+        else:
+            lines.append("allow_anonymous true")
+    return "\n".join([*lines, ""])
 
 
 def _log_tail(path: Path, lines: int = 15) -> str:
@@ -179,11 +248,11 @@ def _stop_process(
         workdir.cleanup()
 
 
-def _try_mosquitto(binary: str, port: int) -> BrokerHandle | str:
-    """Start Mosquitto on `port`: its handle, or the reason it did not come up."""
+def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: int) -> BrokerHandle | str:
+    """Start Mosquitto on `port` (and `tls_port`): its handle, or the reason it did not come up."""
     workdir = tempfile.TemporaryDirectory(prefix="dartfl-mosquitto-")
     conf = Path(workdir.name) / "mosquitto.conf"
-    conf.write_text(_mosquitto_conf(port))
+    conf.write_text(_mosquitto_conf(port, tls, tls_port))
     log_path = Path(workdir.name) / "mosquitto.log"
     with log_path.open("wb") as log_file:
         # stderr goes to a file we opened, so the log survives Mosquitto dropping root.
@@ -195,10 +264,16 @@ def _try_mosquitto(binary: str, port: int) -> BrokerHandle | str:
         if proc.poll() is not None:
             break
         # Alive after a successful CONNECT: the broker on the port is ours, not a squatter.
+        # Mosquitto opens every listener before it serves any, so the TLS one is up too.
         if _probe_mqtt(port) and proc.poll() is None:
             log.info("mosquitto pid %d listening on %s:%d", proc.pid, LOOPBACK, port)
             return BrokerHandle(
-                LOOPBACK, port, "mosquitto", lambda: _stop_process(proc, workdir), pid=proc.pid
+                LOOPBACK,
+                port,
+                "mosquitto",
+                lambda: _stop_process(proc, workdir),
+                pid=proc.pid,
+                tls_port=tls_port if tls is not None else None,
             )
         time.sleep(0.02)
     exited = proc.poll()
@@ -211,8 +286,11 @@ def _try_mosquitto(binary: str, port: int) -> BrokerHandle | str:
     return f"mosquitto on {LOOPBACK}:{port} {status}; log tail:\n{tail}"
 
 
-def start_mosquitto(port: int | None = None, *, mosquitto: str = "mosquitto") -> BrokerHandle:
-    """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None)."""
+def start_mosquitto(
+    port: int | None = None, *, mosquitto: str = "mosquitto", tls: MosquittoTls | None = None
+) -> BrokerHandle:
+    """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None), with a TLS
+    listener on another free port when `tls` is given (`handle.tls_url`)."""
     binary = shutil.which(mosquitto) or shutil.which(mosquitto, path="/usr/sbin:/usr/local/sbin")
     if binary is None:
         raise BrokerStartError(
@@ -222,7 +300,7 @@ def start_mosquitto(port: int | None = None, *, mosquitto: str = "mosquitto") ->
     tries = 1 if port is not None else _AUTO_PORT_TRIES
     reason = ""
     for _ in range(tries):  # a port picked by free_port() can be taken before Mosquitto binds it
-        result = _try_mosquitto(binary, port if port is not None else free_port())
+        result = _try_mosquitto(binary, port if port is not None else free_port(), tls, free_port())
         if isinstance(result, BrokerHandle):
             return result
         reason = result
@@ -232,89 +310,14 @@ def start_mosquitto(port: int | None = None, *, mosquitto: str = "mosquitto") ->
 # --- embedded amqtt -------------------------------------------------------------------------
 
 
-def _amqtt_config(port: int) -> dict[str, Any]:
-    return {
-        "listeners": {"default": {"type": "tcp", "bind": f"{LOOPBACK}:{port}"}},
-        # Only anonymous auth: the default plugin set adds $SYS publishing and packet logging.
-        "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
-    }
-
-
-class _EmbeddedBroker:
-    """An amqtt broker serving on a daemon thread with its own event loop."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self._loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._error: BaseException | None = None
-        self._stop_event: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name=f"amqtt-broker-{port}", daemon=True)
-
-    def start(self) -> str | None:
-        """Start serving; None on success, else why not."""
-        self._thread.start()
-        if not self._ready.wait(START_TIMEOUT_S):
-            self.stop()
-            return f"amqtt broker on {LOOPBACK}:{self.port} did not start within {START_TIMEOUT_S} s"
-        if self._error is not None:
-            self._thread.join(STOP_TIMEOUT_S)
-            return f"amqtt broker on {LOOPBACK}:{self.port} failed to start: {self._error}"
-        return None
-
-    def stop(self) -> None:
-        if self._thread.is_alive() and self._stop_event is not None:
-            self._loop.call_soon_threadsafe(self._stop_event.set)
-        self._thread.join(STOP_TIMEOUT_S)
-        if self._thread.is_alive():
-            log.warning("amqtt broker thread on port %d did not stop in %s s", self.port, STOP_TIMEOUT_S)
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        try:
-            self._loop.run_until_complete(self._serve())
-        finally:
-            pending = [t for t in asyncio.all_tasks(self._loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            self._loop.run_until_complete(self._loop.shutdown_asyncgens())
-            self._loop.close()
-            self._ready.set()  # never leave start() waiting if we died early
-
-    async def _serve(self) -> None:
-        from amqtt.broker import Broker  # only the embedded broker needs it
-
-        self._stop_event = asyncio.Event()
-        try:
-            broker = Broker(_amqtt_config(self.port), loop=self._loop)
-            await broker.start()
-        except Exception as exc:  # amqtt wraps bind failures in BrokerError; report any cause
-            self._error = exc
-            self._ready.set()
-            return
-        self._ready.set()
-        await self._stop_event.wait()
-        try:
-            await broker.shutdown()
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise
-            # amqtt 0.11.4: a QoS 1 delivery still waiting for its PUBACK is cancelled by the
-            # session clean-up, and that aborts shutdown() before it closes the listener.
-            log.debug("amqtt shutdown interrupted by a cancelled delivery; closing listeners")
-            for server in broker._servers.values():
-                await server.close_instance()
-
-
 def start_embedded_broker(port: int | None = None) -> BrokerHandle:
     """Start an in-process amqtt broker on 127.0.0.1 (a free port when `port` is None)."""
     tries = 1 if port is not None else _AUTO_PORT_TRIES
     reason = ""
     for _ in range(tries):
-        broker = _EmbeddedBroker(port if port is not None else free_port())
+        broker = EmbeddedBroker(
+            LOOPBACK, port if port is not None else free_port(), START_TIMEOUT_S, STOP_TIMEOUT_S
+        )
         failure = broker.start()
         if failure is None:
             log.info("embedded amqtt broker listening on %s:%d", LOOPBACK, broker.port)

@@ -7,12 +7,17 @@ silently selects the old VERSION1 signatures).
 
 `on_message` runs on paho's network thread: keep it short (decode and enqueue). An exception
 in it is logged and the link keeps running.
+
+`mqtts://` URLs use TLS (edge_client.mqtt_tls) with an `MqttSecurity`'s files and login. A TLS
+failure that retrying cannot fix (wrong CA, host name mismatch, no client certificate) or a
+refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause.
 """
 
 from __future__ import annotations
 
 import logging
 import socket
+import sys
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,11 +30,22 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from dartfl.errors import ConfigError, DartflError
-from edge_client.broker import parse_broker_url
+from edge_client.broker import parse_broker_address
+from edge_client.mqtt_security import MqttSecurity
+from edge_client.mqtt_tls import FailedAttempts, apply_security
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MQTT_V5", "MQTT_V311", "Message", "MqttConnectError", "MqttLink", "Will", "connect"]
+__all__ = [
+    "MQTT_V5",
+    "MQTT_V311",
+    "Message",
+    "MqttConnectError",
+    "MqttLink",
+    "MqttSecurityError",
+    "Will",
+    "connect",
+]
 
 MQTT_V311: Final = "3.1.1"
 MQTT_V5: Final = "5"
@@ -47,6 +63,14 @@ RECONNECT_MAX_S: Final = 10
 
 class MqttConnectError(DartflError):
     """The broker did not accept the connection or the subscriptions in time."""
+
+
+class MqttSecurityError(MqttConnectError, ConfigError):
+    """TLS or the login failed in a way retrying cannot fix: the settings are wrong (exit 2)."""
+
+
+# What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
+_AUTH_REFUSALS = ("not authorized", "bad user name or password")
 
 
 @dataclass(frozen=True)
@@ -102,6 +126,7 @@ class MqttLink:
         on_message: Callable[[Message], None],
         subscriptions: Sequence[tuple[str, int]],
         label: str,
+        attempts: FailedAttempts | None = None,
     ) -> None:
         self._client = client
         self._protocol = protocol
@@ -112,6 +137,9 @@ class MqttLink:
         self._connected = False
         self._ready = False  # connected and the standing subscriptions acknowledged
         self._failure: str | None = None
+        self._failure_kind: type[MqttConnectError] = MqttConnectError
+        self._ever_ready = False
+        self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
         self._initial_mid: int | None = None
         self._acked: dict[int, bool] = {}  # mid -> all granted, for subscribe() waiters
         self._closed = False
@@ -120,6 +148,12 @@ class MqttLink:
         client.on_disconnect = self._handle_disconnect
         client.on_subscribe = self._handle_subscribe
         client.on_message = self._handle_message
+        # Why an attempt failed reaches us only here: a refused or failed TLS connect through
+        # on_connect_fail (called while paho handles the exception, so sys.exc_info() has
+        # it), a TLS alert after the handshake as paho's error-level log line. on_log is
+        # dropped once ready: paho formats a line per packet while it is set.
+        client.on_connect_fail = self._handle_connect_fail
+        client.on_log = self._handle_log
 
     @property
     def connected(self) -> bool:
@@ -131,11 +165,15 @@ class MqttLink:
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
         if reason.is_failure:
-            hint = ""
+            hint, kind = "", MqttConnectError
             if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
                 hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+            elif str(reason).lower() in _AUTH_REFUSALS:
+                hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
+                kind = MqttSecurityError
             with self._cond:
                 self._failure = f"broker refused the connection: {reason}{hint}"
+                self._failure_kind = kind
                 self._cond.notify_all()
             log.warning("%s: connection refused: %s", self._label, reason)
             return
@@ -143,9 +181,7 @@ class MqttLink:
             self._connected = True
             subs = list(self._subscriptions.items())
         if not subs:
-            with self._cond:
-                self._ready = True
-                self._cond.notify_all()
+            self._mark_ready()
             return
         _, mid = client.subscribe(subs)
         with self._cond:
@@ -166,15 +202,40 @@ class MqttLink:
         self, client: paho.Client, userdata: Any, mid: int, reasons: list[Any], properties: Any
     ) -> None:
         granted = not any(r.is_failure for r in reasons)
+        if mid == self._initial_mid and granted:
+            self._mark_ready()
+            return
         with self._cond:
             if mid == self._initial_mid:
-                if granted:
-                    self._ready = True
-                else:
+                if not granted:
                     self._failure = f"broker refused a subscription: {[str(r) for r in reasons]}"
             else:
                 self._acked[mid] = granted
             self._cond.notify_all()
+
+    def _mark_ready(self) -> None:
+        with self._cond:
+            self._ready = self._ever_ready = True
+            self._cond.notify_all()
+        self._client.on_log = None
+
+    def _handle_connect_fail(self, client: paho.Client, userdata: Any) -> None:
+        error = sys.exc_info()[1]
+        self._note_failed_attempt(str(error) if error is not None else "connection failed")
+
+    def _handle_log(self, client: paho.Client, userdata: Any, level: int, text: str) -> None:
+        if level == paho.MQTT_LOG_ERR and "SSL" in text:
+            self._note_failed_attempt(text)
+
+    def _note_failed_attempt(self, detail: str) -> None:
+        with self._cond:
+            if self._ever_ready or self._failure is not None:
+                return
+            permanent = self._attempts.note(detail)
+            if permanent is not None:
+                self._failure, self._failure_kind = permanent, MqttSecurityError
+                self._cond.notify_all()
+        log.debug("%s: connection attempt failed: %s", self._label, detail)
 
     def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         try:
@@ -189,9 +250,12 @@ class MqttLink:
         with self._cond:
             self._cond.wait_for(lambda: self._ready or self._failure is not None, timeout)
             if self._failure is not None:
-                raise MqttConnectError(f"{self._label}: {self._failure}")
+                raise self._failure_kind(f"{self._label}: {self._failure}")
             if not self._ready:
-                raise MqttConnectError(f"{self._label}: not connected and subscribed within {timeout} s")
+                last = f" (last attempt: {self._attempts.last})" if self._attempts.last else ""
+                raise MqttConnectError(
+                    f"{self._label}: not connected and subscribed within {timeout} s{last}"
+                )
 
     def publish(
         self,
@@ -277,15 +341,20 @@ def connect(
     protocol: str | int = MQTT_V311,
     timeout: float = 5.0,
     keepalive_s: int = 30,
+    security: MqttSecurity | None = None,
 ) -> MqttLink:
-    """Connect to `url` (mqtt://host:port), subscribe, and return once the broker has
-    acknowledged both; raise MqttConnectError if that takes longer than `timeout` seconds.
+    """Connect to `url` (mqtt://host:port, or mqtts://host:port for TLS), subscribe, and
+    return once the broker has acknowledged both; raise MqttConnectError if that takes longer
+    than `timeout` seconds, MqttSecurityError (a ConfigError) at once when TLS or the login
+    cannot work, ConfigError for unusable `security` files.
 
     `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
     (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
     requests that arrive while a device is away are not kept for it.
     """
-    host, port = parse_broker_url(url)
+    address = parse_broker_address(url)
+    security = security or MqttSecurity()
+    security.check(url, tls=address.tls)
     if protocol not in _PROTOCOLS:
         raise ConfigError(
             f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
@@ -300,13 +369,17 @@ def connect(
     client.on_socket_open = _set_nodelay
     client.max_queued_messages_set(MAX_QUEUED_OUTGOING)
     client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
+    apply_security(client, security, tls=address.tls)
     if will is not None:
         client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
-    link = MqttLink(client, version, on_message, subscriptions, label=f"mqtt {client_id}@{host}:{port}")
+    scheme = "mqtts" if address.tls else "mqtt"
+    label = f"{scheme} {client_id}@{address.host}:{address.port}"
+    attempts = FailedAttempts(f"{address.host}:{address.port}", security, tls=address.tls)
+    link = MqttLink(client, version, on_message, subscriptions, label, attempts)
     if version == paho.MQTTv5:
-        client.connect_async(host, port, keepalive_s, clean_start=True)
+        client.connect_async(address.host, address.port, keepalive_s, clean_start=True)
     else:
-        client.connect_async(host, port, keepalive_s)
+        client.connect_async(address.host, address.port, keepalive_s)
     client.loop_start()
     try:
         link.wait_ready(timeout)

@@ -25,6 +25,7 @@ from dartfl.errors import DartflError
 from dartfl.metrics import RunRecord, summarize
 from dartfl.types import DeviceProfile
 from edge_client import protocol
+from edge_client.mqtt_security import MqttSecurity
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,11 @@ class ReplayOutcome:
 
 
 def wait_for_status(
-    broker_url: str, device: str, want: str = "online", timeout_s: float = 60.0
+    broker_url: str,
+    device: str,
+    want: str = "online",
+    timeout_s: float = 60.0,
+    security: MqttSecurity | None = None,
 ) -> dict[str, Any]:
     """Block until the device's retained status says `want`; return that status message."""
     from edge_client.mqtt import connect
@@ -89,6 +94,7 @@ def wait_for_status(
         client_id=f"dartfl-wait-{uuid.uuid4().hex[:8]}",
         on_message=on_message,
         subscriptions=[(protocol.status_topic(device), 1)],
+        security=security,
     )
     try:
         if not ready.wait(timeout_s):
@@ -127,6 +133,7 @@ def replay(
     policy: str,
     settle_s: float = 10.0,
     on_progress: Callable[[int, int], None] | None = None,
+    security: MqttSecurity | None = None,
 ) -> ReplayOutcome:
     """Send `arrivals` to `device` at their times; `images[task]` = (uint8 images, labels)."""
     from edge_client.mqtt import connect
@@ -163,6 +170,7 @@ def replay(
         client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
         on_message=on_message,
         subscriptions=[(reply_topic, 1), (protocol.telemetry_topic(device), 1)],
+        security=security,
     )
     try:
         # 1. Pick each request's image up front so sending is only encode + publish.

@@ -10,6 +10,7 @@ run the calling command under `scripts/loopback-run`.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -17,8 +18,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from dartfl.errors import ConfigError, DartflError
@@ -28,6 +30,7 @@ __all__ = [
     "app_dir",
     "flower_env",
     "flwr_run",
+    "flwr_run_status",
     "free_port",
     "local_superlink",
     "start_process",
@@ -125,12 +128,17 @@ def start_process(args: Sequence[str], env: Mapping[str, str], log_path: Path) -
     return ManagedProcess(args, env, log_path)
 
 
-def write_connection(flwr_home: Path, name: str, address: str) -> None:
-    """Point `flwr run . <name>` at a SuperLink ($FLWR_HOME/config.toml)."""
+def write_connection(
+    flwr_home: Path, name: str, address: str, *, insecure: bool = True, root_certificates: Path | None = None
+) -> None:
+    """Point `flwr run . <name>` at a SuperLink ($FLWR_HOME/config.toml): plain HTTP when
+    `insecure`, else TLS checked against `root_certificates` (None: the system's CAs)."""
     flwr_home.mkdir(parents=True, exist_ok=True)
-    (flwr_home / "config.toml").write_text(
-        f'[superlink]\ndefault = "{name}"\n\n[superlink.{name}]\naddress = "{address}"\ninsecure = true\n'
-    )
+    lines = ["[superlink]", f"default = {_toml_value(name)}", "", f"[superlink.{name}]"]
+    lines += [f"address = {_toml_value(address)}", f"insecure = {_toml_value(insecure)}"]
+    if root_certificates is not None:
+        lines.append(f"root-certificates = {_toml_value(str(root_certificates))}")
+    (flwr_home / "config.toml").write_text("\n".join([*lines, ""]))
 
 
 @contextlib.contextmanager
@@ -177,33 +185,90 @@ def flwr_run(
     federation_config: str | None = None,
     timeout_s: float = 900.0,
     log_path: Path | None = None,
+    stream: bool = True,
+    on_line: Callable[[str], None] | None = None,
 ) -> str:
-    """`flwr run <app> <connection> --stream` until the run ends; returns its output."""
+    """`flwr run <app> <connection>`; returns its output. With `stream` (`--stream`) it lasts
+    until the run ends, printing the ServerApp's log; `on_line` sees each line as it comes."""
     overrides = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
     # `flwr run` through its Python function: the `flwr` script builds its whole typer app at
     # import, which fails with the typer that amqtt 0.11.4 pins (no typing.Literal support).
     call = (
         "import sys; from flwr.cli.run.run import run; "
         "run(app=sys.argv[1], superlink=sys.argv[2], run_config_overrides=[sys.argv[3]], "
-        "federation_config_overrides=[sys.argv[4]] if sys.argv[4] else None, stream=True, "
-        "output_format='default')"
+        "federation_config_overrides=[sys.argv[4]] if sys.argv[4] else None, "
+        "stream=sys.argv[5] == 'stream', output_format='default')"
     )
-    args = [sys.executable, "-c", call, str(app_dir()), connection, overrides, federation_config or ""]
-    try:
-        done = subprocess.run(
-            args, env=dict(env), capture_output=True, text=True, timeout=timeout_s, start_new_session=True
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise DartflError(f"flwr run did not finish within {timeout_s:.0f} s") from exc
-    output = done.stdout + done.stderr
+    mode = "stream" if stream else "submit"
+    args = [sys.executable, "-c", call, str(app_dir()), connection, overrides, federation_config or "", mode]
+    returncode, output = _run_capturing(args, env, timeout_s, on_line)
     if log_path is not None:
         log_path.write_text(output)
-    if done.returncode != 0:
-        raise DartflError(f"flwr run failed (exit {done.returncode}):\n{output[-3000:]}")
+    if returncode is None:
+        raise DartflError(f"flwr run did not finish within {timeout_s:.0f} s")
+    if returncode != 0:
+        raise DartflError(f"flwr run failed (exit {returncode}):\n{output[-3000:]}")
     return output
 
 
-def _toml_value(value: int | float | str) -> str:
+def flwr_run_status(connection: str, env: Mapping[str, str], run_id: int, timeout_s: float = 60.0) -> str:
+    """The status of run `run_id` on the SuperLink of `connection`, as Flower words it
+    (`finished:completed`, `finished:failed`, `running`...): `flwr ls --run-id`'s function."""
+    # `ls` wants typer's context only for the legacy-usage migration of its extra arguments.
+    call = (
+        "import sys, types; from flwr.cli.ls import ls; "
+        "ls(types.SimpleNamespace(args=[]), superlink=sys.argv[1], run_id=int(sys.argv[2]), "
+        "output_format='json')"
+    )
+    args = [sys.executable, "-c", call, connection, str(run_id)]
+    returncode, output = _run_capturing(args, env, timeout_s, None)
+    try:
+        answer = json.loads(output[output.index("{") :])
+        return str(answer["runs"][0]["status"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        raise DartflError(
+            f"cannot read run {run_id}'s status (exit {returncode}):\n{output[-2000:]}"
+        ) from None
+
+
+def _run_capturing(
+    args: Sequence[str], env: Mapping[str, str], timeout_s: float, on_line: Callable[[str], None] | None
+) -> tuple[int | None, str]:
+    """Run `args` in its own session, stdout and stderr merged; (exit code, or None when it ran
+    past `timeout_s` and was killed; everything it printed)."""
+    proc = subprocess.Popen(
+        list(args), env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,
+    )  # fmt: skip
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        _kill_group(proc)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.start()
+    lines = []
+    try:
+        for line in proc.stdout or ():
+            lines.append(line)
+            if on_line is not None:
+                on_line(line.rstrip("\n"))
+        returncode = proc.wait()
+    finally:
+        timer.cancel()
+        if proc.poll() is None:  # interrupted (Ctrl-C): leave no child behind
+            _kill_group(proc)
+    return (None if expired.is_set() else returncode), "".join(lines)
+
+
+def _kill_group(proc: subprocess.Popen[str]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _toml_value(value: int | float | str | bool) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):

@@ -10,6 +10,9 @@ import pytest
 from dartfl.paths import STORE_ENV
 from dartfl.store import RunStore
 
+# tls_files, tls_broker, strict_broker: a throwaway CA and Mosquitto TLS listeners (edge and CLI tests)
+pytest_plugins = ["tests.edge_client.tls_fixtures"]
+
 
 @pytest.fixture(autouse=True)
 def _private_run_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:

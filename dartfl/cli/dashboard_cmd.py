@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.errors import ConfigError, DartflError, InputError
 
 DEFAULT_PORT = 8501
@@ -33,7 +34,9 @@ def register(sub: Any) -> None:
         default=DEFAULT_ADDRESS,
         help=f"address to bind (default {DEFAULT_ADDRESS}: this machine only; 0.0.0.0 exposes it)",
     )
-    p.add_argument("--broker", help="MQTT broker for the live feed, e.g. mqtt://127.0.0.1:1883")
+    p.add_argument(
+        "--broker", help="MQTT broker for the live feed, e.g. mqtt://127.0.0.1:1883 or mqtts://HOST:8883"
+    )
     p.add_argument(
         "--stale-after-s", type=float, default=10.0, help="a device is stale after this silence (default 10)"
     )
@@ -47,6 +50,7 @@ def register(sub: Any) -> None:
         help="devices below this SLO attainment stand out (default 0.95)",
     )
     p.add_argument("--refresh-s", type=float, default=2.0, help="live view refresh interval (default 2 s)")
+    add_mqtt_arguments(p)
     p.set_defaults(handler=run)
 
 
@@ -58,14 +62,12 @@ def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, st
 
     if not 1 <= args.port <= 65535:
         raise InputError(f"--port must be 1-65535, got {args.port}")
-    if args.broker:
-        from edge_client.broker import parse_broker_url
-
-        parse_broker_url(args.broker)  # a bad URL fails here, not silently in the app
+    security = mqtt_security_from_args(args)  # a bad URL or file fails here, not silently in the app
     try:
         cfg = DashboardConfig(
             store_path=(args.store or default_store_path()).expanduser().resolve(),
             broker_url=args.broker,
+            mqtt_security=security,
             liveness=Liveness(args.stale_after_s, args.gone_after_s),
             slo_target=args.slo_target,
             refresh_s=args.refresh_s,

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args
 from dartfl.errors import ConfigError, DartflError
@@ -43,7 +44,10 @@ def register(sub: Any) -> None:
 
     rep = edge_sub.add_parser("replay", help="replay a workload against an agent and report its metrics")
     add_workload_arguments(rep)
-    rep.add_argument("--broker", help="broker URL (mqtt://127.0.0.1:1883); required without --spawn-agent")
+    rep.add_argument(
+        "--broker",
+        help="broker URL (mqtt://127.0.0.1:1883, mqtts://HOST:8883); required without --spawn-agent",
+    )
     rep.add_argument("--device", default="edge-1", help="device id of the agent (default edge-1)")
     rep.add_argument("--spawn-agent", action="store_true", help="start a broker and an agent for this replay")
     rep.add_argument("--policy", default="dart", help="the spawned agent's policy (default dart)")
@@ -53,6 +57,7 @@ def register(sub: Any) -> None:
     )
     rep.add_argument("--json", action="store_true", help="print one JSON object")
     rep.add_argument("--agent-arg", action="append", default=[], help="extra flag for the spawned agent")
+    add_mqtt_arguments(rep)
     add_store_arguments(rep)
     rep.set_defaults(handler=_replay)
 
@@ -72,7 +77,10 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
 
 def _agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="edge-1", help="device id, used in MQTT topics (default edge-1)")
-    p.add_argument("--broker", help="broker URL, e.g. mqtt://127.0.0.1:1883 (default: start an embedded one)")
+    p.add_argument(
+        "--broker",
+        help="broker URL, mqtt://HOST:1883 or mqtts://HOST:8883 (TLS) (default: start an embedded one)",
+    )
     p.add_argument("--policy", default="dart", help="allocation policy spec (default dart)")
     p.add_argument(
         "--loss-weights", choices=("uniform", "demand"), help="override the policy's loss weighting"
@@ -96,6 +104,7 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         help="serve the locally trained model every so often (default 30 s; 0: only after FL rounds)",
     )
     _model_arguments(p)
+    add_mqtt_arguments(p)
 
 
 def _agent_config(args: argparse.Namespace) -> Any:
@@ -121,6 +130,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         publish_every_s=args.publish_every_s,
         round_channel=getattr(args, "round_channel", None),
         seed=args.seed,
+        mqtt_security=mqtt_security_from_args(args),
     )
 
 
@@ -196,6 +206,14 @@ def _replay(args: argparse.Namespace) -> int:
 
     if not args.spawn_agent and not args.broker:
         raise ConfigError("give --broker URL of a running agent's broker, or --spawn-agent")
+    security = None
+    if args.spawn_agent:
+        if args.mqtt_ca_file or args.mqtt_cert_file or args.mqtt_key_file or args.mqtt_username:
+            raise ConfigError(
+                "--spawn-agent starts a private plain broker on loopback: drop the --mqtt-* flags"
+            )
+    else:
+        security = mqtt_security_from_args(args)
     broker = agent = None
     try:
         url = args.broker
@@ -203,7 +221,7 @@ def _replay(args: argparse.Namespace) -> int:
             broker = _start_broker()
             url = broker.url
             agent = _spawn(args, url)
-        status = wait_for_status(url, args.device, "online", timeout_s=120.0)
+        status = wait_for_status(url, args.device, "online", timeout_s=120.0, security=security)
         profile = load_profile_toml(args.profile_file) if args.profile_file else profile_from_status(status)
         arrivals = arrivals_from_args(args, profile)
         tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
@@ -221,6 +239,7 @@ def _replay(args: argparse.Namespace) -> int:
                 profile=profile,
                 policy=args.policy,
                 on_progress=lambda done, _total: bar.update(job, completed=done),
+                security=security,
             )
     finally:
         report = _stop_agent(agent)

@@ -14,7 +14,13 @@ It starts a SuperLink, one Mosquitto, and per device a `dartfl edge run` agent w
 channel on 127.0.0.1 and a SuperNode whose node config points at it; replays requests to every
 agent while Flower runs the rounds; reports per round the server's time, the slowest client's
 own time (handover to update on the agent) and their difference, the deployment overhead;
-and stops every process it started, also on failure.
+and stops every process it started, also on failure. `run` starts a run on a SuperLink that
+is already running, on this machine or another (docs/deployment.md section 4):
+
+    dartfl fl run --superlink superlink.example:8000 --root-certificates ca.crt --set num-server-rounds=20
+
+It prints the run id, follows the ServerApp's log (stderr) until the run ends, and says where
+the results, checkpoints and run-store records went (paths on the SuperLink's host).
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.sim_cmd import add_store_arguments
-from dartfl.errors import ConfigError
+from dartfl.errors import ConfigError, DartflError
 from dartfl.paths import default_store_path
 
 __all__ = ["register"]
@@ -85,6 +91,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dep.add_argument("--json", action="store_true", help="print one JSON object")
     dep.add_argument("--timeout-s", type=float, default=600.0, help="limit for the federated run")
     dep.set_defaults(handler=_deploy_local)
+    _register_run(fl_sub)
 
     def _usage(_args: argparse.Namespace) -> int:
         fl.print_help()
@@ -276,3 +283,104 @@ def _alive(pid: int, os: Any) -> bool:
         return " Z" not in Path(f"/proc/{pid}/stat").read_text().split(")", 1)[1][:3]
     except OSError:
         return False
+
+
+def _register_run(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    run = fl_sub.add_parser(
+        "run",
+        help="start a federated run on a running SuperLink (this machine or a remote one)",
+        description="Submit this repository's Flower app to a SuperLink's Control API and follow it.",
+    )
+    run.add_argument(
+        "--superlink",
+        required=True,
+        metavar="HOST:PORT",
+        help="the SuperLink's HTTP port (default port 8000)",
+    )
+    trust = run.add_mutually_exclusive_group()
+    trust.add_argument(
+        "--root-certificates", type=Path, metavar="PEM", help="CA that signed the SuperLink's TLS certificate"
+    )
+    trust.add_argument("--insecure", action="store_true", help="plain HTTP (a SuperLink run with --insecure)")
+    run.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
+    )
+    follow = run.add_mutually_exclusive_group()
+    follow.add_argument("--detach", action="store_true", help="print the run id and return at once")
+    follow.add_argument("--no-stream", action="store_true", help="wait for the end without printing the log")
+    run.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    run.add_argument("--timeout-s", type=float, default=86400.0, help="give up waiting after this long")
+    run.set_defaults(handler=_run_remote)
+
+
+def _run_remote(args: argparse.Namespace) -> int:
+    import logging
+
+    from server.remote_run import SuperLinkTarget, submit_run
+
+    target = SuperLinkTarget.parse(
+        args.superlink, root_certificates=args.root_certificates, insecure=args.insecure
+    )
+    if args.insecure and not target.is_loopback:
+        # The SuperLink itself must run with --insecure for this to work at all, so refusing here
+        # protects nothing; say what it means and go on.
+        logging.getLogger(__name__).warning(
+            "--insecure: the app and its run config go to %s unencrypted and unauthenticated", target.address
+        )
+    overrides = _parse_sets(args.set)
+    cfg = _checked_run_config(overrides)
+    print(f"dartfl fl run: submitting to {target.address}", file=sys.stderr)
+
+    started: list[int] = []
+
+    def announce(run_id: int) -> None:
+        started.append(run_id)
+        if not args.json:
+            print(f"run {run_id} started on {target.address}", flush=True)
+
+    try:
+        submitted = submit_run(
+            target,
+            overrides,
+            wait=not args.detach,
+            timeout_s=args.timeout_s,
+            on_log=None if args.no_stream or args.json else lambda line: print(line, file=sys.stderr),
+            on_run_id=announce,
+        )
+    except KeyboardInterrupt:
+        if started:
+            print(
+                f"dartfl fl run: stopped following run {started[0]}; it goes on on the SuperLink",
+                file=sys.stderr,
+            )
+        raise
+    outputs = {"results-file": cfg.results_file, "checkpoint-dir": cfg.checkpoint_dir, "store": cfg.store}
+    if args.json:
+        result = {"run_id": submitted.run_id, "superlink": target.address, "status": submitted.status}
+        print(json.dumps({**result, **{key: value or None for key, value in outputs.items()}}))
+    elif submitted.status is not None:
+        print(f"run {submitted.run_id}: {submitted.status}")
+        for key, value in outputs.items():
+            if value:
+                print(f"{key}: {value} (on the SuperLink's host)")
+        if not any(outputs.values()):
+            print("no results-file, checkpoint-dir or store set: the summary is only in the log")
+    if submitted.status is not None and not submitted.completed:
+        raise DartflError(f"run {submitted.run_id} on {target.address} ended {submitted.status}; see its log")
+    return 0
+
+
+def _checked_run_config(overrides: dict[str, int | float | str]) -> Any:
+    """The run's FlConfig as the ServerApp will parse it; ConfigError for unknown keys or bad values."""
+    from edge_client.fl_config import FlConfig
+
+    known = set(FlConfig().to_run_config())
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s) {unknown}; valid: {', '.join(sorted(known))}")
+    for key in ("results-file", "checkpoint-dir", "store"):
+        path = str(overrides.get(key, ""))
+        if path and not Path(path).is_absolute():
+            # The ServerApp writes them on the SuperLink's host, from a working directory of its own.
+            raise ConfigError(f"{key}={path!r}: give an absolute path on the SuperLink's host")
+    return FlConfig.from_run_config(overrides)

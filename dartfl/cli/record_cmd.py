@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.errors import InputError
 
 
@@ -23,7 +24,9 @@ def register(sub: Any) -> None:
         help="record device telemetry from MQTT into the run store",
         description="Subscribe to dartfl/v1/+/telemetry and append every snapshot to the run store.",
     )
-    p.add_argument("--broker", required=True, help="broker URL, e.g. mqtt://127.0.0.1:1883")
+    p.add_argument(
+        "--broker", required=True, help="broker URL, e.g. mqtt://127.0.0.1:1883 or mqtts://HOST:8883 (TLS)"
+    )
     p.add_argument("--store", type=Path, help="run store (default: $DARTFL_STORE or the per-user data dir)")
     p.add_argument("--flush-s", type=float, default=1.0, help="write to the store this often (default 1 s)")
     p.add_argument(
@@ -33,15 +36,15 @@ def register(sub: Any) -> None:
         help="delete telemetry older than this many hours (default 24; 0 keeps everything)",
     )
     p.add_argument("--duration-s", type=float, help="stop after this long (default: run until stopped)")
+    add_mqtt_arguments(p)
     p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from dartfl.paths import default_store_path
     from dashboard.recorder import Recorder
-    from edge_client.broker import parse_broker_url
 
-    parse_broker_url(args.broker)
+    security = mqtt_security_from_args(args)  # checks the URL and the TLS files too
     if args.flush_s <= 0 or args.retention_h < 0 or (args.duration_s is not None and args.duration_s <= 0):
         raise InputError(
             f"--flush-s and --duration-s must be > 0 and --retention-h >= 0, got "
@@ -51,7 +54,11 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     recorder = Recorder(
-        store, args.broker, flush_s=args.flush_s, retention_s=args.retention_h * 3600.0 or None
+        store,
+        args.broker,
+        flush_s=args.flush_s,
+        retention_s=args.retention_h * 3600.0 or None,
+        security=security,
     )
     print(f"dartfl record: {args.broker} -> {store}", flush=True)
     try:

@@ -10,6 +10,7 @@ from dartfl.store import RunStore
 from dashboard.config import DashboardConfig
 from dashboard.data import open_store
 from dashboard.feed import FeedState, LiveFeed
+from edge_client.mqtt_security import MqttSecurity
 
 HOW_TO_RECORD = """\
 Start the recorder next to your broker, so telemetry is kept in the run store:
@@ -43,21 +44,21 @@ def get_store(cfg: DashboardConfig) -> RunStore | None:
 
 
 @st.cache_resource(show_spinner=False)
-def _cached_feed(url: str) -> LiveFeed:
-    return LiveFeed(url)
+def _cached_feed(url: str, security: MqttSecurity | None) -> LiveFeed:
+    return LiveFeed(url, security=security)
 
 
 def get_feed(cfg: DashboardConfig) -> FeedState | None:
     """The live feed's state, or None when no broker is configured."""
     if not cfg.broker_url:
         return None
-    return _cached_feed(cfg.broker_url).state()
+    return _cached_feed(cfg.broker_url, cfg.mqtt_security).state()
 
 
 def get_live_history(cfg: DashboardConfig, device: str) -> list[dict[str, object]]:
     if not cfg.broker_url:
         return []
-    return _cached_feed(cfg.broker_url).history(device)
+    return _cached_feed(cfg.broker_url, cfg.mqtt_security).history(device)
 
 
 def feed_banner(feed: FeedState | None) -> None:

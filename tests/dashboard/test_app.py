@@ -141,7 +141,7 @@ def test_live_only_devices_show_on_fleet_and_device_pages(
 ) -> None:
     from dashboard.views.common import _cached_feed
 
-    feed = _cached_feed(live_feed_url)
+    feed = _cached_feed(live_feed_url, None)  # as the app calls it: no TLS settings
     now = time.time()
     for i in range(20):
         snap = synthetic.snapshot("jetson-7", now - 20 + i, i)

@@ -17,6 +17,7 @@ import numpy as np
 from edge_client import protocol
 from edge_client.broker import BrokerHandle, start_embedded_broker, start_mosquitto
 from edge_client.mqtt import MQTT_V311, Message, MqttLink, connect
+from edge_client.mqtt_security import MqttSecurity
 
 __all__ = ["EchoDevice", "Requester", "embedded_broker", "expected_label", "mosquitto_broker"]
 
@@ -43,7 +44,13 @@ class EchoDevice:
     requests with error replies, exactly as the agent must."""
 
     def __init__(
-        self, url: str, device: str, tasks: Collection[str], *, protocol_version: str = MQTT_V311
+        self,
+        url: str,
+        device: str,
+        tasks: Collection[str],
+        *,
+        protocol_version: str = MQTT_V311,
+        security: MqttSecurity | None = None,
     ) -> None:
         self.device = device
         self.tasks = frozenset(tasks)
@@ -53,6 +60,7 @@ class EchoDevice:
             on_message=self._on_message,
             subscriptions=[(protocol.request_subscription(device), protocol.REQUEST_QOS)],
             protocol=protocol_version,
+            security=security,
         )
 
     def _on_message(self, msg: Message) -> None:
@@ -86,7 +94,14 @@ class EchoDevice:
 class Requester:
     """Sends one request at a time and waits for its reply on a private reply topic."""
 
-    def __init__(self, url: str, name: str, *, protocol_version: str = MQTT_V311) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        protocol_version: str = MQTT_V311,
+        security: MqttSecurity | None = None,
+    ) -> None:
         self.reply_to = protocol.reply_topic(name)
         self._inbox: queue.Queue[tuple[float, Message]] = queue.Queue()
         self._ids = itertools.count()
@@ -96,6 +111,7 @@ class Requester:
             on_message=lambda m: self._inbox.put((time.perf_counter(), m)),
             subscriptions=[(self.reply_to, protocol.REPLY_QOS)],
             protocol=protocol_version,
+            security=security,
         )
 
     def send_raw(

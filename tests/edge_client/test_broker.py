@@ -35,6 +35,8 @@ STARTERS: dict[str, Callable[..., BrokerHandle]] = {
         ("tcp://127.0.0.1:5", ("127.0.0.1", 5)),
         ("mqtt://127.0.0.1", ("127.0.0.1", 1883)),
         ("mqtt://[::1]:1884", ("::1", 1884)),
+        ("mqtts://broker.example", ("broker.example", 8883)),
+        ("mqtts://127.0.0.1:18883", ("127.0.0.1", 18883)),
     ],
 )
 def test_parse_broker_url_accepts_mqtt_urls(url: str, expected: tuple[str, int]) -> None:
@@ -45,7 +47,7 @@ def test_parse_broker_url_accepts_mqtt_urls(url: str, expected: tuple[str, int])
     ("url", "complaint"),
     [
         ("127.0.0.1:1883", "must look like"),
-        ("mqtts://127.0.0.1:8883", "scheme"),
+        ("ws://127.0.0.1:8883", "scheme"),
         ("http://127.0.0.1:1883", "scheme"),
         ("mqtt://127.0.0.1:99999", "bad port"),
         ("mqtt://127.0.0.1:abc", "bad port"),

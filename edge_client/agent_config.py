@@ -1,0 +1,52 @@
+"""How one device agent runs: every field has a flag in `dartfl edge run`."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from dartfl.errors import ConfigError
+from edge_client.mqtt_security import MqttSecurity
+
+__all__ = ["AgentConfig"]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """How one device agent runs; every field has a flag in `dartfl edge run`."""
+
+    device_id: str = "edge-1"
+    broker_url: str | None = None  # None: start the embedded broker on a free loopback port
+    tasks: tuple[str, ...] = ("digits", "fashion", "uci-digits")
+    slo_s: float = 0.25
+    queue_capacity: int = 256
+    period_s: float = 0.25
+    policy: str = "dart"
+    loss_weighting: str | None = None
+    width: float = 1.0
+    inference_threads: int = 1
+    training_threads: int = 1
+    telemetry_period_s: float = 1.0
+    max_payload_bytes: int = 16384
+    max_train_per_task: int | None = 3000
+    round_s: float = 60.0
+    round_target_samples: int = 0
+    drain_s: float = 5.0
+    publish_every_s: float = 0.0  # > 0: serve the locally trained model every so often (no FL)
+    model_dir: Path | None = None
+    seed: int = 0
+    round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
+    mqtt_security: MqttSecurity | None = None  # TLS files and login for an mqtts:// broker_url
+
+    def __post_init__(self) -> None:
+        if not self.device_id or "/" in self.device_id or "+" in self.device_id or "#" in self.device_id:
+            raise ConfigError(f"device id must be non-empty without '/', '+', '#', got {self.device_id!r}")
+        for name in ("slo_s", "period_s", "telemetry_period_s", "round_s", "width"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise ConfigError(f"{name.replace('_', '-')} must be > 0, got {value}")
+        if self.queue_capacity < 1:
+            raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
+        if not self.tasks:
+            raise ConfigError("the agent needs at least one task")

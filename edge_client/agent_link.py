@@ -1,0 +1,64 @@
+"""The device agent's MQTT connection: the request subscription, the offline last will, TLS
+and login from the agent's config, and the embedded broker when no broker is given."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from edge_client import protocol
+from edge_client.agent_config import AgentConfig
+from edge_client.broker import BrokerHandle, start_embedded_broker
+from edge_client.mqtt import (
+    MQTT_V5,
+    MQTT_V311,
+    Message,
+    MqttConnectError,
+    MqttLink,
+    MqttSecurityError,
+    Will,
+    connect,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = ["open_agent_link"]
+
+
+def open_agent_link(
+    config: AgentConfig, on_message: Callable[[Message], None]
+) -> tuple[MqttLink, BrokerHandle | None, str]:
+    """Connect the agent; returns (link, the embedded broker it started or None, broker URL)."""
+    broker = None
+    url = config.broker_url
+    if url is None:
+        broker = start_embedded_broker()
+        url = broker.url
+        log.info("embedded MQTT broker on %s", url)
+    device = config.device_id
+
+    def link(version: str) -> MqttLink:
+        return connect(
+            url,
+            client_id=f"dartfl-agent-{device}",
+            on_message=on_message,
+            subscriptions=[(protocol.request_subscription(device), protocol.REQUEST_QOS)],
+            will=Will(protocol.status_topic(device), protocol.encode_status(device, online=False)),
+            protocol=version,
+            security=config.mqtt_security,
+        )
+
+    try:
+        # MQTT 5 lets requesters use Response Topic / Correlation Data; the embedded broker
+        # (and older brokers) speak 3.1.1 only, so fall back to it. Not after a TLS failure:
+        # the protocol version cannot cure a wrong certificate or password.
+        try:
+            return link(MQTT_V311 if broker is not None else MQTT_V5), broker, url
+        except MqttSecurityError:
+            raise
+        except MqttConnectError:
+            return link(MQTT_V311), broker, url
+    except BaseException:
+        if broker is not None:
+            broker.stop()
+        raise
