@@ -73,7 +73,7 @@ class Agent:
         tr = profile.training
         self.training_cost = ServiceTimeProfiler(tr.microbatch_fixed_s, tr.per_sample_s)
         self.alloc = Allocation(1.0, (1.0 / k,) * k, (1.0,) * k, 0, profile.max_batch)  # warm-up
-        self.counters = Counters(trained_per_task=[0] * k)
+        self.counters = Counters(trained_per_task=[0] * k, ce_sum_per_task=[0.0] * k)
         self.last_step_end = -math.inf
         self._stop = threading.Event()
         self._link: Any = None
@@ -296,6 +296,8 @@ class Agent:
         c.round_trained += alloc.microbatch
         for k, n in enumerate(result.samples_per_task):
             c.trained_per_task[k] += n
+        for k, ce in enumerate(result.ce_sum_per_task):
+            c.ce_sum_per_task[k] += ce
 
     # -- federated rounds (the round channel) -------------------------------------------------
 
@@ -321,7 +323,7 @@ class Agent:
             return
         t0 = time.monotonic()
         try:
-            self.runtime.start_round(job.weights)
+            self.runtime.start_round(job.weights, job.learning_rate)
         except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
             log.exception("could not install the round's weights")
             self._rounds.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
@@ -331,6 +333,7 @@ class Agent:
         job.install_s = now - t0
         job.started_s = now
         job.trained_before = list(c.trained_per_task)
+        job.ce_before = list(c.ce_sum_per_task)
         job.training_busy_before = c.training_busy_s
         job.inference_busy_before = c.inference_busy_s
         job.arrivals = [0] * len(self.config.tasks)
@@ -357,6 +360,7 @@ class Agent:
             modelled_per_sample_s=(tr.fixed_s + tr.per_item_s * m) / m,
             model_version=self.runtime.version,
             tasks=tasks,
+            ce_sums={t: c.ce_sum_per_task[k] - job.ce_before[k] for k, t in enumerate(tasks)},
         )
         job.result = ({"device": self.config.device_id, "samples": samples, "metrics": metrics}, weights)
         self.alloc = replace(self.alloc, microbatch=0)  # serve only until the next round

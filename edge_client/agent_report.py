@@ -24,6 +24,7 @@ class Counters:
     """Executor-side totals (only the executor thread writes them)."""
 
     trained_per_task: list[int] = field(default_factory=list)
+    ce_sum_per_task: list[float] = field(default_factory=list)  # training cross-entropy, summed
     training_busy_s: float = 0.0
     inference_busy_s: float = 0.0
     round_start_s: float = 0.0

@@ -41,6 +41,8 @@ class RoundJob:
     arrivals: list[int] = field(default_factory=list)
     answered: int = 0
     met: int = 0
+    learning_rate: float | None = None  # the round's learning rate (None: keep the agent's)
+    ce_before: list[float] = field(default_factory=list)
 
 
 class RoundSlot:
@@ -107,7 +109,12 @@ def round_job_from_meta(
     run_tasks = meta.get("tasks")
     if run_tasks is not None and list(run_tasks) != list(tasks):
         raise ConfigError(f"the run's tasks {run_tasks} differ from this agent's {list(tasks)}")
-    return RoundJob(dict(meta), weights, duration, target)
+    lr = meta.get("learning-rate")
+    if lr is not None and not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
+        raise ConfigError(f"learning-rate must be a number > 0, got {lr!r}")
+    job = RoundJob(dict(meta), weights, duration, target)
+    job.learning_rate = None if lr is None else float(lr)
+    return job
 
 
 def round_metrics(
@@ -120,6 +127,7 @@ def round_metrics(
     modelled_per_sample_s: float,
     model_version: int,
     tasks: Sequence[str],
+    ce_sums: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """The update's metrics: samples, requests and SLO met in the round, harvest, busy times."""
     wall = now_s - job.started_s
@@ -144,4 +152,6 @@ def round_metrics(
     }
     for k, t in enumerate(tasks):
         metrics[f"requests-{t}"] = float(job.arrivals[k])
+        if ce_sums is not None:
+            metrics[f"ce-sum-{t}"] = float(ce_sums[t])
     return metrics

@@ -85,16 +85,18 @@ class ModelRuntime:
         set_weights(self.model, weights)
         return self.publish_model()
 
-    def start_round(self, weights: Mapping[str, np.ndarray]) -> None:
+    def start_round(self, weights: Mapping[str, np.ndarray], learning_rate: float | None = None) -> None:
         """New global weights for a federated round (executor thread, between microbatches):
         drop the gradients accumulated on the old weights and the optimizer's momentum, load
-        the weights into the trainer, and hot-swap them into serving (exported in the
-        background, so serving never stalls on the export)."""
+        the weights into the trainer (at the round's learning rate, if it sets one), and
+        hot-swap them into serving (exported in the background, so serving never stalls)."""
         from edge_client.model import set_weights
 
         trainer = self.trainer
         trainer.optimizer.zero_grad(set_to_none=True)
         trainer.optimizer.state.clear()
+        if learning_rate is not None:
+            trainer.set_learning_rate(learning_rate)
         trainer.pending_samples = 0
         set_weights(self.model, weights)
         if self._publisher is not None:

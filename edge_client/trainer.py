@@ -167,6 +167,13 @@ class Trainer:
             ce_sum_per_task=tuple(ce_sums),
         )
 
+    def set_learning_rate(self, lr: float) -> None:
+        """Train from now on at `lr` (an FL round's rate under the server's decay)."""
+        if not (math.isfinite(lr) and lr > 0):
+            raise ConfigError(f"learning rate must be a finite number > 0, got {lr!r}")
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
     def flush(self) -> bool:
         """Step on whatever has accumulated (end of an FL round); False if nothing had."""
         if self.pending_samples == 0:

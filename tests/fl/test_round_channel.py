@@ -24,7 +24,7 @@ from edge_client.round_channel import RoundChannelError, check_local_address, re
 
 pytestmark = pytest.mark.integration
 
-CFG = FlConfig(round_deadline_s=1.5, max_train_per_task=300)
+CFG = FlConfig(round_deadline_s=1.5, max_train_per_task=300, learning_rate=0.03, lr_decay=0.5)
 
 
 @pytest.fixture(scope="module")
@@ -64,13 +64,21 @@ def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
         run_config=CFG.to_run_config(),
     )
     version = agent.runtime.version
-    msg = _message(1)
+    msg = _message(3)
     t0 = time.monotonic()
     reply = app(msg, ctx)
     assert time.monotonic() - t0 >= CFG.round_deadline_s  # the agent trained through the deadline
     metrics = reply.content["metrics"]
     counts = {t: int(metrics[f"samples-{t}"]) for t in CFG.task_names}
     assert sum(counts.values()) == int(metrics["num-examples"]) > 0
+    # Per-task training loss sums come back for the server's per-round record: a mean
+    # cross-entropy per trained sample between 0 and ~ln(10) for a barely trained head.
+    for t, n in counts.items():
+        if n:
+            assert 0.0 < metrics[f"ce-sum-{t}"] / n < 3.0
+    # Round 3 trains at learning-rate * lr-decay^2.
+    lrs = [g["lr"] for g in agent.runtime.trainer.optimizer.param_groups]
+    assert lrs == pytest.approx([0.03 * 0.25] * len(lrs))
     before, after = arrays_to_weights(msg.content["arrays"]), arrays_to_weights(reply.content["arrays"])
     assert set(after) == set(before)
     assert any(not np.array_equal(before[k], after[k]) for k in after)
@@ -91,6 +99,8 @@ def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> N
     assert address is not None
     with pytest.raises(RoundChannelError, match="tasks"):
         request_round(address, {"round-deadline-s": 0.5, "tasks": ["digits"]}, {}, timeout_s=10)
+    with pytest.raises(RoundChannelError, match="learning-rate"):
+        request_round(address, {"round-deadline-s": 0.5, "learning-rate": -1}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="install"):
         request_round(address, {"round-deadline-s": 0.5}, {"nope": np.zeros(2)}, timeout_s=10)
     with pytest.raises(ConfigError, match="loopback"):
