@@ -7,7 +7,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # System packages the demo and the full suite need (Debian names).
-APT_PACKAGES ?= iproute2 util-linux mosquitto dataset-fashion-mnist chromium
+APT_PACKAGES ?= iproute2 util-linux mosquitto openssl dataset-fashion-mnist chromium
 PYTEST_ARGS ?=
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1

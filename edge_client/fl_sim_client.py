@@ -149,7 +149,15 @@ def run_sim_round(
     started = time.perf_counter()
     rng = np.random.default_rng([cfg.seed, partition_id, server_round, 1])
     policy = make_policy(cfg.policy, cfg.loss_weighting or None)
-    record = simulate(arrivals, profile, specs, policy, sim_cfg, rng, on_step=on_step)
+    if server_round > 1:
+        # A real device serves without pause and its allocator remembers recent bursts (and
+        # the misses it owes) from one round into the next. Replay the previous round's
+        # requests first so this round starts from that state, not from a blank allocator.
+        warm_rng = np.random.default_rng([cfg.seed, partition_id, server_round - 1, 1])
+        simulate(
+            client_arrivals(cfg, partition_id, server_round - 1), profile, specs, policy, sim_cfg, warm_rng
+        )
+    record = simulate(arrivals, profile, specs, policy, sim_cfg, rng, on_step=on_step, keep_policy_state=True)
     t0 = time.perf_counter()
     trainer.flush()
     wall[0] += time.perf_counter() - t0

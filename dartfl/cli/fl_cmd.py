@@ -43,7 +43,7 @@ HEADLINE: dict[str, int | float | str] = {
     "zipf": 2.0,
     "favourite-tasks": "fashion,fashion,fashion,digits,fashion,uci-digits",
     "max-train-per-task": 20000,
-    "max-test-per-task": 1000,
+    "max-test-per-task": 10000,
 }
 
 

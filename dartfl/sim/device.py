@@ -75,12 +75,15 @@ def simulate(
     rng: np.random.Generator | None = None,
     timer: Callable[[], int] = time.perf_counter_ns,
     on_step: Callable[[int, tuple[float, ...], tuple[float, ...]], None] | None = None,
+    keep_policy_state: bool = False,
 ) -> RunRecord:
     """Replay `arrivals` through one device run by `policy`; drain the queues at the end.
 
     `on_step(samples, task_shares, loss_weights)` is called for every training microbatch the
     device completes (in virtual-time order), so a caller can execute it for real: the
     federated ClientApp trains its model there while the timing stays modelled.
+    The policy starts from a reset unless `keep_policy_state`: a caller that simulates one
+    long-lived device in slices (an FL round at a time) carries what it learnt over.
     """
     cfg = config or SimConfig()
     names = arrivals.task_names
@@ -89,7 +92,8 @@ def simulate(
             f"task specs {[t.name for t in tasks]} must match the workload's tasks {list(names)}"
         )
     rng = rng or np.random.default_rng(0)
-    policy.reset()
+    if not keep_policy_state:
+        policy.reset()
     k_tasks = len(names)
     fixed, per = _task_costs(profile, names)
     slo = tuple(t.slo_s for t in tasks)

@@ -172,3 +172,20 @@ def test_round_deadline_pressure_trains_more_during_overload() -> None:
         arrivals, SMALL, tasks, make_policy("dart"), SimConfig(round_s=10.0, round_target_samples=300)
     )
     assert sum(owed.trained_per_task) > sum(free.trained_per_task) + 300
+
+
+def test_a_device_simulated_in_slices_can_keep_its_allocators_memory() -> None:
+    # A burst in the first slice; the second slice is quiet. DART remembers the burst rate for
+    # burst_memory_s, so a policy that keeps its state plans smaller steps early in slice 2.
+    profile = single_server(0.004)
+    burst = poisson(200.0, 1000, seed=3)
+    quiet = poisson(5.0, 20, seed=4)
+    cfg = SimConfig(period_s=0.25, round_s=60.0)
+
+    def first_microbatch(keep: bool) -> float:
+        policy = make_policy("dart")
+        simulate(burst, profile, specs(burst), policy, cfg)
+        record = simulate(quiet, profile, specs(quiet), policy, cfg, keep_policy_state=keep)
+        return float(record.periods["microbatch"][0])
+
+    assert first_microbatch(keep=True) < first_microbatch(keep=False)
