@@ -1,9 +1,10 @@
 """`dartfl dc`: the datacenter mode, rollout vs training GPUs in asynchronous RL.
 
-The contract outsiders script against (keep it stable): `dartfl dc sim ... --json` prints one
-object `{"results": [...]}` with one entry per policy, each with at least `policy`,
-`samples_per_s`, `tokens_per_s`, `steps`, `rollout_idle_ratio`, `trainer_idle_ratio`,
-`staleness_max`, `staleness_mean`, `dropped_samples`, `switches`. `--sweep-static` adds the
+The contract outsiders script against (keep it stable): `dartfl dc sim ... --json` and
+`dartfl dc run ... --json` print one object `{"results": [...]}` with one entry per policy,
+each with at least `policy`, `samples_per_s`, `tokens_per_s`, `steps`, `rollout_idle_ratio`,
+`trainer_idle_ratio`, `staleness_max`, `staleness_mean`, `dropped_samples`, `switches`
+(CONTRACT_KEYS). `--sweep-static` adds the
 best static split of a sweep, named `static:<fraction>`.
 """
 
@@ -19,6 +20,19 @@ from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.errors import ConfigError
 
 DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "dart")
+# The keys every result of `dc sim --json` and `dc run --json` carries (the contract above).
+CONTRACT_KEYS = (
+    "policy",
+    "samples_per_s",
+    "tokens_per_s",
+    "steps",
+    "rollout_idle_ratio",
+    "trainer_idle_ratio",
+    "staleness_max",
+    "staleness_mean",
+    "dropped_samples",
+    "switches",
+)
 
 
 def register(sub: Any) -> None:
@@ -78,10 +92,7 @@ def register(sub: Any) -> None:
     g.add_argument("--period-s", type=float, default=10.0, help="allocator control period (default 10 s)")
     s.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    s.add_argument(
-        "--plot", type=Path, help="PNG of GPU roles, buffer and staleness (default: dartfl-dc.png)"
-    )
-    s.add_argument("--no-plot", action="store_true", help="do not write a PNG")
+    _add_plot_arguments(s, "dartfl-dc.png", "GPU roles, buffer and staleness")
     add_store_arguments(s)
     s.set_defaults(handler=run_sim)
 
@@ -104,9 +115,23 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    _add_plot_arguments(r, "dartfl-dc-run.png", "worker roles, buffer, staleness and reward")
     add_store_arguments(r)
     r.set_defaults(handler=run_real)
     p.set_defaults(handler=lambda args: _need_action(p, args))
+
+
+def _add_plot_arguments(parser: argparse.ArgumentParser, default: str, shows: str) -> None:
+    parser.add_argument("--plot", type=Path, help=f"PNG of {shows} over time (default: {default})")
+    parser.add_argument("--no-plot", action="store_true", help="do not write a PNG")
+    parser.set_defaults(default_plot=Path(default))
+
+
+def _plot_path(args: argparse.Namespace) -> Path | None:
+    """--plot, else the default file unless --json (whose output is for scripts), --no-plot: none."""
+    if args.no_plot:
+        return None
+    return args.plot if args.plot else (None if args.json else args.default_plot)
 
 
 def _need_action(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -176,8 +201,8 @@ def run_sim(args: argparse.Namespace) -> int:
     run_id = None
     if not args.no_store:
         run_id = _record(args, summaries, sweep)
-    plot_path = args.plot if args.plot else (None if args.json else Path("dartfl-dc.png"))
-    if plot_path and not args.no_plot:
+    plot_path = _plot_path(args)
+    if plot_path:
         plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}, eta {args.eta}")
     if args.json:
         out: dict[str, Any] = {"results": summaries, "run_id": run_id}
@@ -187,7 +212,7 @@ def run_sim(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_table(summaries)
-        if plot_path and not args.no_plot:
+        if plot_path:
             print(f"plot: {plot_path}")
     return 0
 
@@ -198,13 +223,20 @@ def run_real(args: argparse.Namespace) -> int:
 
     specs = args.policies or ["sync", "dart"]
     cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
-    summaries = [to_jsonable(s) for s in run_ray(cfg, specs)]
+    runs = run_ray(cfg, specs)
+    summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None if args.no_store else _record(args, summaries, [])
+    plot_path = _plot_path(args)
+    if plot_path:
+        title = f"Ray engine, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
+        plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
     if args.json:
         json.dump({"results": summaries, "run_id": run_id}, sys.stdout, default=float)
         sys.stdout.write("\n")
     else:
         _print_table(summaries)
+        if plot_path:
+            print(f"plot: {plot_path}")
     return 0
 
 
@@ -229,16 +261,33 @@ def _record(
     return run_id
 
 
-def plot_dc(runs: list[Any], path: Path, title: str = "") -> Path:
-    """GPU roles, buffer depth and staleness over time, one column per policy."""
+TIME_UNITS_S = {"s": 1.0, "h": 3600.0}
+
+
+def plot_dc(
+    runs: list[Any],
+    path: Path,
+    title: str = "",
+    *,
+    time_unit: str = "h",
+    resource: str = "GPUs",
+    rewards: bool = False,
+) -> Path:
+    """Roles, buffer depth and staleness over time, one column per policy.
+
+    A run is anything with `policy`, `eta` and a `series` of the simulator's keys (a
+    simulated `DcRun` or a Ray engine `RayRun`); `rewards` adds a row with each run's
+    `reward_curve` (mean reward per training step).
+    """
     from dartfl.cli.plots import pyplot
 
     plt = pyplot()
     shown = [r for r in runs if r.series["t_s"]] or runs[:1]
-    fig, axes = plt.subplots(3, len(shown), figsize=(4.2 * len(shown), 8), sharex="col", squeeze=False)
+    rows = 4 if rewards else 3
+    fig, axes = plt.subplots(rows, len(shown), figsize=(4.2 * len(shown), 2.7 * rows), squeeze=False)
     for j, run in enumerate(shown):
         s = run.series
-        t = [x / 3600 for x in s["t_s"]]
+        t = [x / TIME_UNITS_S[time_unit] for x in s["t_s"]]
         ax = axes[0][j]
         ax.stackplot(
             t,
@@ -252,11 +301,19 @@ def plot_dc(runs: list[Any], path: Path, title: str = "") -> Path:
         axes[1][j].step(t, s["buffer_groups"], where="post", lw=0.8)
         axes[2][j].step(t, s["staleness_max"], where="post", lw=0.8)
         axes[2][j].axhline(run.eta, color="k", ls="--", lw=0.8, label="eta")
-        axes[2][j].set_xlabel("time (h)")
-    axes[0][0].set_ylabel("GPUs")
+        for row in (1, 2):  # the reward row counts steps, not time
+            axes[row][j].sharex(axes[0][j])
+        axes[2][j].set_xlabel(f"time ({time_unit})")
+        if rewards:
+            curve = run.reward_curve
+            axes[3][j].plot(range(1, len(curve) + 1), curve, lw=0.8, marker=".", ms=3)
+            axes[3][j].set_xlabel("training step")
+    axes[0][0].set_ylabel(resource)
     axes[0][0].legend(loc="lower left", fontsize=7)
     axes[1][0].set_ylabel("buffer (prompts)")
     axes[2][0].set_ylabel("staleness of last batch")
+    if rewards:
+        axes[3][0].set_ylabel("mean reward")
     fig.suptitle(title or "dartfl dc sim")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -266,17 +323,7 @@ def plot_dc(runs: list[Any], path: Path, title: str = "") -> Path:
 
 
 def _print_table(summaries: list[dict[str, Any]]) -> None:
-    cols = (
-        "policy",
-        "samples_per_s",
-        "tokens_per_s",
-        "rollout_idle_ratio",
-        "trainer_idle_ratio",
-        "staleness_max",
-        "staleness_mean",
-        "dropped_samples",
-        "switches",
-    )
+    cols = [c for c in CONTRACT_KEYS if c != "steps"]
     print("  ".join(f"{c:>18s}" for c in cols))
     for s in summaries:
         cells = []

@@ -1,26 +1,19 @@
-"""`dartfl dc sim`: the JSON contract, the sweep, bad input exits 2."""
+"""`dartfl dc sim` and `dc run`: the JSON contract, the sweep, the plots, bad input exits 2."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from dartfl.cli.dc_cmd import CONTRACT_KEYS
 from dartfl.cli.main import main
+from dartfl.datacenter import ray_engine
+from dartfl.datacenter.ray_engine import RayRun, RayRunConfig
 
-KEYS = {
-    "policy",
-    "samples_per_s",
-    "tokens_per_s",
-    "steps",
-    "rollout_idle_ratio",
-    "trainer_idle_ratio",
-    "staleness_max",
-    "staleness_mean",
-    "dropped_samples",
-    "switches",
-}
+KEYS = set(CONTRACT_KEYS)
 
 
 def test_dc_sim_json_has_the_contract_keys_and_the_best_static(capsys: pytest.CaptureFixture[str]) -> None:
@@ -96,3 +89,41 @@ def test_dc_sim_bad_input_exits_2_naming_the_value(
 ) -> None:
     assert main(["dc", "sim", "--gpus", "8", "--steps", "2", "--no-store", "--json", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def _fake_ray_run(config: RayRunConfig, specs: list[str]) -> list[RayRun]:
+    """Books shaped like a real run's, without starting Ray."""
+    runs = []
+    for spec in specs:
+        run = RayRun(spec, 0 if spec == "sync" else config.eta, group_size=config.group_size)
+        for step in range(config.steps):
+            group = {
+                "tokens": np.zeros((4, 5), dtype=np.int64),
+                "reward": np.full(4, 0.1 + 0.01 * step),
+                "version": step,
+            }
+            run.trained([group], step)
+            run.record(0.25 * step, 1, config.workers - 1, 0, 6.0)
+        run.wall_s = 0.25 * config.steps
+        runs.append(run)
+    return runs
+
+
+def test_dc_run_json_has_the_contract_keys_and_writes_the_plot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ray_engine, "run_ray", _fake_ray_run)
+    png = tmp_path / "run.png"
+    argv = ["dc", "run", "--workers", "3", "--steps", "4", "--json", "--no-store", "--plot", str(png)]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in out["results"]] == ["sync", "dart"]
+    for r in out["results"]:
+        assert set(r) >= KEYS
+        assert r["tokens_per_s"] > 0
+    assert png.stat().st_size > 1000
+
+
+def test_dc_run_refuses_an_unknown_policy_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dc", "run", "--policy", "one-step", "--no-store", "--json"]) == 2
+    assert "valid: sync, static:F" in capsys.readouterr().err

@@ -1,23 +1,75 @@
-"""The Ray engine end to end on 3 workers (integration: run inside scripts/loopback-run)."""
+"""The Ray engine: its books and batch sharding (fast), and end to end on 3 workers
+(integration: run inside scripts/loopback-run)."""
 
 from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from dartfl.datacenter.ray_engine import RayRunConfig, run_ray
+from dartfl.cli.dc_cmd import CONTRACT_KEYS, plot_dc
+from dartfl.datacenter.ray_engine import RayRun, RayRunConfig, run_ray, shards
+from dartfl.errors import ConfigError
+
+
+def _group(length: int, version: int = 0, n: int = 4) -> dict[str, Any]:
+    return {
+        "tokens": np.zeros((n, length), dtype=np.int64),
+        "reward": np.full(n, 0.5),
+        "version": version,
+    }
+
+
+def test_the_books_count_trained_response_tokens_and_staleness() -> None:
+    run = RayRun("dart", eta=2, group_size=4)
+    run.trained([_group(3, version=1), _group(5, version=2)], version=3)
+    run.record(0.5, rollout=1, train=2, switching=0, buffer_groups=7.0)
+    run.wall_s = 2.0
+    summary = run.summary()
+    assert set(summary) >= set(CONTRACT_KEYS)
+    assert summary["samples_per_s"] == pytest.approx(8 / 2.0)
+    assert summary["tokens_per_s"] == pytest.approx((4 * 3 + 4 * 5) / 2.0)
+    assert summary["staleness_max"] == 2 and summary["staleness_mean"] == pytest.approx(1.5)
+    assert run.series["staleness_max"] == [2.0] and run.series["reward"] == [0.5]
+
+
+def test_shards_balance_tokens_so_a_long_group_gets_a_shard_to_itself() -> None:
+    batch = [_group(24), *[_group(3) for _ in range(8)]]
+    parts = shards(batch, 2)
+    loads = sorted(sum(g["tokens"].size for g in p) for p in parts)
+    assert loads == [4 * 24, 4 * 3 * 8]
+    assert len(shards(batch[:1], 3)) == 1  # no empty shards
+
+
+def test_unknown_policies_and_bad_configs_are_refused_before_ray_starts() -> None:
+    with pytest.raises(ConfigError, match="valid: sync, static:F"):
+        run_ray(RayRunConfig(), ["greedy"])
+    with pytest.raises(ConfigError, match="valid: sync, static:F"):
+        run_ray(RayRunConfig(), ["static:1.5"])
+    with pytest.raises(ConfigError, match="--workers"):
+        RayRunConfig(workers=1)
 
 
 @pytest.mark.integration
-def test_ray_engine_switches_roles_learns_and_respects_the_staleness_bound() -> None:
-    # Start DART on a layout that starves rollout (1 of 3 workers), so the allocator has a
-    # reason to move a worker whatever the timing noise of a shared machine.
-    cfg = RayRunConfig(workers=3, eta=2, steps=20, seed=1, dart_start_rollout=1)
-    (dart,) = run_ray(cfg, ["dart"])
+def test_ray_engine_switches_roles_learns_and_respects_the_staleness_bound(tmp_path: Path) -> None:
+    # A training-heavy workload (8 samples per prompt) started with two of three workers
+    # rolling out: the staleness bound caps what may be in flight at about one batch
+    # whoever rolls out, so the second rollout worker adds nothing while the lone trainer
+    # is the bottleneck (about half the throughput of two). DART should move it to training.
+    cfg = RayRunConfig(workers=3, eta=2, steps=20, group_size=8, seed=1, dart_start_rollout=2)
+    (run,) = run_ray(cfg, ["dart"])
+    dart = run.summary()
     assert dart["steps"] == 20
-    assert len(dart["role_layouts"]) >= 2  # the allocator moved a worker between roles
     assert dart["switches"] >= 1
+    assert len(dart["role_layouts"]) >= 2  # the allocator moved a worker between roles
+    assert 1.0 in run.series["rollout_gpus"]  # ... and the move landed
     assert dart["staleness_max"] <= cfg.eta  # no sample past the bound was trained on
     curve = dart["reward_curve"]
     assert np.mean(curve[-5:]) > np.mean(curve[:3])  # reward rises over its first values
     assert dart["samples_per_s"] > 0
+    assert math.isfinite(dart["tokens_per_s"]) and dart["tokens_per_s"] > 0
+    png = plot_dc([run], tmp_path / "dc-run.png", time_unit="s", resource="workers", rewards=True)
+    assert png.stat().st_size > 1000
