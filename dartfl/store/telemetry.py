@@ -1,0 +1,168 @@
+"""The telemetry table: device snapshots as published on MQTT, stored once each, and read back
+as the latest per device, one device's bucketed series, or fleet-wide buckets."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+from dartfl.errors import ConfigError
+from dartfl.store.connection import StoreConnection
+from dartfl.store.jsonable import strict_json_text, to_jsonable
+from dartfl.store.records import FleetPoint, TelemetryDevice, TelemetryPoint, TelemetryRow
+
+__all__ = ["TelemetryTable"]
+
+
+class TelemetryTable(StoreConnection):
+    """The methods on telemetry of a `RunStore`."""
+
+    _TELEMETRY_COLUMNS = (
+        "device, t_s, backlog, inference_share, p50_ms, p95_ms, p99_ms, slo_ms, slo_attainment, "
+        "train_samples, payload"
+    )
+
+    def add_telemetry(self, rows: Iterable[TelemetryRow]) -> int:
+        """Append snapshots in one transaction; a snapshot already stored (same device and
+        t_s, e.g. a QoS 1 redelivery) is skipped. Returns how many were new."""
+        params = [
+            (
+                r.device,
+                r.t_s,
+                r.backlog,
+                to_jsonable(r.inference_share),
+                to_jsonable(r.p50_ms),
+                to_jsonable(r.p95_ms),
+                to_jsonable(r.p99_ms),
+                to_jsonable(r.slo_ms),
+                to_jsonable(r.slo_attainment),
+                r.train_samples,
+                strict_json_text(r.payload or {}),
+            )
+            for r in rows
+        ]
+        with self._transaction() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                f"INSERT OR IGNORE INTO telemetry ({self._TELEMETRY_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                params,
+            )
+            return conn.total_changes - before
+
+    def prune_telemetry(self, before_s: float) -> int:
+        """Delete snapshots older than `before_s` (Unix time); returns how many went."""
+        with self._transaction() as conn:
+            return conn.execute("DELETE FROM telemetry WHERE t_s < ?", (before_s,)).rowcount
+
+    def telemetry_devices(self) -> list[TelemetryDevice]:
+        """Devices with recorded telemetry, by name."""
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute(
+                "SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry GROUP BY device ORDER BY device"
+            ).fetchall()
+        return [TelemetryDevice(*row) for row in rows]
+
+    def telemetry_latest(self, since_s: float | None = None) -> list[TelemetryRow]:
+        """The newest snapshot of each device (only devices heard from since `since_s`)."""
+        where = "" if since_s is None else "WHERE t_s >= :since"
+        sql = (
+            f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry t JOIN "
+            f"(SELECT device AS d, MAX(t_s) AS m FROM telemetry {where} GROUP BY device) l "
+            "ON t.device = l.d AND t.t_s = l.m ORDER BY t.device"
+        )
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute(sql, {"since": since_s}).fetchall()
+        return [self._telemetry_row(row) for row in rows]
+
+    @staticmethod
+    def _telemetry_row(row: tuple[Any, ...]) -> TelemetryRow:
+        device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, payload = row
+        return TelemetryRow(
+            device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, json.loads(payload)
+        )
+
+    def telemetry_series(
+        self, device: str, since_s: float | None = None, until_s: float | None = None, max_points: int = 600
+    ) -> list[TelemetryPoint]:
+        """One device's snapshots in [since_s, until_s] in time order, bucketed in SQL to at
+        most `max_points` equal time spans (every snapshot its own point when they fit)."""
+        if max_points < 1:
+            raise ConfigError(f"max_points must be >= 1, got {max_points}")
+        key = "t.device = :device AND t.t_s >= :since AND t.t_s <= :until"
+        args: dict[str, Any] = {
+            "device": device,
+            "since": -math.inf if since_s is None else since_s,
+            "until": math.inf if until_s is None else until_s,
+        }
+        with self._transaction("DEFERRED") as conn:
+            n, t0, t1 = conn.execute(
+                f"SELECT COUNT(*), MIN(t_s), MAX(t_s) FROM telemetry t WHERE {key}", args
+            ).fetchone()
+            if n == 0:
+                return []
+            lo = t0 if since_s is None else since_s
+            hi = t1 if until_s is None else until_s
+            args.update(t0=lo, width=(hi - lo) / max_points if hi > lo else 1.0, last=max_points - 1)
+            bucket = "t.rowid" if n <= max_points else "MIN(CAST((t.t_s - :t0) / :width AS INTEGER), :last)"
+            stats = conn.execute(
+                f"SELECT {bucket} AS b, MIN(t.t_s), COUNT(*), MAX(t.backlog), AVG(t.backlog), "
+                "AVG(t.inference_share), MAX(t.p50_ms), MAX(t.p95_ms), MAX(t.p99_ms), MAX(t.slo_ms), "
+                "AVG(t.slo_attainment), MIN(t.slo_attainment), MAX(t.train_samples) "
+                f"FROM telemetry t WHERE {key} GROUP BY b ORDER BY MIN(t.t_s), b",
+                args,
+            ).fetchall()
+            per_task: dict[str, dict[int, dict[str, float]]] = {}
+            for field, agg in (("task_shares", "AVG"), ("train_samples_per_task", "MAX")):
+                rows = conn.execute(
+                    f"SELECT {bucket} AS b, j.key, {agg}(j.value) FROM telemetry t, "
+                    f"json_each(t.payload, '$.{field}') j WHERE {key} AND j.type IN ('integer', 'real') "
+                    "GROUP BY b, j.key ORDER BY b, j.key",
+                    args,
+                ).fetchall()
+                buckets = per_task.setdefault(field, {})
+                for b, task, value in rows:
+                    buckets.setdefault(b, {})[task] = value
+        shares, trained = per_task["task_shares"], per_task["train_samples_per_task"]
+        return [
+            TelemetryPoint(
+                t_s=row[1],
+                count=row[2],
+                backlog_max=row[3],
+                backlog_mean=row[4],
+                inference_share=row[5],
+                p50_ms=row[6],
+                p95_ms=row[7],
+                p99_ms=row[8],
+                slo_ms=row[9],
+                slo_attainment=row[10],
+                slo_attainment_min=row[11],
+                train_samples=row[12],
+                task_shares=shares.get(row[0], {}),
+                train_samples_per_task={k: int(v) for k, v in trained.get(row[0], {}).items()},
+            )
+            for row in stats
+        ]
+
+    def telemetry_fleet_series(
+        self, since_s: float, until_s: float, max_points: int = 300
+    ) -> list[FleetPoint]:
+        """All devices' snapshots in [since_s, until_s], bucketed in SQL into `max_points`
+        equal time spans (see FleetPoint)."""
+        if max_points < 1 or not until_s > since_s:
+            raise ConfigError(
+                f"need max_points >= 1 and until_s > since_s, got {max_points}, [{since_s}, {until_s}]"
+            )
+        args = {"since": since_s, "until": until_s, "width": (until_s - since_s) / max_points}
+        args["last"] = max_points - 1
+        with self._transaction("DEFERRED") as conn:
+            rows = conn.execute(
+                "SELECT MIN(CAST((t_s - :since) / :width AS INTEGER), :last) AS b, MIN(t_s), "
+                "COUNT(DISTINCT device), AVG(slo_attainment), MIN(slo_attainment), "
+                "MAX(p99_ms / NULLIF(slo_ms, 0)), MAX(backlog) FROM telemetry "
+                "WHERE t_s >= :since AND t_s <= :until GROUP BY b ORDER BY b",
+                args,
+            ).fetchall()
+        return [FleetPoint(*row[1:]) for row in rows]
