@@ -6,22 +6,71 @@ tests share one codec, and the decoder can be fuzzed without a broker.
 Decoding is total: `decode_request` raises `RequestError` (a `ProtocolError`) on any bad
 input bytes and nothing else, and carries whatever correlation id / reply topic it could
 recover so the agent can still send an error reply.
+
+The codec is split by direction: topics, limits and shared helpers in `protocol_wire`, the
+requests a device receives here, and what a device publishes (replies, telemetry, status) in
+`protocol_outbound`. This module re-exports them all: `protocol.X` is the one import path.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
-import json
 import math
-import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Final, Literal, NoReturn
+from typing import Any
 
 import numpy as np
 
-from dartfl.errors import ConfigError, InputError, ProtocolError
+from dartfl.errors import InputError
+from edge_client.protocol_outbound import (
+    DeviceStatus,
+    Reply,
+    decode_reply,
+    decode_status,
+    decode_telemetry,
+    encode_error,
+    encode_rejection,
+    encode_reply,
+    encode_status,
+    encode_telemetry,
+)
+from edge_client.protocol_wire import (
+    _DEVICE_TOPIC_RE,
+    ERROR_CODES,
+    IMAGE_SHAPE,
+    MAX_ID_CHARS,
+    MAX_REPLY_TOPIC_BYTES,
+    MAX_REQUEST_BYTES,
+    PROTOCOL_VERSION,
+    REJECT_REASONS,
+    REPLY_QOS,
+    REQUEST_QOS,
+    STATUS_QOS,
+    TELEMETRY_QOS,
+    RequestError,
+    _check_version,
+    _dumps,
+    _Fail,
+    _finite,
+    _parse_object,
+    _short,
+    parse_request_topic,
+    reply_topic,
+    request_subscription,
+    request_topic,
+    status_topic,
+    telemetry_topic,
+)
+
+# Names outside __all__ that users read as `protocol.X` (explicit re-exports).
+from edge_client.protocol_wire import IMAGE_BYTES as IMAGE_BYTES
+from edge_client.protocol_wire import IMAGE_DTYPE as IMAGE_DTYPE
+from edge_client.protocol_wire import MAX_DETAIL_CHARS as MAX_DETAIL_CHARS
+from edge_client.protocol_wire import ROOT as ROOT
+from edge_client.protocol_wire import RejectReason as RejectReason
+from edge_client.protocol_wire import ReplyStatus as ReplyStatus
 
 __all__ = [
     "ERROR_CODES",
@@ -57,101 +106,8 @@ __all__ = [
     "telemetry_topic",
 ]
 
-PROTOCOL_VERSION: Final = 1
-ROOT: Final = f"dartfl/v{PROTOCOL_VERSION}"
-IMAGE_SHAPE: Final = (28, 28)
-IMAGE_BYTES: Final = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
-IMAGE_DTYPE: Final = "uint8"
-MAX_REQUEST_BYTES: Final = 16384
-MAX_ID_CHARS: Final = 64
-MAX_REPLY_TOPIC_BYTES: Final = 256
-MAX_DETAIL_CHARS: Final = 256
-REQUEST_QOS: Final = 1
-REPLY_QOS: Final = 1
-TELEMETRY_QOS: Final = 1
-STATUS_QOS: Final = 1
-
-ERROR_CODES: Final = frozenset(
-    {
-        "oversized-payload",
-        "bad-json",
-        "unsupported-version",
-        "missing-field",
-        "bad-field",
-        "bad-shape",
-        "bad-dtype",
-        "bad-data",
-        "unknown-task",
-    }
-)
-RejectReason = Literal["queue-full", "shutting-down"]
-REJECT_REASONS: Final = frozenset({"queue-full", "shutting-down"})
-ReplyStatus = Literal["ok", "rejected", "error"]
-
-# Device and task names become topic levels: keep them plain so no name can be a wildcard,
-# start a `$` system topic, or collide with the `_reply` namespace.
-_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_NAME_RULE: Final = "1-64 characters from [A-Za-z0-9_.-], starting with a letter or digit"
-_DEVICE_TOPIC_RE: Final = re.compile(rf"{ROOT}/[^/]*/(req/[^/]*|telemetry|status)")
-
-
-# --- topics ---------------------------------------------------------------------------------
-
-
-def _check_name(kind: str, name: str) -> str:
-    if not isinstance(name, str) or _NAME_RE.fullmatch(name) is None:
-        raise ConfigError(f"bad {kind} name {name!r}: expected {_NAME_RULE}")
-    return name
-
-
-def request_topic(device: str, task: str) -> str:
-    """Where requesters publish a request for `task` on `device`."""
-    return f"{ROOT}/{_check_name('device', device)}/req/{_check_name('task', task)}"
-
-
-def request_subscription(device: str) -> str:
-    """The wildcard a device subscribes to for requests of all its tasks."""
-    return f"{ROOT}/{_check_name('device', device)}/req/+"
-
-
-def telemetry_topic(device: str) -> str:
-    return f"{ROOT}/{_check_name('device', device)}/telemetry"
-
-
-def status_topic(device: str) -> str:
-    """Retained online/offline state; the device's last will goes here."""
-    return f"{ROOT}/{_check_name('device', device)}/status"
-
-
-def reply_topic(requester: str) -> str:
-    """A suggested reply topic for a requester (any topic outside `dartfl/v1/<device>/` works)."""
-    return f"{ROOT}/_reply/{_check_name('requester', requester)}"
-
-
-def parse_request_topic(topic: str) -> tuple[str, str]:
-    """`dartfl/v1/<device>/req/<task>` -> (device, task); the task is checked later by
-    `decode_request` (unknown-task), so a subscriber can still answer it."""
-    parts = topic.split("/") if isinstance(topic, str) else []
-    if len(parts) != 5 or parts[0] != "dartfl" or parts[1] != f"v{PROTOCOL_VERSION}" or parts[3] != "req":
-        raise ProtocolError("bad-topic", f"{topic!r} is not a request topic {ROOT}/<device>/req/<task>")
-    if not parts[2] or not parts[4]:
-        raise ProtocolError("bad-topic", f"{topic!r} has an empty device or task level")
-    return parts[2], parts[4]
-
 
 # --- requests -------------------------------------------------------------------------------
-
-
-class RequestError(ProtocolError):
-    """A request that cannot be served; `correlation_id` / `reply_to` are what could be
-    recovered from it (None when not), so the agent can still send an error reply."""
-
-    def __init__(
-        self, code: str, detail: str, *, correlation_id: str | None = None, reply_to: str | None = None
-    ) -> None:
-        super().__init__(code, detail)
-        self.correlation_id = correlation_id
-        self.reply_to = reply_to
 
 
 @dataclass(frozen=True, eq=False)
@@ -211,61 +167,6 @@ def _correlation_id(data: bytes | None) -> str | None:
         return _valid_id(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, TypeError):
         return None
-
-
-def _parse_object(payload: object, max_bytes: int, fail: _Fail) -> dict[str, Any]:
-    if not isinstance(payload, bytes | bytearray | memoryview):
-        fail("bad-json", f"payload must be bytes, got {type(payload).__name__}")
-    size = len(payload) if not isinstance(payload, memoryview) else payload.nbytes
-    if size > max_bytes:
-        fail("oversized-payload", f"payload is {size} bytes; the limit is {max_bytes}")
-    try:
-        obj = json.loads(bytes(payload).decode("utf-8"))
-    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError and JSONDecodeError included
-        fail("bad-json", f"payload is not UTF-8 JSON: {str(exc)[:120]}")
-    if not isinstance(obj, dict):
-        fail("bad-json", f"payload must be a JSON object, got {type(obj).__name__}")
-    return obj
-
-
-def _check_version(obj: Mapping[str, Any], fail: _Fail) -> None:
-    if "v" not in obj:
-        fail("missing-field", "field 'v' (protocol version) is missing")
-    v = obj["v"]
-    if type(v) is not int:
-        fail("bad-field", f"field 'v' must be an integer, got {_short(v)}")
-    if v != PROTOCOL_VERSION:
-        fail(
-            "unsupported-version",
-            f"protocol version {_short(v)} is not supported; this device speaks {PROTOCOL_VERSION}",
-        )
-
-
-class _Fail:
-    """Raises RequestError with the best correlation id and reply topic known so far."""
-
-    def __init__(self, correlation_id: str | None, reply_to: str | None) -> None:
-        self.correlation_id = correlation_id
-        self.reply_to = reply_to
-
-    def __call__(self, code: str, detail: str) -> NoReturn:
-        raise RequestError(code, detail, correlation_id=self.correlation_id, reply_to=self.reply_to)
-
-
-def _finite(value: object) -> float | None:
-    """`value` as a float if it is a finite JSON number (not a bool), else None."""
-    if type(value) not in (int, float):
-        return None
-    try:
-        number = float(value)  # type: ignore[arg-type]
-    except OverflowError:  # a 400-digit JSON integer
-        return None
-    return number if math.isfinite(number) else None
-
-
-def _short(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def decode_request(
@@ -360,10 +261,6 @@ def decode_request(
     )
 
 
-def _dumps(obj: Mapping[str, Any]) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii")
-
-
 def encode_request(
     request_id: str, image: np.ndarray, reply_to: str, *, sent_at: float | None = None
 ) -> bytes:
@@ -389,210 +286,3 @@ def encode_request(
             raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
         obj["sent_at"] = float(sent_at)
     return _dumps(obj)
-
-
-# --- replies --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Reply:
-    """A decoded reply. Fields that the status does not use are None."""
-
-    id: str | None
-    status: ReplyStatus
-    task: str | None = None
-    label: int | None = None
-    latency_ms: float | None = None
-    model_version: str | None = None
-    reason: str | None = None
-    code: str | None = None
-    detail: str | None = None
-
-
-def encode_reply(
-    request_id: str, task: str, label: int, latency_ms: float, model_version: str | int
-) -> bytes:
-    """An answer: `latency_ms` is measured on the device, queue wait + service; the model
-    version goes on the wire as a string."""
-    if isinstance(label, bool) or not isinstance(label, int | np.integer):
-        raise InputError(f"label must be an integer, got {_short(label)}")
-    if not (math.isfinite(latency_ms) and latency_ms >= 0):
-        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
-    return _dumps(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": request_id,
-            "task": task,
-            "status": "ok",
-            "label": int(label),
-            "latency_ms": float(latency_ms),
-            "model_version": str(model_version),
-        }
-    )
-
-
-def encode_rejection(request_id: str, reason: RejectReason, *, task: str | None = None) -> bytes:
-    """The request was well formed but not admitted (bounded queue full, or shutting down)."""
-    if reason not in REJECT_REASONS:
-        raise InputError(f"rejection reason {reason!r} is not one of {sorted(REJECT_REASONS)}")
-    return _dumps(
-        {"v": PROTOCOL_VERSION, "id": request_id, "task": task, "status": "rejected", "reason": reason}
-    )
-
-
-def encode_error(request_id: str | None, code: str, detail: str, *, task: str | None = None) -> bytes:
-    """The request was malformed; `code` is one of ERROR_CODES (from RequestError.code).
-    `request_id` is None when the payload did not yield one."""
-    if code not in ERROR_CODES:
-        raise InputError(f"error code {code!r} is not one of {sorted(ERROR_CODES)}")
-    return _dumps(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": request_id,
-            "task": task,
-            "status": "error",
-            "code": code,
-            "detail": detail[:MAX_DETAIL_CHARS],
-        }
-    )
-
-
-def _reply_fail(code: str, detail: str) -> NoReturn:
-    raise ProtocolError(code, detail)
-
-
-def _opt(obj: Mapping[str, Any], name: str, kind: type) -> Any:
-    """An optional reply field of type `kind` (float: any finite number), or None."""
-    value = obj.get(name)
-    if value is None:
-        return None
-    if kind is float:
-        number = _finite(value)
-        if number is None or number < 0:
-            _reply_fail(
-                "bad-field", f"reply field {name!r} must be a finite number >= 0, got {_short(value)}"
-            )
-        return number
-    if type(value) is not kind:
-        _reply_fail("bad-field", f"reply field {name!r} must be {kind.__name__}, got {_short(value)}")
-    return value
-
-
-def _model_version(value: object) -> str | None:
-    if value is None or type(value) is str:
-        return value
-    if type(value) is int:  # lenient: an integer version reads as its string
-        return str(value)
-    _reply_fail("bad-field", f"reply field 'model_version' must be a string, got {_short(value)}")
-
-
-def decode_reply(payload: bytes) -> Reply:
-    """Decode a reply (requester side). Raises ProtocolError, and nothing else, for any input."""
-    fail = _Fail(None, None)
-    obj = _parse_object(payload, MAX_REQUEST_BYTES, fail)
-    _check_version(obj, fail)
-    status = obj.get("status")
-    if status not in ("ok", "rejected", "error"):
-        _reply_fail("bad-field", f"reply status must be ok, rejected or error, got {_short(status)}")
-    reply = Reply(
-        id=_opt(obj, "id", str),
-        status=status,
-        task=_opt(obj, "task", str),
-        label=_opt(obj, "label", int),
-        latency_ms=_opt(obj, "latency_ms", float),
-        model_version=_model_version(obj.get("model_version")),
-        reason=_opt(obj, "reason", str),
-        code=_opt(obj, "code", str),
-        detail=_opt(obj, "detail", str),
-    )
-    required = {"ok": ("id", "label"), "rejected": ("id", "reason"), "error": ("code",)}[status]
-    for name in required:
-        if getattr(reply, name) is None:
-            _reply_fail("missing-field", f"{status} reply lacks {name!r}")
-    return reply
-
-
-# --- telemetry and status -------------------------------------------------------------------
-
-
-def _jsonable(value: Any, where: str) -> Any:
-    """Plain JSON values; numpy scalars/arrays converted, non-finite floats -> null."""
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int | np.integer):
-        return int(value)
-    if isinstance(value, float | np.floating):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, np.ndarray):
-        return _jsonable(value.tolist(), where)
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_jsonable(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    raise InputError(
-        f"telemetry field {where} has a value of type {type(value).__name__}; expected JSON data"
-    )
-
-
-def encode_telemetry(fields: Mapping[str, Any]) -> bytes:
-    """One telemetry snapshot (fields in docs/protocol.md); `device` and `t` are required."""
-    _check_name("device", fields.get("device", ""))
-    t = fields.get("t")
-    if _finite(t.item() if isinstance(t, np.generic) else t) is None:
-        raise InputError(f"telemetry field 't' must be finite unix seconds, got {_short(t)}")
-    if fields.get("v", PROTOCOL_VERSION) != PROTOCOL_VERSION:
-        raise InputError(f"telemetry field 'v' must be {PROTOCOL_VERSION}, got {_short(fields['v'])}")
-    obj = _jsonable(dict(fields), "telemetry")
-    return _dumps({"v": PROTOCOL_VERSION, **obj})
-
-
-def _decode_device_message(payload: bytes) -> dict[str, Any]:
-    fail = _Fail(None, None)
-    obj = _parse_object(payload, 1 << 20, fail)
-    _check_version(obj, fail)
-    if not isinstance(obj.get("device"), str):
-        _reply_fail(
-            "missing-field" if "device" not in obj else "bad-field", "field 'device' must be a string"
-        )
-    if "t" in obj and obj["t"] is not None:
-        t = _finite(obj["t"])
-        if t is None:
-            _reply_fail("bad-field", f"field 't' must be finite unix seconds, got {_short(obj['t'])}")
-        obj["t"] = t
-    return obj
-
-
-def decode_telemetry(payload: bytes) -> dict[str, Any]:
-    """The telemetry object; raises ProtocolError, and nothing else, for any input."""
-    obj = _decode_device_message(payload)
-    if obj.get("t") is None:
-        _reply_fail("missing-field", "telemetry field 't' is missing")
-    return obj
-
-
-@dataclass(frozen=True)
-class DeviceStatus:
-    device: str
-    online: bool
-    t: float | None = None
-
-
-def encode_status(
-    device: str, online: bool, *, t: float | None = None, extra: Mapping[str, Any] | None = None
-) -> bytes:
-    """The retained status message; the offline one (without `t`) is the device's last will.
-    `extra` adds fields (a cost profile, a final report) next to the required ones."""
-    obj: dict[str, Any] = _jsonable(dict(extra or {}), "status")
-    obj.update(v=PROTOCOL_VERSION, device=_check_name("device", device))
-    obj["state"] = "online" if online else "offline"
-    if t is not None:
-        obj["t"] = float(t)
-    return _dumps(obj)
-
-
-def decode_status(payload: bytes) -> DeviceStatus:
-    obj = _decode_device_message(payload)
-    state = obj.get("state")
-    if state not in ("online", "offline"):
-        _reply_fail("bad-field", f"status field 'state' must be online or offline, got {_short(state)}")
-    return DeviceStatus(device=obj["device"], online=state == "online", t=obj.get("t"))
