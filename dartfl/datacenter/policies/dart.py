@@ -90,8 +90,14 @@ def predicted_rates(
 def drift_plus_penalty(
     rollout: FloatArray, train: FloatArray, buffer_groups: float, batch_groups: int, kappa: float
 ) -> FloatArray:
-    """J per candidate split: throughput minus kappa times the buffer's drift (module docstring)."""
-    backlog = (buffer_groups - batch_groups) / batch_groups
+    """J per candidate split: throughput minus kappa times the buffer's drift (module docstring).
+
+    The buffer's pull is bounded at one batch either way: admission control already bounds
+    the buffer, and a deep one under a loose staleness bound means rollout is running ahead,
+    not a backlog to drain at any cost. Unbounded, kappa * backlog >= 1 turns J into a pure
+    preference for one side and walks the split to an extreme (measured at eta = 6).
+    """
+    backlog = min(1.0, max(-1.0, (buffer_groups - batch_groups) / batch_groups))
     result: FloatArray = np.minimum(rollout, train) - kappa * backlog * (rollout - train)
     return result
 

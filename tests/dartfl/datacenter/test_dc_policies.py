@@ -66,6 +66,19 @@ def test_dart_a_full_buffer_pushes_gpus_to_training() -> None:
     assert full.decide(_obs(1500.0, 300)).rollout_gpus <= empty.decide(_obs(1500.0, 0)).rollout_gpus
 
 
+def test_dart_buffer_pressure_is_bounded_so_a_deep_buffer_cannot_starve_rollout() -> None:
+    # With a loose staleness bound (eta 6) the buffer can hold several batches while rollout
+    # runs ahead; that is not a queue to drain at any cost. Unbounded, seven batches outweighed
+    # the throughput term and sent every GPU but one to training.
+    def target(buffer_groups: int) -> int:
+        policy = DcDartPolicy()
+        policy.update(_obs(1500.0, buffer_groups=buffer_groups))
+        return policy.decide(_obs(1500.0, buffer_groups, rollout=0)).rollout_gpus
+
+    balanced = target(64)
+    assert target(7 * 64) == target(2 * 64) >= balanced - 4
+
+
 def test_dart_does_not_move_for_a_negligible_gain() -> None:
     policy = DcDartPolicy()
     policy.update(_obs(1500.0))
