@@ -13,11 +13,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_every_run_config_key_is_documented_with_its_default() -> None:
+    table = (ROOT / "docs/fl-config.md").read_text()
     rows = {
         m.group(1): m.group(2).strip().strip("`")
-        for m in re.finditer(
-            r"^\| `([a-z0-9-]+)` \| ([^|]+) \|", (ROOT / "docs/fl-config.md").read_text(), re.M
-        )
+        for m in re.finditer(r"^\| `([a-z0-9-]+)` \| ([^|]+) \|", table, re.M)
     }
     defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
     keys = {f.name.replace("_", "-") for f in fields(FlConfig)}
