@@ -63,8 +63,11 @@ class Headroom:
 
     The run is cut into phases; each phase is simulated under every static split. The oracle
     switches for free to each phase's best split; the best fixed split is the one with the
-    least total time over all phases. `ratio` = fixed time / oracle time bounds the speed-up
-    of a policy that moves GPUs (it ignores switch costs, so real policies get less).
+    least total time over all phases. `ratio` = fixed time / oracle time estimates the
+    speed-up a policy that moves GPUs can get. It ignores switch costs, but it also adapts
+    only once per phase (and each phase starts empty), so a policy that tracks the drift
+    continuously can beat it by a little. A ratio of 1 with the same best split in every
+    phase means there is nothing to track.
     """
 
     best_fixed: float

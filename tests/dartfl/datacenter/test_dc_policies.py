@@ -75,8 +75,7 @@ def test_dart_buffer_pressure_is_bounded_so_a_deep_buffer_cannot_starve_rollout(
         policy.update(_obs(1500.0, buffer_groups=buffer_groups))
         return policy.decide(_obs(1500.0, buffer_groups, rollout=0)).rollout_gpus
 
-    balanced = target(64)
-    assert target(7 * 64) == target(2 * 64) >= balanced - 4
+    assert target(7 * 64) == target(2 * 64) >= 16  # of 64 GPUs; unbounded, it was 1
 
 
 def test_dart_does_not_move_for_a_negligible_gain() -> None:
