@@ -1,7 +1,8 @@
 """The Ray actors of the real engine: role-switching workers and the experience queue.
 
-Ray and PyTorch are imported inside the class factories only, so importing this module
-costs neither. Results cross the actor boundary as the small dataclasses below.
+The class factories take the `ray` and `torch` modules from their caller: the engine
+(dartfl/datacenter/ray_engine.py) is the one module that imports them, so importing this
+one costs neither. Results cross the actor boundary as the small dataclasses below.
 """
 
 from __future__ import annotations
@@ -38,11 +39,8 @@ class ShardResult:
     busy_s: float
 
 
-def worker_class() -> Any:
-    """The worker actor class (built on first use: it needs Ray and PyTorch)."""
-    import ray
-    import torch
-
+def worker_class(ray: Any, torch: Any) -> Any:
+    """The worker actor class, built on first use from the engine's `ray` and `torch`."""
     from dartfl.datacenter.ray_task import (
         DECODE_STEP_S,
         TRAIN_TOKEN_S,
@@ -180,9 +178,8 @@ def worker_class() -> Any:
     return Worker
 
 
-def queue_class() -> Any:
-    """The experience-queue actor class (built on first use: it needs Ray)."""
-    import ray
+def queue_class(ray: Any) -> Any:
+    """The experience-queue actor class, built on first use from the engine's `ray`."""
 
     @ray.remote(num_cpus=0)
     class ExperienceQueue:

@@ -179,7 +179,7 @@ def _run_policy(ray: Any, cfg: RayRunConfig, spec: str) -> RayRun:
     torch.manual_seed(cfg.seed)
     learner = Learner(ray, torch, cfg.lr)
     cpus = math.floor(100 * RAY_CPUS / cfg.workers) / 100  # fits the cluster exactly
-    worker_cls = worker_class().options(num_cpus=min(0.5, cpus))
+    worker_cls = worker_class(ray, torch).options(num_cpus=min(0.5, cpus))
     workers = [worker_cls.remote(cfg.seed * 100 + i, cfg.group_size) for i in range(cfg.workers)]
     actors = list(workers)
     try:
@@ -188,7 +188,7 @@ def _run_policy(ray: Any, cfg: RayRunConfig, spec: str) -> RayRun:
             run = RayRun(spec, 0, group_size=cfg.group_size)
             _run_sync(ray, cfg, workers, learner, run)
             return run
-        queue = queue_class().remote(cfg.batch_groups, cfg.eta)
+        queue = queue_class(ray).remote(cfg.batch_groups, cfg.eta)
         actors.append(queue)
         run = RayRun(spec, cfg.eta, group_size=cfg.group_size)
         rates, controller, first = _plan_async(cfg, spec, profiles)
