@@ -112,9 +112,7 @@ def round_job_from_meta(
     lr = meta.get("learning-rate")
     if lr is not None and not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
         raise ConfigError(f"learning-rate must be a number > 0, got {lr!r}")
-    job = RoundJob(dict(meta), weights, duration, target)
-    job.learning_rate = None if lr is None else float(lr)
-    return job
+    return RoundJob(dict(meta), weights, duration, target, learning_rate=None if lr is None else float(lr))
 
 
 def round_metrics(

@@ -56,7 +56,7 @@ class MicrobatchResult:
     loss: float
     duration_s: float
     stepped: bool
-    ce_sum_per_task: tuple[float, ...] = ()
+    ce_sum_per_task: tuple[float, ...]
 
 
 class _EpochSampler:

@@ -70,21 +70,19 @@ def _round_config(cfg: FlConfig, server_round: int) -> ConfigRecord:
     return ConfigRecord(values)
 
 
-def _fleet_task_loss(
-    client_metrics: list[dict[str, float]], tasks: tuple[str, ...], previous: dict[str, float]
-) -> dict[str, float]:
+def _fleet_task_loss(client_metrics: list[dict[str, float]], tasks: tuple[str, ...]) -> dict[str, float]:
     """Mean training cross-entropy per task over every sample the fleet trained this round.
 
     Clients report the sum (`ce-sum-<task>`) and the count (`samples-<task>`), so this is the
     exact pooled mean; it shows which tasks the model is still learning (per-round history).
-    A task nobody trained (or a client that reports no sums) keeps its previous value.
+    A task nobody trained this round is left out.
     """
-    out = dict(previous)
+    out = {}
     for task in tasks:
-        ce = sum(m.get(f"ce-sum-{task}", 0.0) for m in client_metrics if f"ce-sum-{task}" in m)
-        n = sum(m.get(f"samples-{task}", 0.0) for m in client_metrics if f"ce-sum-{task}" in m)
+        reporting = [m for m in client_metrics if f"ce-sum-{task}" in m]
+        n = sum(m.get(f"samples-{task}", 0.0) for m in reporting)
         if n > 0:
-            out[task] = ce / n
+            out[task] = sum(m[f"ce-sum-{task}"] for m in reporting) / n
     return out
 
 
@@ -122,7 +120,6 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
     history: list[dict[str, Any]] = []
     totals: dict[str, float] = {}
     store_run: int | None = None
-    task_loss: dict[str, float] = {}
     start = 1
     if cfg.checkpoint_dir and (ckpt := latest_checkpoint(cfg.checkpoint_dir)) is not None:
         if ckpt.state.get("policy") != cfg.policy or ckpt.state.get("tasks") != list(cfg.task_names):
@@ -131,7 +128,6 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
                 f"{ckpt.state.get('policy')!r}, tasks {ckpt.state.get('tasks')}); use another checkpoint-dir"
             )
         weights, history, totals = ckpt.weights, ckpt.state["history"], ckpt.state["totals"]
-        task_loss = dict(ckpt.state.get("task_loss", {}))
         store_run = ckpt.state.get("store_run")
         start = ckpt.server_round + 1
         log.warning("resuming from the checkpoint of round %d in %s", ckpt.server_round, cfg.checkpoint_dir)
@@ -172,7 +168,6 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
                 "round %d: %d update(s), fewer than min-train-nodes: weights kept", server_round, len(updates)
             )
         round_s = time.monotonic() - t0
-        task_loss = _fleet_task_loss(client_metrics, cfg.task_names, task_loss)
         accuracy = evaluator.accuracy(weights)
         for m in client_metrics:
             for key, value in m.items():
@@ -192,17 +187,11 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
             "slowest_train_s": max((m.get("train-wall-s", 0.0) for m in client_metrics), default=0.0),
             "overhead_s": round_s - slowest,
             "samples": int(sum(u.total_samples for u in updates)),
-            "train_loss_per_task": dict(task_loss),
+            "train_loss_per_task": _fleet_task_loss(client_metrics, cfg.task_names),
         }
         history.append(entry)
         log.info("round %d: %s", server_round, json.dumps(entry))
-        state = {
-            "policy": cfg.policy,
-            "tasks": list(cfg.task_names),
-            "history": history,
-            "totals": totals,
-            "task_loss": task_loss,
-        }
+        state = {"policy": cfg.policy, "tasks": list(cfg.task_names), "history": history, "totals": totals}
         if cfg.checkpoint_dir:
             save_checkpoint(cfg.checkpoint_dir, server_round, weights, {**state, "store_run": store_run})
         summary = summarize_history(cfg, history, totals)

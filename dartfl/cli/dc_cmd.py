@@ -45,15 +45,7 @@ def register(sub: Any) -> None:
     )
     s.add_argument("--gpus", type=int, required=True, help="GPUs in the cluster")
     s.add_argument("--model-size", default="7b", help="model size: 1.5b, 7b, 14b, 30b, 32b, 70b, 235b")
-    s.add_argument("--eta", type=int, default=2, help="staleness bound in policy versions (default 2)")
-    s.add_argument("--steps", type=int, default=200, help="training steps (default 200)")
-    s.add_argument(
-        "--policy",
-        action="append",
-        dest="policies",
-        metavar="SPEC",
-        help=f"policy (repeatable; default: {' '.join(DEFAULT_POLICIES)}); see docs/datacenter.md",
-    )
+    _add_run_arguments(s, 200, "training steps", " ".join(DEFAULT_POLICIES))
     s.add_argument("--sweep-static", action="store_true", help="add the best static split found by a sweep")
     g = s.add_argument_group("workload")
     g.add_argument(
@@ -104,21 +96,26 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--engine", choices=("ray",), default="ray", help="execution engine (ray)")
     r.add_argument("--workers", type=int, default=3, help="worker actors (default 3)")
-    r.add_argument("--eta", type=int, default=2, help="staleness bound in policy versions (default 2)")
-    r.add_argument("--steps", type=int, default=30, help="training steps per policy (default 30)")
-    r.add_argument(
-        "--policy",
-        action="append",
-        dest="policies",
-        metavar="SPEC",
-        help="policy (repeatable; default: sync dart)",
-    )
+    _add_run_arguments(r, 30, "training steps per policy", "sync dart")
     r.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     _add_plot_arguments(r, "dartfl-dc-run.png", "worker roles, buffer, staleness and reward")
     add_store_arguments(r)
     r.set_defaults(handler=run_real)
     p.set_defaults(handler=lambda args: _need_action(p, args))
+
+
+def _add_run_arguments(parser: argparse.ArgumentParser, steps: int, steps_help: str, policies: str) -> None:
+    """--eta, --steps and the repeatable --policy, shared by `dc sim` and `dc run`."""
+    parser.add_argument("--eta", type=int, default=2, help="staleness bound in policy versions (default 2)")
+    parser.add_argument("--steps", type=int, default=steps, help=f"{steps_help} (default {steps})")
+    parser.add_argument(
+        "--policy",
+        action="append",
+        dest="policies",
+        metavar="SPEC",
+        help=f"policy (repeatable; default: {policies}); see docs/datacenter.md",
+    )
 
 
 def _add_plot_arguments(parser: argparse.ArgumentParser, default: str, shows: str) -> None:
