@@ -29,7 +29,7 @@ $(BIN)/python:
 
 # Re-install only when pyproject.toml changed since the last install.
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install -e '.[dev,edge,fl,dashboard]'
+	scripts/pip-install $(BIN)/python dev,edge,fl,dashboard
 	touch $@
 
 system-deps:

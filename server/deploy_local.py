@@ -233,7 +233,7 @@ def _kill_server_after(
         if any(_agent_in_round(c) for c in channels):
             break
         time.sleep(0.1)
-    pids = processes_of(flwr_home, "flwr-serverapp") + processes_of(flwr_home, "flwr.cli.run.run")
+    pids = processes_of(flwr_home, "flwr-serverapp") + processes_of(flwr_home, "flwr run")
     log.warning("killing the ServerApp and flwr run (pids %s) after round %d", pids, round_no)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):

@@ -191,16 +191,11 @@ def flwr_run(
     """`flwr run <app> <connection>`; returns its output. With `stream` (`--stream`) it lasts
     until the run ends, printing the ServerApp's log; `on_line` sees each line as it comes."""
     overrides = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
-    # `flwr run` through its Python function: the `flwr` script builds its whole typer app at
-    # import, which fails with the typer that amqtt 0.11.4 pins (no typing.Literal support).
-    call = (
-        "import sys; from flwr.cli.run.run import run; "
-        "run(app=sys.argv[1], superlink=sys.argv[2], run_config_overrides=[sys.argv[3]], "
-        "federation_config_overrides=[sys.argv[4]] if sys.argv[4] else None, "
-        "stream=sys.argv[5] == 'stream', output_format='default')"
-    )
-    mode = "stream" if stream else "submit"
-    args = [sys.executable, "-c", call, str(app_dir()), connection, overrides, federation_config or "", mode]
+    args = [str(_BIN / "flwr"), "run", str(app_dir()), connection, "--run-config", overrides]
+    if federation_config:
+        args += ["--federation-config", federation_config]
+    if stream:
+        args.append("--stream")
     returncode, output = _run_capturing(args, env, timeout_s, on_line)
     if log_path is not None:
         log_path.write_text(output)
@@ -213,14 +208,8 @@ def flwr_run(
 
 def flwr_run_status(connection: str, env: Mapping[str, str], run_id: int, timeout_s: float = 60.0) -> str:
     """The status of run `run_id` on the SuperLink of `connection`, as Flower words it
-    (`finished:completed`, `finished:failed`, `running`...): `flwr ls --run-id`'s function."""
-    # `ls` wants typer's context only for the legacy-usage migration of its extra arguments.
-    call = (
-        "import sys, types; from flwr.cli.ls import ls; "
-        "ls(types.SimpleNamespace(args=[]), superlink=sys.argv[1], run_id=int(sys.argv[2]), "
-        "output_format='json')"
-    )
-    args = [sys.executable, "-c", call, connection, str(run_id)]
+    (`finished:completed`, `finished:failed`, `running`...), from `flwr ls --run-id`."""
+    args = [str(_BIN / "flwr"), "ls", connection, "--run-id", str(run_id), "--format", "json"]
     returncode, output = _run_capturing(args, env, timeout_s, None)
     try:
         answer = json.loads(output[output.index("{") :])
