@@ -30,10 +30,10 @@ import numpy as np
 
 from dartfl.errors import ConfigError, DartflError
 from server.launch import (
+    LocalSuperLink,
     ManagedProcess,
     flwr_run,
     free_port,
-    local_superlink,
     start_process,
     wait_for_port,
 )
@@ -213,13 +213,14 @@ def processes_of(flwr_home: Path, cmdline_has: str = "") -> list[int]:
 def _kill_server_after(
     round_no: int,
     ckpt_dir: Path,
-    flwr_home: Path,
+    superlink: LocalSuperLink,
     channels: list[str],
     killed: threading.Event,
     timeout_s: float,
 ) -> None:
     """Once round `round_no`'s checkpoint exists and an agent trains the next round, SIGKILL
-    the ServerApp and `flwr run` (a server crash mid-round); set `killed`.
+    the whole server side, as a crash of its host would: the SuperLink with its SuperExec and
+    ServerApp, and `flwr run`. Set `killed`.
 
     One agent in the round is enough: the server has sent the round, and it cannot checkpoint
     it before that agent's round deadline. Waiting for every agent raced: with short rounds
@@ -233,8 +234,10 @@ def _kill_server_after(
         if any(_agent_in_round(c) for c in channels):
             break
         time.sleep(0.1)
+    flwr_home = Path(superlink.env["FLWR_HOME"])
     pids = processes_of(flwr_home, "flwr-serverapp") + processes_of(flwr_home, "flwr run")
-    log.warning("killing the ServerApp and flwr run (pids %s) after round %d", pids, round_no)
+    log.warning("killing the SuperLink, the ServerApp and flwr run (pids %s) after round %d", pids, round_no)
+    superlink.kill()
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
@@ -282,8 +285,9 @@ def deploy_local(
     `kill_node_in_round=i` (a fault test): SIGKILL device i's SuperNode once its agent is
     training the first round; the run must finish with the other nodes.
     `kill_server_after_round=r` (a fault test): once round r's checkpoint is written and the
-    agents train round r+1, SIGKILL the ServerApp and `flwr run`; once the agents are idle,
-    `flwr run` again with the same checkpoint-dir, which must resume at round r+1."""
+    agents train round r+1, SIGKILL the SuperLink, the ServerApp and `flwr run`; once the
+    agents are idle, start the SuperLink again and `flwr run` with the same checkpoint-dir,
+    which must resume at round r+1."""
     from edge_client.fl_config import FlConfig
 
     if clients < 1 or rounds < 1:
@@ -307,7 +311,8 @@ def deploy_local(
     devices = [f"fl-edge-{i}" for i in range(clients)]
     pids: list[int] = []
     load_report: dict[str, Any] = {}
-    with local_superlink(workdir, simulation=False) as (conn, env), _stopping([]) as procs:
+    with LocalSuperLink(workdir, simulation=False) as superlink, _stopping([]) as procs:
+        conn, env = superlink.name, superlink.env
         broker = _start_broker()
         try:
             agent_env = {**env, "PYTHONUNBUFFERED": "1"}
@@ -359,7 +364,7 @@ def deploy_local(
                     args=(
                         kill_server_after_round,
                         Path(str(config["checkpoint-dir"])),
-                        Path(env["FLWR_HOME"]),
+                        superlink,
                         channels,
                         server_killed,
                         timeout_s,
@@ -382,6 +387,10 @@ def deploy_local(
                             f"the run ended before round {kill_server_after_round}'s checkpoint"
                         )
                     _wait_agents_idle(channels, round_s + 120.0)
+                    # The server host is back: the SuperLink restarts from its database on the
+                    # same address, the SuperNodes reconnect, and the new run resumes from the
+                    # last checkpoint.
+                    superlink.start()
                 flwr_run(conn, env, config, timeout_s=timeout_s, log_path=workdir / "flwr-run.log")
                 run_s = time.monotonic() - t0
             finally:

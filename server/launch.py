@@ -26,6 +26,7 @@ from pathlib import Path
 from dartfl.errors import ConfigError, DartflError
 
 __all__ = [
+    "LocalSuperLink",
     "ManagedProcess",
     "app_dir",
     "flower_env",
@@ -141,40 +142,67 @@ def write_connection(
     (flwr_home / "config.toml").write_text("\n".join([*lines, ""]))
 
 
+class LocalSuperLink:
+    """A SuperLink on free loopback ports, its state in `workdir/superlink.db`: killed and
+    started again (a server crash, in the fault tests), it comes back on the same address with
+    its nodes and runs, and the SuperNodes reconnect on their own."""
+
+    def __init__(self, workdir: Path, *, simulation: bool, name: str = "dartfl") -> None:
+        self.name = name
+        self.env = flower_env(workdir / "flwr-home")
+        self.port, control, fleet = free_port(), free_port(), free_port()
+        self.env["DARTFL_SUPERLINK_FLEET"] = f"127.0.0.1:{fleet}"
+        self.env["DARTFL_SUPERLINK_PORT"] = str(self.port)
+        self._args = [
+            str(_BIN / "flower-superlink"),
+            "--insecure",
+            "--disable-runtime-dependency-installation",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--control-api-address",
+            f"127.0.0.1:{control}",
+            "--fleet-api-address",
+            f"127.0.0.1:{fleet}",
+            "--database",
+            str(workdir / "superlink.db"),
+        ]
+        if simulation:
+            self._args += ["--simulation", "--isolation", "subprocess"]
+        self._log_path = workdir / "superlink.log"
+        self._process: ManagedProcess | None = None
+
+    def start(self) -> None:
+        self._process = start_process(self._args, self.env, self._log_path)
+        wait_for_port(self.port, 30, self._process.proc)
+        write_connection(Path(self.env["FLWR_HOME"]), self.name, f"127.0.0.1:{self.port}")
+
+    def kill(self) -> None:
+        """SIGKILL the SuperLink and its process group (SuperExec, ServerApps)."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.stop()  # closes its log
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.stop()
+
+    def __enter__(self) -> LocalSuperLink:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
 @contextlib.contextmanager
 def local_superlink(
     workdir: Path, *, simulation: bool, name: str = "dartfl"
 ) -> Iterator[tuple[str, dict[str, str]]]:
     """A SuperLink on a free loopback port; yields (connection name, environment). Stopped on exit."""
-    flwr_home = workdir / "flwr-home"
-    env = flower_env(flwr_home)
-    port, control, fleet = free_port(), free_port(), free_port()
-    args = [
-        str(_BIN / "flower-superlink"),
-        "--insecure",
-        "--disable-runtime-dependency-installation",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--control-api-address",
-        f"127.0.0.1:{control}",
-        "--fleet-api-address",
-        f"127.0.0.1:{fleet}",
-        "--database",
-        str(workdir / "superlink.db"),
-    ]
-    if simulation:
-        args += ["--simulation", "--isolation", "subprocess"]
-    superlink = start_process(args, env, workdir / "superlink.log")
-    try:
-        wait_for_port(port, 30, superlink.proc)
-        write_connection(flwr_home, name, f"127.0.0.1:{port}")
-        env["DARTFL_SUPERLINK_FLEET"] = f"127.0.0.1:{fleet}"
-        env["DARTFL_SUPERLINK_PORT"] = str(port)
-        yield name, env
-    finally:
-        superlink.stop()
+    with LocalSuperLink(workdir, simulation=simulation, name=name) as link:
+        yield link.name, link.env
 
 
 def flwr_run(

@@ -2,9 +2,11 @@
 2 device agents, Mosquitto, as `deploy_local` builds it) is killed mid-run and started again
 with the same checkpoint-dir; the run resumes at the round after the last checkpoint.
 
-`deploy_local(kill_server_after_round=1)` SIGKILLs the ServerApp and `flwr run` once round 1's
-checkpoint is written and both agents train round 2, waits for the agents to finish that
-orphaned round, and runs `flwr run` again. Run under `scripts/loopback-run`.
+`deploy_local(kill_server_after_round=1)` SIGKILLs the whole server side (the SuperLink with
+its SuperExec and ServerApp, and `flwr run`) once round 1's checkpoint is written and an agent
+trains round 2, waits for the agents to finish that orphaned round, starts the SuperLink again
+from its database on the same address, and runs `flwr run` again; the SuperNodes reconnect on
+their own. Run under `scripts/loopback-run`.
 """
 
 from __future__ import annotations
@@ -62,6 +64,8 @@ def test_a_killed_server_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
             "round-0001.json", "round-0002.json", "round-0003.json",
         ]  # fmt: skip
         assert "resuming" not in killed_log
+        # The SuperLink itself died and came back (twice started, one log).
+        assert (tmp_path / "superlink.log").read_text().count("Starting Flower SuperLink") == 2
         # The new run resumed from round 1's checkpoint and did not recompute round 1: the
         # final history's round 1 is the one the killed run checkpointed, byte for byte.
         assert "resuming from the checkpoint of round 1" in resumed_log
