@@ -7,7 +7,9 @@ multiple of the engine's TP size), DART scores
     J(R) = min(A(R), S(G - R)) - kappa * (Q - Q*) / B * (A(R) - S(G - R))
 
 with A the rollout rate and S the training rate (groups/s) predicted from the profiled cost
-model at the current measured response length, Q* one batch, B the batch. The first term
+model at the current measured response length, Q* one batch, B the batch. A is the rate at
+which rollout delivers batches under the staleness bound's admission rule, so at a tight
+bound it already counts the training step rollout waits on. The first term
 is the penalty (throughput); the second is the drift of L = (Q - Q*)^2 / 2: a full buffer
 pushes GPUs to training, an empty one to rollout. A move pays a switch cost (dead GPU
 seconds), so DART moves only when the predicted gain over a hold horizon repays it and
@@ -30,9 +32,11 @@ __all__ = ["DcDartConfig", "DcDartPolicy", "drift_plus_penalty", "predicted_rate
 
 FloatArray = npt.NDArray[np.float64]
 
-# Share of the samples admitted in flight that are still decoding: the rest of a GRPO group
-# has finished and waits for the group's longest sample. Measured in the simulator for the
-# default workload (log-normal lengths, sigma 0.99, groups of 8): 0.43-0.44 at eta 2 and 4.
+# Share of an in-flight GRPO group's samples still decoding: the rest have finished and wait
+# for the group's longest sample (mean length / mean longest of the group). Measured in the
+# simulator for the default workload (log-normal lengths, sigma 0.99, groups of 8), averaged
+# over time: 0.44-0.49 at every staleness bound from 0 to 6. What the bound changes is how
+# many groups are in flight (`rollout_rate`), not this share.
 DECODING_SHARE = 0.45
 
 
@@ -54,43 +58,104 @@ class DcDartConfig:
             raise ConfigError(f"dart smoothing must lie in (0, 1], got {self.smoothing}")
 
 
+def training_step_s(obs: DcObservation, rollout_gpus: FloatArray, length: float) -> FloatArray:
+    """Seconds of one training step on the GPUs a split leaves the trainer.
+
+    B groups of (prompt + length) tokens, data-parallel with a small all-reduce loss per
+    doubling, plus per-minibatch overhead and the part of the weight sync the trainer waits for.
+    """
+    m = obs.model
+    train_gpus = np.maximum(obs.gpus - rollout_gpus, 1.0)
+    tokens = obs.batch_groups * obs.group_size * (obs.prompt_tokens + length)
+    efficiency = 1.0 / (1.0 + 0.02 * np.log2(train_gpus))
+    sync_wait = m.sync_low_s if obs.sync_mode == "overlapped" else m.sync_s
+    compute_s = tokens * m.train_per_token_gpu_s / (train_gpus * efficiency) + 4 * m.minibatch_overhead_s
+    step_s: FloatArray = compute_s + sync_wait
+    return step_s
+
+
+def decoding_per_engine(
+    obs: DcObservation, engines: FloatArray, groups: FloatArray, context: float
+) -> FloatArray:
+    """Sequences each engine decodes while `groups` groups are in flight, capped by KV memory."""
+    slots = float(obs.model.engine_slots(context))
+    decoding = DECODING_SHARE * obs.group_size * groups / engines
+    per_engine: FloatArray = np.minimum(slots, np.maximum(1.0, decoding))
+    return per_engine
+
+
+def decode_rate(
+    obs: DcObservation, engines: FloatArray, groups: FloatArray, length: float, context: float
+) -> FloatArray:
+    """Groups/s the engines complete while `groups` groups are in flight.
+
+    A decode step with p sequences on an engine takes a + p (b + c ctx) and moves each one
+    token on; a group is done after n samples of `length` tokens.
+    """
+    m = obs.model
+    per_engine = decoding_per_engine(obs, engines, groups, context)
+    decode_s = m.decode_fixed_s + per_engine * (m.decode_per_seq_s + m.decode_per_kv_token_s * context)
+    rate: FloatArray = engines * per_engine / decode_s / (obs.group_size * max(1.0, length))
+    return rate
+
+
+def rollout_rate(
+    obs: DcObservation, rollout_gpus: FloatArray, length: float, step_s: FloatArray
+) -> FloatArray:
+    """Groups/s rollout delivers under AReaL's admission rule, one batch per training step.
+
+    The rule lets (accepted + running) groups reach (eta + version + 1) B. While a step
+    trains, that leaves buffer + in flight <= eta B: nothing is admitted, the pool drains and
+    b0 groups finish. When the step's weights land, B more groups are admitted; rollout pauses
+    for the update (interrupted, it also recomputes the KV cache of what still decodes), then
+    runs with up to (eta + 1) B - buffer in flight until the buffer holds the next batch. With
+    the buffer filling linearly (0 to b0 during the step, b0 to B after it), the mean in flight
+    is eta B - b0 / 2 during the step and (eta + 1/2) B - b0 / 2 after it. The rate is B over
+    the time to make a batch this way. Under a loose bound both phases decode as fast and it
+    is the plain decode rate; at eta = 0 nothing decodes during the step, so a batch costs
+    the rollout time plus the training time, and more rollout GPUs can lower it.
+    """
+    m, batch = obs.model, float(obs.batch_groups)
+    context = obs.active_context_tokens if obs.active_context_tokens > 0 else obs.prompt_tokens + length
+    engines = np.maximum(rollout_gpus / obs.tp, 1e-9)
+    bound = obs.eta * batch
+    # 1. During the step: b0 and the in-flight count it leaves settle in a few rounds.
+    finished = np.zeros_like(rollout_gpus)
+    during = np.zeros_like(rollout_gpus)
+    for _ in range(3):
+        inflight = bound - finished / 2
+        during = np.where(inflight > 0, decode_rate(obs, engines, inflight, length, context), 0.0)
+        finished = np.minimum(during * step_s, min(bound, batch))
+    # 2. After it: the pause, then B more groups in flight.
+    pause_s = np.full_like(rollout_gpus, 0.0 if obs.sync_mode == "overlapped" else m.sync_s)
+    if obs.sync_mode == "interrupt":
+        decoding = decoding_per_engine(obs, engines, bound - finished, context)
+        pause_s += np.where(bound > finished, decoding * context * m.prefill_per_token_s, 0.0)
+    after = decode_rate(obs, engines, bound + (batch - finished) / 2, length, context)
+    # 3. The time to make a batch: within the step if rollout is that fast, else the step and
+    #    the rest at the rate after it.
+    fast = during * step_s >= batch
+    make_s = np.where(
+        fast,
+        batch / np.maximum(during, 1e-12),
+        step_s + (batch - during * step_s) / np.maximum(after, 1e-12),
+    )
+    rate: FloatArray = batch / (pause_s + make_s)
+    return rate
+
+
 def predicted_rates(
     obs: DcObservation, rollout_gpus: FloatArray, length: float
 ) -> tuple[FloatArray, FloatArray]:
     """(rollout, training) groups/s for each candidate split, from the cost model.
 
-    1. Training: one step on B groups of (prompt + length) tokens, data-parallel over T GPUs
-       with a small all-reduce loss per doubling, plus per-minibatch overhead and the part of
-       the weight sync the trainer waits for.
-    2. Rollout: E engines of tp GPUs; each decodes n sequences, n capped by KV memory and by
-       what the staleness bound admits (eta batches), of which only DECODING_SHARE still
-       decode; a decode step takes a + n (b + c ctx); tokens/s = E n / step, less the share
-       of time engines pause for weight updates (and, when interrupted, recompute the KV cache
-       of the n decoding sequences).
+    Training: one batch per `training_step_s`, if the split leaves the trainer its minimum.
+    Rollout: `rollout_rate`, the batches it delivers under the staleness bound; it depends on
+    the training step too, since admission waits on each step's weights.
     """
-    m = obs.model
-    n, batch = obs.group_size, obs.batch_groups
-    context = obs.active_context_tokens if obs.active_context_tokens > 0 else obs.prompt_tokens + length
-    # 1. training
-    train_gpus = np.maximum(obs.gpus - rollout_gpus, 1.0)
-    tokens = batch * n * (obs.prompt_tokens + length)
-    efficiency = 1.0 / (1.0 + 0.02 * np.log2(train_gpus))
-    sync_wait = m.sync_low_s if obs.sync_mode == "overlapped" else m.sync_s
-    compute_s = tokens * m.train_per_token_gpu_s / (train_gpus * efficiency) + 4 * m.minibatch_overhead_s
-    step_s = compute_s + sync_wait
-    train = np.where(obs.gpus - rollout_gpus >= obs.train_min_gpus, batch / step_s, 0.0)
-    # 2. rollout
-    engines = np.maximum(rollout_gpus / obs.tp, 1e-9)
-    slots = float(m.engine_slots(context))
-    inflight_cap = max(1, obs.eta) * batch * n
-    per_engine = np.minimum(slots, np.maximum(1.0, DECODING_SHARE * inflight_cap / engines))
-    decode_s = m.decode_fixed_s + per_engine * (m.decode_per_seq_s + m.decode_per_kv_token_s * context)
-    pause_s = np.full_like(per_engine, 0.0 if obs.sync_mode == "overlapped" else m.sync_s)
-    if obs.sync_mode == "interrupt":
-        pause_s += per_engine * context * m.prefill_per_token_s
-    busy = np.clip(1.0 - pause_s / step_s, 0.05, 1.0)
-    rollout = busy * engines * per_engine / decode_s / (n * max(1.0, length))
-    return rollout, train
+    step_s = training_step_s(obs, rollout_gpus, length)
+    train = np.where(obs.gpus - rollout_gpus >= obs.train_min_gpus, obs.batch_groups / step_s, 0.0)
+    return rollout_rate(obs, rollout_gpus, length, step_s), train
 
 
 def drift_plus_penalty(
@@ -102,8 +167,16 @@ def drift_plus_penalty(
     the buffer, and a deep one under a loose staleness bound means rollout is running ahead,
     not a backlog to drain at any cost. Unbounded, kappa * backlog >= 1 turns J into a pure
     preference for one side and walks the split to an extreme (measured at eta = 6).
+
+    A short buffer pulls towards a batch ready when the trainer finishes, which needs a split
+    where rollout keeps up with training. Where none does (at eta = 0 the bound admits nothing
+    while a step trains, so rollout and training take turns), the buffer is short at every
+    split and its level only marks the phase of that cycle: it does not pull. Pulling there
+    walked the split towards rollout, away from the best cycle, and back with each cycle.
     """
     backlog = min(1.0, max(-1.0, (buffer_groups - batch_groups) / batch_groups))
+    if backlog < 0 and not np.any(rollout >= train):
+        backlog = 0.0
     result: FloatArray = np.minimum(rollout, train) - kappa * backlog * (rollout - train)
     return result
 
@@ -132,9 +205,11 @@ class DcDartPolicy(DcPolicy):
         """Track the response length and how far the cost model is off.
 
         Rates are measured over a window of `window` periods at an unchanged split (steps
-        finish in lumps, so one period says little). A side's measured rate corrects the
-        model only while it was the bottleneck: rollout never blocked by admission control,
-        or the trainer never short of data.
+        finish in lumps, so one period says little), and only once a step has trained: before
+        it the pipeline is filling and only a batch's short samples have finished (a 32B run
+        measured 0.8x the rollout rate there and kept the wrong split). A side's measured rate
+        corrects the model only while it was the bottleneck: rollout never blocked by
+        admission control, or the trainer never short of data.
         """
         if obs.mean_response_tokens > 0:
             w = self.config.smoothing
@@ -143,7 +218,7 @@ class DcDartPolicy(DcPolicy):
                 if self.length <= 0
                 else ((1 - w) * self.length + w * obs.mean_response_tokens)
             )
-        if obs.switching_gpus or obs.rollout_gpus != self._window_split:
+        if obs.switching_gpus or obs.rollout_gpus != self._window_split or obs.version == 0:
             self._window = []
             self._window_split = obs.rollout_gpus
             return

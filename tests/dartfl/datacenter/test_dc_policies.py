@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from dartfl.datacenter import DcObservation, LogNormalLengths, make_dc_policy, model_spec, weight_sync_range_s
-from dartfl.datacenter.policies import DcDartPolicy, split_gpus
+from dartfl.datacenter.policies import DcDartPolicy, predicted_rates, split_gpus
+from dartfl.datacenter.policies.dart import drift_plus_penalty
 from dartfl.errors import ConfigError
 
 
@@ -107,3 +110,36 @@ def test_lengths_are_heavy_tailed_truncated_and_drift_by_the_factor() -> None:
     assert np.median(last) / np.median(first) == pytest.approx(3.0, rel=0.08)
     capped = LogNormalLengths(median_tokens=2000, max_tokens=4096).draw(rng, 1000, 8, 0.0)
     assert capped.max() == 4096 and (capped == 4096).mean() > 0.1
+
+
+def test_dart_rollout_model_takes_turns_with_training_at_eta_0() -> None:
+    # At eta 0 the bound admits nothing while a step trains: rollout's rate is one batch per
+    # (rollout time + training time), below the training rate at every split, and past the
+    # best split more rollout GPUs slow the cycle down (each step gets longer).
+    obs = replace(_obs(1600.0), eta=0, prompt_tokens=512)
+    splits = np.arange(4.0, 61.0)
+    rollout, train = predicted_rates(obs, splits, 1600.0)
+    assert np.all(rollout < train)
+    best = int(np.argmax(rollout))
+    assert 0 < best < splits.size - 1 and rollout[-1] < 0.9 * rollout[best]
+    # A loose bound keeps rollout decoding through the step: faster at every split.
+    loose, _ = predicted_rates(replace(obs, eta=4), splits, 1600.0)
+    assert np.all(loose > rollout)
+
+
+def test_dart_a_short_buffer_does_not_pull_when_no_split_keeps_up_with_training() -> None:
+    rollout, train = np.array([1.0, 2.0, 1.5]), np.array([4.0, 3.0, 2.0])
+    score = drift_plus_penalty(rollout, train, buffer_groups=0, batch_groups=64, kappa=0.2)
+    assert np.array_equal(score, np.minimum(rollout, train))  # the best cycle, not the most rollout
+    keeps_up = np.array([1.0, 2.0, 3.5])
+    pulled = drift_plus_penalty(keeps_up, train, buffer_groups=0, batch_groups=64, kappa=0.2)
+    assert pulled[2] > np.minimum(keeps_up, train)[2]  # a split that keeps up is pulled towards
+
+
+def test_dart_does_not_correct_its_model_before_the_first_step() -> None:
+    # Before the first step the pipeline is filling: only short samples have finished, so the
+    # measured rollout rate is low and would skew the model for the rest of the run.
+    policy = DcDartPolicy()
+    for _ in range(30):
+        policy.update(replace(_obs(1500.0), version=0, measured_rollout_groups_per_s=0.1))
+    assert policy.rollout_gain == policy.train_gain == 1.0

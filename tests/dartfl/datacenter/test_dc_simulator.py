@@ -128,3 +128,17 @@ def test_dart_under_a_loose_staleness_bound_stays_near_the_best_static_split() -
     static = simulate(cfg, make_dc_policy("static:0.45"), lengths, np.random.default_rng(5))
     ratio = (dart.trained_samples / dart.makespan_s) / (static.trained_samples / static.makespan_s)
     assert ratio >= 0.95, ratio
+
+
+@pytest.mark.parametrize("eta", [0, 1])
+def test_dart_under_a_tight_staleness_bound_stays_near_the_best_static_split(eta: int) -> None:
+    # At eta 0 and 1 admission waits on each training step, so a batch costs rollout time plus
+    # (part of) the training time. A model that took rollout and training as running side by
+    # side (throughput min(A, S)) gave rollout ~0.65 of the GPUs against a best split of 0.4:
+    # 0.92x and 0.86x the best static split on this pool (docs/datacenter.md).
+    cfg = _config(gpus=32, steps=40, eta=eta)
+    lengths = LogNormalLengths()
+    best, _ = sweep_static(cfg, lengths, 5)
+    dart = simulate(cfg, make_dc_policy("dart"), lengths, np.random.default_rng(5))
+    ratio = (dart.trained_samples / dart.makespan_s) / (best.trained_samples / best.makespan_s)
+    assert ratio >= 0.97, ratio
