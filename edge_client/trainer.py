@@ -3,17 +3,21 @@
 The allocator hands the device small training microbatches (m samples, task shares y_k,
 loss weights w_k). One microbatch runs to completion once started, so it must be short; one
 optimizer step, to be efficient, should see more samples. So gradients accumulate across
-microbatches and the optimizer steps once `step_samples` samples have been accumulated.
+microbatches and the optimizer steps every `step_samples` samples.
 
-Loss of one optimizer step over the N samples it accumulated (n_k of them from task k):
+Loss of one optimizer step over its S = `step_samples` samples (n_k of them from task k):
 
-    L = (1 / N) * sum_k w_k * sum_{i in task k} CE_i  =  sum_k w_k * (n_k / N) * mean_CE_k
+    L = (1 / S) * sum_k w_k * sum_{i in task k} CE_i  =  sum_k w_k * (n_k / S) * mean_CE_k
 
 Each microbatch back-propagates its unnormalised part sum_k w_k * sum_i CE_i; at the step the
-gradients are divided by N. So the step's gradient is the same however its samples were cut
-into microbatches (the model has no batch normalisation, so a sample's gradient does not
-depend on its batch mates). A microbatch never straddles two steps: the step comes after the
-microbatch that brings the count to `step_samples` or more, and N is the count it reached.
+gradients are divided by S. A microbatch that crosses a step boundary runs as two passes: the
+samples that complete the step, the step, then the rest. So the optimizer takes the same
+steps, of S samples each, however the allocator cuts its microbatches (the model has no batch
+normalisation, so a sample's gradient does not depend on its batch mates). Stepping after the
+microbatch instead, on all it brought, would make steps of up to 2S - 1 samples: a policy
+that cuts 23-sample microbatches would take a third fewer steps than one that cuts 32, and
+learn less from the same samples (measured in docs/experiments.md). Only the end of a round
+(`flush`) steps on fewer than S samples, normalised by what it has.
 """
 
 from __future__ import annotations
@@ -136,13 +140,41 @@ class Trainer:
     def train_microbatch(
         self, samples: int, task_shares: Sequence[float], loss_weights: Sequence[float]
     ) -> MicrobatchResult:
-        """Forward and backward `samples` samples mixed by `task_shares`; step if enough accumulated."""
+        """Forward and backward `samples` samples mixed by `task_shares`, stepping the optimizer
+        each time `step_samples` have accumulated (module docstring)."""
         start = time.perf_counter()
         shares, weights = self._check(samples, task_shares, loss_weights)
-        counts = self._splitter.split(samples, shares)
         self.model.train()
+        counts = [0] * len(self.tasks)
+        ce_sums = [0.0] * len(self.tasks)
+        weighted = 0.0
+        stepped = False
+        left = samples
+        while left > 0:
+            part = min(left, self.step_samples - self.pending_samples)
+            part_counts, part_weighted = self._accumulate(part, shares, weights, ce_sums)
+            counts = [a + b for a, b in zip(counts, part_counts, strict=True)]
+            weighted += part_weighted
+            left -= part
+            if self.pending_samples >= self.step_samples:
+                self._step()
+                stepped = True
+        self.samples_trained += samples
+        return MicrobatchResult(
+            samples_per_task=tuple(counts),
+            loss=weighted / samples,
+            duration_s=time.perf_counter() - start,
+            stepped=stepped,
+            ce_sum_per_task=tuple(ce_sums),
+        )
+
+    def _accumulate(
+        self, samples: int, shares: Sequence[float], weights: Sequence[float], ce_sums: list[float]
+    ) -> tuple[list[int], float]:
+        """One forward and backward pass over `samples` samples; adds each task's cross-entropy
+        to `ce_sums`; returns the per-task counts and the weighted loss sum."""
+        counts = self._splitter.split(samples, shares)
         total = torch.zeros(())
-        ce_sums = [0.0] * len(counts)
         for k, (name, count) in enumerate(zip(self.task_names, counts, strict=True)):
             if count == 0:
                 continue
@@ -152,20 +184,10 @@ class Trainer:
             y = torch.from_numpy(data.y_train[idx])
             ce_sum = F.cross_entropy(self.model(x, name), y, reduction="sum")
             total = total + weights[k] * ce_sum
-            ce_sums[k] = float(ce_sum.detach())
+            ce_sums[k] += float(ce_sum.detach())
         total.backward()
         self.pending_samples += samples
-        self.samples_trained += samples
-        stepped = self.pending_samples >= self.step_samples
-        if stepped:
-            self._step()
-        return MicrobatchResult(
-            samples_per_task=tuple(counts),
-            loss=float(total.detach()) / samples,
-            duration_s=time.perf_counter() - start,
-            stepped=stepped,
-            ce_sum_per_task=tuple(ce_sums),
-        )
+        return list(counts), float(total.detach())
 
     def set_learning_rate(self, lr: float) -> None:
         """Train from now on at `lr` (an FL round's rate under the server's decay)."""
@@ -182,7 +204,7 @@ class Trainer:
         return True
 
     def _step(self) -> None:
-        scale = 1.0 / self.pending_samples
+        scale = 1.0 / self.pending_samples  # step_samples, except at a round's flush
         for p in self.model.parameters():
             if p.grad is not None:
                 p.grad.mul_(scale)

@@ -140,15 +140,34 @@ def test_accumulated_microbatches_step_like_one_batch(
         np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
 
 
-def test_a_step_normalises_by_the_samples_it_accumulated(small_tasks: dict[str, TaskData]) -> None:
-    # 24 + 24 samples cross step_samples=32 inside the second microbatch: one step over 48.
+def test_a_microbatch_that_crosses_a_step_is_split_at_the_boundary(small_tasks: dict[str, TaskData]) -> None:
+    # 24 + 24 samples: the second microbatch completes the step with 8 and keeps 16 for the
+    # next; exactly what 32 then 16 do.
     split = _trainer(small_tasks, step_samples=32)
     whole = _trainer(small_tasks, step_samples=32)
     assert [split.train_microbatch(24, (1 / 3,) * 3, (1, 1, 1)).stepped for _ in range(2)] == [False, True]
-    assert whole.train_microbatch(48, (1 / 3,) * 3, (1, 1, 1)).stepped
+    assert whole.train_microbatch(32, (1 / 3,) * 3, (1, 1, 1)).stepped
+    assert not whole.train_microbatch(16, (1 / 3,) * 3, (1, 1, 1)).stepped
+    assert split.steps == whole.steps == 1 and split.pending_samples == whole.pending_samples == 16
     a, b = get_weights(split.model), get_weights(whole.model)
     for key in a:
         np.testing.assert_allclose(a[key], b[key], rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_steps_come_every_step_samples_however_the_microbatches_are_cut(
+    small_tasks: dict[str, TaskData],
+) -> None:
+    # Stepping after the crossing microbatch on all it brought made 23-sample microbatches
+    # step every 46 samples: 5 steps for 230 samples instead of 7, so a policy that cut
+    # smaller microbatches learnt less from the same samples.
+    trainer = _trainer(small_tasks, step_samples=32)
+    results = [trainer.train_microbatch(23, (1 / 3,) * 3, (1, 1, 1)) for _ in range(10)]
+    assert trainer.steps == 7 and trainer.pending_samples == 230 - 7 * 32
+    assert sum(r.stepped for r in results) == 7
+    assert [sum(r.samples_per_task) for r in results] == [23] * 10
+    big = _trainer(small_tasks, step_samples=32)
+    assert big.train_microbatch(100, (1 / 3,) * 3, (1, 1, 1)).stepped
+    assert big.steps == 3 and big.pending_samples == 4
 
 
 def test_zero_loss_weight_gives_its_head_zero_gradient(small_tasks: dict[str, TaskData]) -> None:
