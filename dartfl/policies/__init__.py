@@ -17,7 +17,7 @@ from dartfl.policies.dart import DartConfig, DartPolicy
 from dartfl.policies.inference_first import InferenceFirst
 from dartfl.policies.inference_only import InferenceOnly
 from dartfl.policies.proportional import Proportional
-from dartfl.policies.shares import LOSS_WEIGHTINGS
+from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES
 from dartfl.policies.static import StaticShare
 from dartfl.policies.threshold import Threshold
 
@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 SPEC_HELP = {
-    "dart": "dart[:V | :v=V,margin=G,budget=D,memory=S] - queue-aware drift-plus-penalty",
+    "dart": "dart[:V | :v=V,margin=G,budget=D,memory=S,shares=demand|uniform] - queue-aware allocator",
     "inference-only": "inference-only - never trains (latency reference)",
     "inference-first": "inference-first[:m] - strict inference priority, fixed microbatch m",
     "static": "static:<x> - fixed inference share x in [0, 1]",
@@ -58,16 +58,24 @@ DART_KEYS = {"v": "v", "margin": "slack_margin", "budget": "miss_budget", "memor
 
 
 def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
-    """`dart`, `dart:V` or `dart:key=value,...` with keys v, margin, budget, memory."""
+    """`dart`, `dart:V` or `dart:key=value,...` with keys v, margin, budget, memory (numbers)
+    and shares (`demand` or `uniform`)."""
     values: dict[str, Any] = {}
     if arg and "=" not in arg:
         values["v"] = float(_number(spec, arg, float))
     elif arg:
         for item in arg.split(","):
             key, _, text = item.partition("=")
-            if key.strip() not in DART_KEYS:
-                raise ConfigError(f"policy {spec!r}: unknown key {key!r}; valid: {', '.join(DART_KEYS)}")
-            values[DART_KEYS[key.strip()]] = float(_number(spec, text, float))
+            key = key.strip()
+            if key == "shares":
+                if text.strip() not in TASK_SHARES:
+                    raise ConfigError(f"policy {spec!r}: shares must be one of {', '.join(TASK_SHARES)}")
+                values["task_shares"] = text.strip()
+                continue
+            if key not in DART_KEYS:
+                valid = ", ".join([*DART_KEYS, "shares"])
+                raise ConfigError(f"policy {spec!r}: unknown key {key!r}; valid: {valid}")
+            values[DART_KEYS[key]] = float(_number(spec, text, float))
     return DartConfig(loss_weighting=weighting, **values)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
-from dartfl.policies.shares import LOSS_WEIGHTINGS, demand_shares, loss_weights
+from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
 from dartfl.types import Allocation, Observation
 
 __all__ = ["DartConfig", "DartPolicy", "training_deficit"]
@@ -35,6 +35,9 @@ class DartConfig:
     burst_weight: float = 0.5  # fraction of a remembered burst rate the step size plans for
     rate_window: int = 4  # periods of recent per-period counts the step size plans for (max)
     share_floor: float = 0.05  # epsilon: least training share any task gets
+    # `demand`: shares follow the device's demand; `uniform`: every task alike, for fleets with
+    # label-skewed data, where demand shares bias each head (docs/experiments.md).
+    task_shares: str = "demand"
     loss_weighting: str = "demand"
 
     def __post_init__(self) -> None:
@@ -52,6 +55,10 @@ class DartConfig:
             raise ConfigError(f"dart rate window must be an integer >= 1, got {self.rate_window!r}")
         if not 0.0 < self.share_floor <= 1.0:
             raise ConfigError(f"dart share floor must lie in (0, 1], got {self.share_floor}")
+        if self.task_shares not in TASK_SHARES:
+            raise ConfigError(
+                f"unknown dart task shares {self.task_shares!r}; valid: {', '.join(TASK_SHARES)}"
+            )
         if self.loss_weighting not in LOSS_WEIGHTINGS:
             raise ConfigError(
                 f"unknown loss weighting {self.loss_weighting!r}; valid: {', '.join(LOSS_WEIGHTINGS)}"
@@ -198,7 +205,10 @@ class DartPolicy(Policy):
         batch = _batch_cap(obs, lam) if last_load < 0.5 * tau else obs.max_batch
 
         # 6. Training shares follow demand with a floor; loss weights follow the shares.
-        shares = demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
+        if cfg.task_shares == "demand":
+            shares = demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
+        else:
+            shares = uniform_shares(len(backlog))
         return Allocation(share, shares, loss_weights(cfg.loss_weighting, shares), m, batch)
 
 

@@ -11,9 +11,10 @@ from collections.abc import Sequence
 
 from dartfl.errors import ConfigError
 
-__all__ = ["LOSS_WEIGHTINGS", "demand_shares", "loss_weights", "uniform_shares"]
+__all__ = ["LOSS_WEIGHTINGS", "TASK_SHARES", "demand_shares", "loss_weights", "uniform_shares"]
 
 LOSS_WEIGHTINGS = ("uniform", "demand")
+TASK_SHARES = ("demand", "uniform")  # how DART splits training among tasks
 
 
 def uniform_shares(num_tasks: int) -> tuple[float, ...]:

@@ -200,6 +200,21 @@ def test_dart_training_shares_follow_demand_with_a_floor() -> None:
     assert alloc.loss_weights[0] > alloc.loss_weights[1] > alloc.loss_weights[2] > 0
 
 
+def test_dart_uniform_task_shares_train_every_task_alike_and_schedule_as_before() -> None:
+    # `dart:shares=uniform` (label-skewed fleets): only the training mix changes.
+    obs = observation(arrival_rate_per_s=(100.0, 10.0, 0.0))
+    demand, uniform = DartPolicy().decide(obs), make_policy("dart:shares=uniform").decide(obs)
+    assert uniform.task_shares == pytest.approx((1 / 3,) * 3)
+    assert uniform.loss_weights == pytest.approx((1.0,) * 3)
+    assert (uniform.inference_share, uniform.microbatch, uniform.max_batch) == (
+        demand.inference_share,
+        demand.microbatch,
+        demand.max_batch,
+    )
+    with pytest.raises(ConfigError, match="shares must be one of demand, uniform"):
+        make_policy("dart:shares=loss")
+
+
 def test_dart_reacts_to_a_burst_in_the_same_period() -> None:
     # The rate estimate still says 1 req/s, but 40 requests arrived in the last period.
     before = DartPolicy().decide(observation(arrival_rate_per_s=(1.0, 1.0, 1.0), slo_s=(0.12,) * 3))
