@@ -53,7 +53,9 @@ def measure(width: int, microbatch: int, reps: int) -> dict[str, float | int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--widths", type=int, nargs="+", default=[1, 6])
     parser.add_argument("--microbatch", type=int, default=23)
     parser.add_argument("--reps", type=int, default=300)
