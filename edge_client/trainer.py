@@ -53,7 +53,8 @@ class MicrobatchResult:
     `loss` is the microbatch's weighted loss per sample, sum_k w_k sum_i CE_i / samples;
     `ce_sum_per_task` the unweighted cross-entropy summed over each task's samples (what an FL
     round reports so the server can tell which tasks are still being learnt);
-    `stepped` says whether the optimizer stepped after it.
+    `stepped` says whether the optimizer stepped during it (once, or more for a microbatch
+    longer than `step_samples`).
     """
 
     samples_per_task: tuple[int, ...]

@@ -1,12 +1,12 @@
 """A real Flower deployment on loopback: what `dartfl fl deploy-local` runs.
 
 Processes (each in its own session, stopped by process group, also on failure):
-- one SuperLink (deployment mode, `server.launch.local_superlink`), which runs the ServerApp;
+- one SuperLink (deployment mode, `server.launch.LocalSuperLink`), which runs the ServerApp;
 - one Mosquitto (the request plane; the embedded broker if Mosquitto is not installed);
 - per device: a `dartfl edge run` agent with its round channel on 127.0.0.1:<port>
   ($DARTFL_ROUND_CHANNEL), and a `flower-supernode` with
   `--node-config 'agent-address="127.0.0.1:<port>"'`.
-While `flwr run` (Flower's Python function, see server.launch.flwr_run) runs the rounds, a
+While `flwr run` (server.launch.flwr_run) runs the rounds, a
 load generator sends requests to every agent over MQTT and counts the replies.
 """
 
@@ -216,31 +216,35 @@ def _kill_server_after(
     superlink: LocalSuperLink,
     channels: list[str],
     killed: threading.Event,
+    cancel: threading.Event,
     timeout_s: float,
 ) -> None:
     """Once round `round_no`'s checkpoint exists and an agent trains the next round, SIGKILL
     the whole server side, as a crash of its host would: the SuperLink with its SuperExec and
-    ServerApp, and `flwr run`. Set `killed`.
+    ServerApp, and `flwr run`. Set `killed`. Kill nothing once `cancel` is set (the run
+    ended first, and the deployment is being torn down).
 
     One agent in the round is enough: the server has sent the round, and it cannot checkpoint
     it before that agent's round deadline. Waiting for every agent raced: with short rounds
     and Flower's polling, the agents may never be in the round at the same moment."""
     deadline = time.monotonic() + timeout_s
     ckpt = ckpt_dir / f"round-{round_no:04d}.json"
-    while not ckpt.is_file() and time.monotonic() < deadline:
+    while not ckpt.is_file() and time.monotonic() < deadline and not cancel.is_set():
         time.sleep(0.2)
     in_round_by = time.monotonic() + 60.0
-    while time.monotonic() < min(deadline, in_round_by):
+    while time.monotonic() < min(deadline, in_round_by) and not cancel.is_set():
         if any(_agent_in_round(c) for c in channels):
             break
         time.sleep(0.1)
+    if cancel.is_set():
+        return
     flwr_home = Path(superlink.env["FLWR_HOME"])
     pids = processes_of(flwr_home, "flwr-serverapp") + processes_of(flwr_home, "flwr run")
     log.warning("killing the SuperLink, the ServerApp and flwr run (pids %s) after round %d", pids, round_no)
-    superlink.kill()
-    for pid in pids:
+    for pid in pids:  # first, while the pids just read are surely theirs
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
+    superlink.kill()
     killed.set()
 
 
@@ -356,7 +360,7 @@ def deploy_local(
                     daemon=True,
                 )
                 killer.start()
-            server_killed = threading.Event()
+            server_killed, stop_server_killer = threading.Event(), threading.Event()
             server_killer = None
             if kill_server_after_round is not None:
                 server_killer = threading.Thread(
@@ -367,6 +371,7 @@ def deploy_local(
                         superlink,
                         channels,
                         server_killed,
+                        stop_server_killer,
                         timeout_s,
                     ),
                     daemon=True,
@@ -397,6 +402,9 @@ def deploy_local(
                 load_report = load.stop()
                 if killer is not None:
                     killer.join(timeout=1)
+                if server_killer is not None:
+                    stop_server_killer.set()
+                    server_killer.join(timeout=5)
         except DartflError as exc:
             tails = "\n".join(f"--- {p.log_path.name}:\n{p.log_tail(1500)}" for p in procs)
             raise DartflError(f"{exc}\n{tails}") from None

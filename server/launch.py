@@ -174,8 +174,15 @@ class LocalSuperLink:
         self._process: ManagedProcess | None = None
 
     def start(self) -> None:
+        """Start it (again, after `kill`) and wait until it listens; stopped if it does not."""
+        if self._process is not None and self._process.proc.poll() is None:
+            raise DartflError(f"the SuperLink on 127.0.0.1:{self.port} is already running")
         self._process = start_process(self._args, self.env, self._log_path)
-        wait_for_port(self.port, 30, self._process.proc)
+        try:
+            wait_for_port(self.port, 30, self._process.proc)
+        except BaseException:
+            self._process.stop()
+            raise
         write_connection(Path(self.env["FLWR_HOME"]), self.name, f"127.0.0.1:{self.port}")
 
     def kill(self) -> None:

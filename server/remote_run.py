@@ -4,8 +4,7 @@ following it to the end: what `dartfl fl run` does.
 The SuperLink's Control API is its HTTP port (`flower-superlink --port`, 8000 by default). The
 connection is written into a private, temporary $FLWR_HOME for the call: the user's Flower
 configuration is neither needed nor changed (so Flower account login, `flwr login`, is not
-supported here). Flower's `run` and `ls` are called through their Python functions in a
-subprocess (server.launch.flwr_run), since the `flwr` script cannot start in this environment.
+supported here). `flwr run` and `flwr ls` run as subprocesses (server.launch.flwr_run).
 """
 
 from __future__ import annotations

@@ -68,9 +68,11 @@ def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
             key, _, text = item.partition("=")
             key = key.strip()
             if key == "shares":
-                if text.strip() not in TASK_SHARES:
-                    raise ConfigError(f"policy {spec!r}: shares must be one of {', '.join(TASK_SHARES)}")
-                values["task_shares"] = text.strip()
+                shares = text.strip()
+                if shares not in TASK_SHARES:
+                    valid = ", ".join(TASK_SHARES)
+                    raise ConfigError(f"policy {spec!r}: shares must be one of {valid}, got {shares!r}")
+                values["task_shares"] = shares
                 continue
             if key not in DART_KEYS:
                 valid = ", ".join([*DART_KEYS, "shares"])

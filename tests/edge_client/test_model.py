@@ -170,6 +170,20 @@ def test_steps_come_every_step_samples_however_the_microbatches_are_cut(
     assert big.steps == 3 and big.pending_samples == 4
 
 
+def test_a_split_microbatch_reports_the_loss_of_all_its_samples(small_tasks: dict[str, TaskData]) -> None:
+    # 20 pending + 24: the microbatch runs as 12 and 12; its loss and per-task cross-entropy
+    # cover all 24 samples, as the FL round's metrics expect.
+    trainer = _trainer(small_tasks, step_samples=32)
+    trainer.train_microbatch(20, (1 / 3,) * 3, (1, 1, 1))
+    weights = (1.5, 1.0, 0.5)
+    result = trainer.train_microbatch(24, (0.5, 0.25, 0.25), weights)
+    assert result.stepped and trainer.pending_samples == 12
+    assert result.samples_per_task == (12, 6, 6)
+    weighted = sum(w * ce for w, ce in zip(weights, result.ce_sum_per_task, strict=True))
+    assert result.loss * 24 == pytest.approx(weighted)
+    assert all(ce > 0 for ce in result.ce_sum_per_task)
+
+
 def test_zero_loss_weight_gives_its_head_zero_gradient(small_tasks: dict[str, TaskData]) -> None:
     trainer = _trainer(small_tasks, step_samples=1000)
     result = trainer.train_microbatch(30, (1 / 3,) * 3, (1.0, 0.0, 2.0))
