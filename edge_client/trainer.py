@@ -153,9 +153,7 @@ class Trainer:
         left = samples
         while left > 0:
             part = min(left, self.step_samples - self.pending_samples)
-            part_counts, part_weighted = self._accumulate(part, shares, weights, ce_sums)
-            counts = [a + b for a, b in zip(counts, part_counts, strict=True)]
-            weighted += part_weighted
+            weighted += self._accumulate(part, shares, weights, counts, ce_sums)
             left -= part
             if self.pending_samples >= self.step_samples:
                 self._step()
@@ -170,13 +168,20 @@ class Trainer:
         )
 
     def _accumulate(
-        self, samples: int, shares: Sequence[float], weights: Sequence[float], ce_sums: list[float]
-    ) -> tuple[list[int], float]:
-        """One forward and backward pass over `samples` samples; adds each task's cross-entropy
-        to `ce_sums`; returns the per-task counts and the weighted loss sum."""
-        counts = self._splitter.split(samples, shares)
+        self,
+        samples: int,
+        shares: Sequence[float],
+        weights: Sequence[float],
+        counts: list[int],
+        ce_sums: list[float],
+    ) -> float:
+        """One forward and backward pass over `samples` samples; adds each task's sample count
+        and cross-entropy to `counts` and `ce_sums`; returns the weighted loss sum."""
         total = torch.zeros(())
-        for k, (name, count) in enumerate(zip(self.task_names, counts, strict=True)):
+        for k, (name, count) in enumerate(
+            zip(self.task_names, self._splitter.split(samples, shares), strict=True)
+        ):
+            counts[k] += count
             if count == 0:
                 continue
             data = self.tasks[name]
@@ -188,7 +193,7 @@ class Trainer:
             ce_sums[k] += float(ce_sum.detach())
         total.backward()
         self.pending_samples += samples
-        return list(counts), float(total.detach())
+        return float(total.detach())
 
     def set_learning_rate(self, lr: float) -> None:
         """Train from now on at `lr` (an FL round's rate under the server's decay)."""

@@ -33,7 +33,6 @@ __all__ = [
     "flwr_run",
     "flwr_run_status",
     "free_port",
-    "local_superlink",
     "start_process",
     "wait_for_port",
     "write_connection",
@@ -201,15 +200,6 @@ class LocalSuperLink:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-@contextlib.contextmanager
-def local_superlink(
-    workdir: Path, *, simulation: bool, name: str = "dartfl"
-) -> Iterator[tuple[str, dict[str, str]]]:
-    """A SuperLink on a free loopback port; yields (connection name, environment). Stopped on exit."""
-    with LocalSuperLink(workdir, simulation=simulation, name=name) as link:
-        yield link.name, link.env
 
 
 def flwr_run(

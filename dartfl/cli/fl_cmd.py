@@ -120,7 +120,7 @@ def _parse_sets(items: list[str]) -> dict[str, int | float | str]:
 
 def _sim(args: argparse.Namespace) -> int:
     from edge_client.fl_config import FlConfig
-    from server.launch import flwr_run, local_superlink, scratch_dir
+    from server.launch import LocalSuperLink, flwr_run, scratch_dir
 
     if args.clients < 1 or args.rounds < 1:
         raise ConfigError(f"--clients and --rounds must be >= 1, got {args.clients} and {args.rounds}")
@@ -131,7 +131,8 @@ def _sim(args: argparse.Namespace) -> int:
         base["loss-weighting"] = args.loss_weights
     configs = [FlConfig.from_run_config({**base, "policy": p}) for p in policies]  # fail fast on bad input
     results: list[dict[str, Any]] = []
-    with scratch_dir() as work, local_superlink(work, simulation=True) as (conn, env):
+    with scratch_dir() as work, LocalSuperLink(work, simulation=True) as superlink:
+        conn, env = superlink.name, superlink.env
         for i, cfg in enumerate(configs):
             run_config: dict[str, int | float | str] = {**base, "policy": cfg.policy}
             run_config["results-file"] = str(work / f"result-{i}.json")

@@ -18,7 +18,7 @@ from dartfl.cli.main import main
 from dartfl.errors import ConfigError
 from dartfl.store import RunStore
 from edge_client.broker import free_port
-from server.launch import ManagedProcess, local_superlink, start_process
+from server.launch import LocalSuperLink, ManagedProcess, start_process
 from server.remote_run import SuperLinkTarget
 
 _BIN = Path(sys.executable).parent
@@ -75,8 +75,9 @@ def test_bad_run_config_exits_2_before_contacting_the_superlink(
 @pytest.fixture
 def deployment(tmp_path: Path) -> Iterator[str]:
     """A SuperLink and two SuperNodes on loopback; yields the SuperLink's address."""
-    with local_superlink(tmp_path, simulation=False) as (_, env):
-        superlink = f"127.0.0.1:{env['DARTFL_SUPERLINK_PORT']}"
+    with LocalSuperLink(tmp_path, simulation=False) as link:
+        env = link.env
+        superlink = f"127.0.0.1:{link.port}"
         nodes: list[ManagedProcess] = []
         try:
             for i in range(2):
