@@ -323,7 +323,7 @@ class Agent:
             return
         t0 = time.monotonic()
         try:
-            self.runtime.start_round(job.weights, job.learning_rate)
+            self.runtime.start_round(job.weights, job.learning_rate, job.step_samples)
         except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
             log.exception("could not install the round's weights")
             self._rounds.end(job, error=ConfigError(f"could not install the global weights: {exc}"))

@@ -42,6 +42,7 @@ class RoundJob:
     answered: int = 0
     met: int = 0
     learning_rate: float | None = None  # the round's learning rate (None: keep the agent's)
+    step_samples: int | None = None  # samples per optimizer step (None: keep the agent's)
     ce_before: list[float] = field(default_factory=list)
 
 
@@ -112,7 +113,17 @@ def round_job_from_meta(
     lr = meta.get("learning-rate")
     if lr is not None and not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
         raise ConfigError(f"learning-rate must be a number > 0, got {lr!r}")
-    return RoundJob(dict(meta), weights, duration, target, learning_rate=None if lr is None else float(lr))
+    step = meta.get("step-samples")
+    if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
+        raise ConfigError(f"step-samples must be an integer >= 1, got {step!r}")
+    return RoundJob(
+        dict(meta),
+        weights,
+        duration,
+        target,
+        learning_rate=None if lr is None else float(lr),
+        step_samples=step,
+    )
 
 
 def round_metrics(

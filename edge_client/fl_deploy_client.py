@@ -36,6 +36,7 @@ def run_agent_round(
         "tasks": list(cfg.task_names),
         "policy": cfg.policy,
         "learning-rate": cfg.round_learning_rate(server_round),
+        "step-samples": cfg.step_samples,
     }
     started = time.monotonic()
     reply, weights = request_round(address, meta, global_weights, timeout_s=cfg.round_deadline_s + SLACK_S)

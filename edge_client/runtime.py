@@ -85,11 +85,17 @@ class ModelRuntime:
         set_weights(self.model, weights)
         return self.publish_model()
 
-    def start_round(self, weights: Mapping[str, np.ndarray], learning_rate: float | None = None) -> None:
+    def start_round(
+        self,
+        weights: Mapping[str, np.ndarray],
+        learning_rate: float | None = None,
+        step_samples: int | None = None,
+    ) -> None:
         """New global weights for a federated round (executor thread, between microbatches):
         drop the gradients accumulated on the old weights and the optimizer's momentum, load
-        the weights into the trainer (at the round's learning rate, if it sets one), and
-        hot-swap them into serving (exported in the background, so serving never stalls)."""
+        the weights into the trainer (at the round's learning rate and step size, if it sets
+        them), and hot-swap them into serving (exported in the background, so serving never
+        stalls)."""
         from edge_client.model import set_weights
 
         trainer = self.trainer
@@ -98,6 +104,8 @@ class ModelRuntime:
         if learning_rate is not None:
             trainer.set_learning_rate(learning_rate)
         trainer.pending_samples = 0
+        if step_samples is not None:
+            trainer.set_step_samples(step_samples)
         set_weights(self.model, weights)
         if self._publisher is not None:
             self._publisher.join()  # an export of the previous weights must not land after this one

@@ -202,6 +202,17 @@ class Trainer:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
+    def set_step_samples(self, step_samples: int) -> None:
+        """Step every `step_samples` samples from now on (an FL round's setting). Only between
+        steps: the samples already accumulated were meant for a step of the old size."""
+        if not (isinstance(step_samples, int) and step_samples >= 1):
+            raise ConfigError(f"step_samples must be an integer >= 1, got {step_samples!r}")
+        if self.pending_samples:
+            raise ConfigError(
+                f"cannot change step_samples with {self.pending_samples} samples accumulated; flush first"
+            )
+        self.step_samples = step_samples
+
     def flush(self) -> bool:
         """Step on whatever has accumulated (end of an FL round); False if nothing had."""
         if self.pending_samples == 0:

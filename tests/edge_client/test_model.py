@@ -170,6 +170,21 @@ def test_steps_come_every_step_samples_however_the_microbatches_are_cut(
     assert big.steps == 3 and big.pending_samples == 4
 
 
+def test_the_step_size_changes_only_between_steps(small_tasks: dict[str, TaskData]) -> None:
+    # A deployed agent gets step-samples with each round; changing it mid-step would leave
+    # more samples pending than the new step holds.
+    trainer = _trainer(small_tasks, step_samples=32)
+    trainer.train_microbatch(20, (1 / 3,) * 3, (1, 1, 1))
+    with pytest.raises(ConfigError, match="flush first"):
+        trainer.set_step_samples(16)
+    assert trainer.flush()
+    trainer.set_step_samples(16)
+    assert [trainer.train_microbatch(12, (1 / 3,) * 3, (1, 1, 1)).stepped for _ in range(2)] == [False, True]
+    assert trainer.pending_samples == 8
+    with pytest.raises(ConfigError, match="integer >= 1"):
+        trainer.set_step_samples(0)
+
+
 def test_a_split_microbatch_reports_the_loss_of_all_its_samples(small_tasks: dict[str, TaskData]) -> None:
     # 20 pending + 24: the microbatch runs as 12 and 12; its loss and per-task cross-entropy
     # cover all 24 samples, as the FL round's metrics expect.

@@ -24,7 +24,9 @@ from edge_client.round_channel import RoundChannelError, check_local_address, re
 
 pytestmark = pytest.mark.integration
 
-CFG = FlConfig(round_deadline_s=1.5, max_train_per_task=300, learning_rate=0.03, lr_decay=0.5)
+CFG = FlConfig(
+    round_deadline_s=1.5, max_train_per_task=300, learning_rate=0.03, lr_decay=0.5, step_samples=16
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +81,8 @@ def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
     # Round 3 trains at learning-rate * lr-decay^2.
     lrs = [g["lr"] for g in agent.runtime.trainer.optimizer.param_groups]
     assert lrs == pytest.approx([0.03 * 0.25] * len(lrs))
+    # The run's step-samples reached the agent's trainer (its own default is 32).
+    assert agent.runtime.trainer.step_samples == 16
     before, after = arrays_to_weights(msg.content["arrays"]), arrays_to_weights(reply.content["arrays"])
     assert set(after) == set(before)
     assert any(not np.array_equal(before[k], after[k]) for k in after)
@@ -101,6 +105,8 @@ def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> N
         request_round(address, {"round-deadline-s": 0.5, "tasks": ["digits"]}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="learning-rate"):
         request_round(address, {"round-deadline-s": 0.5, "learning-rate": -1}, {}, timeout_s=10)
+    with pytest.raises(RoundChannelError, match="step-samples"):
+        request_round(address, {"round-deadline-s": 0.5, "step-samples": 0}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="install"):
         request_round(address, {"round-deadline-s": 0.5}, {"nope": np.zeros(2)}, timeout_s=10)
     with pytest.raises(ConfigError, match="loopback"):
