@@ -189,14 +189,9 @@ class ModelRuntime:
         step_reps = 3 if quick else 8
         med_steps = []
         for m in steps:
-            scratch.train_microbatch(m, shares, weights)  # warm-up
-            med_steps.append(
-                float(
-                    np.median(
-                        [scratch.train_microbatch(m, shares, weights).duration_s for _ in range(step_reps)]
-                    )
-                )
-            )
+            _crossing_microbatch_s(scratch, m, shares, weights)  # warm-up
+            times = [_crossing_microbatch_s(scratch, m, shares, weights) for _ in range(step_reps)]
+            med_steps.append(float(np.median(times)))
         a_t, c_t = fit_line(steps, med_steps)
         default = next(iter(per_task.values()))
         overrides = {t: c for t, c in per_task.items() if c != default}
@@ -214,3 +209,17 @@ class ModelRuntime:
         """Wait for a running export so no half-written version is left behind."""
         if self._publisher is not None:
             self._publisher.join(timeout=30.0)
+
+
+def _crossing_microbatch_s(trainer: Any, m: int, shares: Sequence[float], weights: Sequence[float]) -> float:
+    """Seconds for an m-sample microbatch that crosses an optimizer step: a pass that completes
+    the step, the step, and a pass over the rest (edge_client/trainer.py). That is the dearest
+    an m-sample microbatch gets (m <= step_samples crosses at most one step), and most of the
+    allocator's microbatches do cross, so planning with it errs on the side of the SLO; timing
+    microbatches as they fall would mix cheap and dear ones by chance. The untimed lead-in
+    leaves the step m // 2 samples short (one sample for m = 1)."""
+    trainer.flush()
+    lead = trainer.step_samples - max(1, m // 2)
+    if lead > 0:
+        trainer.train_microbatch(lead, shares, weights)
+    return float(trainer.train_microbatch(m, shares, weights).duration_s)

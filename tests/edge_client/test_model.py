@@ -270,3 +270,20 @@ def test_training_learns_every_task(small_tasks: dict[str, TaskData]) -> None:
     assert trainer.model.training  # evaluate restores the mode
     assert all(v < 0.25 for v in before.values()), before
     assert all(v > 0.4 for v in after.values()), after  # chance is 0.1; ~0.84 / 0.55 / 0.88 seen
+
+
+@pytest.mark.parametrize(("m", "pending_after"), [(1, 0), (8, 4), (23, 12), (32, 16)])
+def test_calibration_times_microbatches_that_cross_a_step(
+    small_tasks: dict[str, TaskData], m: int, pending_after: int
+) -> None:
+    # The profile's training line is fitted to the dearest microbatch of each size: one that
+    # runs as two passes around an optimizer step. Timing microbatches as they fell mixed
+    # cheap (no step) and dear (step, second pass) ones by chance.
+    from edge_client.runtime import _crossing_microbatch_s
+
+    trainer = _trainer(small_tasks, step_samples=32)
+    trainer.train_microbatch(5, (1 / 3,) * 3, (1, 1, 1))  # leftovers from an earlier size
+    steps = trainer.steps
+    assert _crossing_microbatch_s(trainer, m, (1 / 3,) * 3, (1, 1, 1)) > 0
+    assert trainer.steps == steps + 2  # the flush of the leftovers, then the crossed step
+    assert trainer.pending_samples == pending_after
