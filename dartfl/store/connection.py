@@ -113,10 +113,14 @@ class StoreConnection:
             self._conn.execute(f"BEGIN {mode}")
             try:
                 yield self._conn
+                # COMMIT inside the try: one that fails (SQLITE_BUSY, outside WAL mode) must
+                # roll back too, or the connection keeps its write lock and every later
+                # transaction here fails.
+                self._conn.execute("COMMIT")
             except BaseException:
-                self._conn.execute("ROLLBACK")
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
                 raise
-            self._conn.execute("COMMIT")
 
     def close(self) -> None:
         with self._lock:

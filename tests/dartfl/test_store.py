@@ -377,3 +377,25 @@ def test_telemetry_row_rejects_a_missing_device_or_bad_time() -> None:
         TelemetryRow("", 1.0)
     with pytest.raises(ConfigError, match="finite"):
         TelemetryRow("pi-1", math.nan)
+
+
+def test_a_commit_that_fails_rolls_back_and_the_next_write_succeeds(tmp_path: Path) -> None:
+    # Outside WAL mode (a file system without shared memory) a reader's shared lock makes
+    # COMMIT fail with SQLITE_BUSY. The failed transaction must be rolled back, or the store
+    # keeps its write lock and every later write fails.
+    path = tmp_path / "s.sqlite"
+    store = RunStore(path)
+    run = store.start_run("fl", "x", {})
+    store._conn.execute("PRAGMA busy_timeout=50")
+    assert store._conn.execute("PRAGMA journal_mode=DELETE").fetchone()[0] == "delete"
+    reader = sqlite3.connect(path, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT * FROM runs").fetchall()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        store.add_result(run, "dart", {"a": 1})
+    assert not store._conn.in_transaction
+    reader.execute("COMMIT")
+    reader.close()
+    store.add_result(run, "dart", {"a": 2})
+    assert store.results(run)["dart"]["a"] == 2
+    store.close()
