@@ -6,6 +6,7 @@ heads); per-task sample counts travel in the MetricRecord as "samples-<task>".
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 import numpy as np
@@ -45,8 +46,15 @@ def record_to_metrics(record: MetricRecord) -> dict[str, float]:
 
 
 def samples_from_metrics(metrics: Mapping[str, float], tasks: tuple[str, ...]) -> dict[str, int]:
-    """Per-task sample counts of a reply; a reply without them is a protocol error."""
+    """Per-task sample counts of a reply; a reply without them, or with a count that is not a
+    whole number >= 0, is a protocol error."""
     missing = [t for t in tasks if SAMPLES_PREFIX + t not in metrics]
     if missing:
         raise ProtocolError("bad-reply", f"client reply lacks sample counts for task(s) {', '.join(missing)}")
-    return {t: int(metrics[SAMPLES_PREFIX + t]) for t in tasks}
+    counts = {}
+    for t in tasks:
+        n = metrics[SAMPLES_PREFIX + t]
+        if not (isinstance(n, int | float) and math.isfinite(n) and n >= 0 and n == int(n)):
+            raise ProtocolError("bad-reply", f"client reply's sample count for task {t!r} is {n!r}")
+        counts[t] = int(n)
+    return counts

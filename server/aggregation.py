@@ -18,7 +18,7 @@ import numpy as np
 
 from dartfl.errors import InputError
 
-__all__ = ["ClientUpdate", "aggregate", "part_of"]
+__all__ = ["ClientUpdate", "aggregate", "check_weights", "part_of"]
 
 
 @dataclass(frozen=True)
@@ -45,17 +45,30 @@ def part_of(key: str) -> str | None:
     return None
 
 
+def check_weights(reference: Mapping[str, np.ndarray], weights: Mapping[str, np.ndarray]) -> None:
+    """InputError unless `weights` has exactly the tensors of `reference`, of the same shapes,
+    all finite. One diverged or malformed update must not poison the global model."""
+    if set(weights) != set(reference):
+        missing = sorted(set(reference) - set(weights))
+        extra = sorted(set(weights) - set(reference))
+        raise InputError(f"the weights do not fit the model: missing {missing[:5]}, unexpected {extra[:5]}")
+    for key, ref in reference.items():
+        value = np.asarray(weights[key])
+        if value.shape != np.shape(ref):
+            raise InputError(f"weight {key!r}: shape {value.shape}, expected {np.shape(ref)}")
+        if not np.issubdtype(value.dtype, np.number) or not np.isfinite(value).all():
+            raise InputError(f"weight {key!r} holds NaN, infinity or non-numbers (a diverged update?)")
+
+
 def aggregate(
     global_weights: Mapping[str, np.ndarray], updates: Sequence[ClientUpdate]
 ) -> dict[str, np.ndarray]:
     """The new global weights: per-part sample-weighted means of the clients' weights."""
     for i, u in enumerate(updates):
-        if set(u.weights) != set(global_weights):
-            missing = sorted(set(global_weights) - set(u.weights))
-            extra = sorted(set(u.weights) - set(global_weights))
-            raise InputError(
-                f"update {i} does not fit the global model: missing {missing}, unexpected {extra}"
-            )
+        try:
+            check_weights(global_weights, u.weights)
+        except InputError as exc:
+            raise InputError(f"update {i}: {exc}") from None
     totals = np.asarray([u.total_samples for u in updates], dtype=np.float64)
     out: dict[str, np.ndarray] = {}
     for key, current in global_weights.items():
@@ -70,9 +83,6 @@ def aggregate(
         acc = np.zeros(np.shape(current), dtype=np.float64)
         for weight, u in zip(w, updates, strict=True):
             if weight > 0:
-                value = np.asarray(u.weights[key])
-                if value.shape != np.shape(current):
-                    raise InputError(f"weight {key!r}: shape {value.shape}, expected {np.shape(current)}")
-                acc += weight * value
+                acc += weight * np.asarray(u.weights[key])
         out[key] = (acc / w.sum()).astype(np.asarray(current).dtype)
     return out

@@ -5,16 +5,22 @@ an in-memory grid that calls the ClientApp in-process. Each round:
 1. wait (up to node-wait-s) for enough nodes: min-available-nodes before the first round,
    min-train-nodes afterwards (a node that died is not waited for forever);
 2. send every connected node the global weights and the round's config (deadline, policy...);
-3. collect replies until round-timeout-s; error replies and late nodes are dropped;
+3. collect replies until round-timeout-s; error replies, late nodes and unusable updates
+   (missing or malformed counts, weights that do not fit the model or hold NaN) are dropped
+   with a warning, so one broken or diverged device cannot stop or poison the run;
 4. aggregate with the multitask rule (server.aggregation), evaluate per task on the test sets;
 5. checkpoint, then record the round in the run store and the results file.
-A restarted server finds the latest checkpoint and resumes at the round after it.
+A restarted server finds the latest checkpoint and resumes at the round after it, if the
+checkpoint was written with the same settings. `_MAX_EMPTY_ROUNDS` rounds in a row without
+one usable update fail the run: every node failing, or a round-timeout-s shorter than the
+nodes' rounds, would otherwise finish "ok" with an untrained model.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -31,7 +37,7 @@ from edge_client.fl_records import (
     samples_from_metrics,
     weights_to_arrays,
 )
-from server.aggregation import ClientUpdate, aggregate
+from server.aggregation import ClientUpdate, aggregate, check_weights
 from server.checkpoint import latest_checkpoint, save_checkpoint
 from server.evaluation import Evaluator, demand_weighted
 
@@ -40,6 +46,23 @@ __all__ = ["GridPort", "run_rounds", "summarize_history"]
 log = logging.getLogger(__name__)
 
 _COUNTERS = ("requests", "slo-met", "slo-met-inference-only", "num-examples", "fluid-trainable")
+_MAX_EMPTY_ROUNDS = 3
+# Settings a resumed run may change: how long to wait, how many rounds, where output goes.
+# Any other difference (tasks, width, policy, seed, learning rate...) would mix two
+# experiments under one record.
+_RESUMABLE_KEYS = frozenset(
+    {
+        "num-server-rounds",
+        "round-timeout-s",
+        "node-wait-s",
+        "min-available-nodes",
+        "min-train-nodes",
+        "checkpoint-dir",
+        "results-file",
+        "store",
+        "run-label",
+    }
+)
 
 
 class GridPort(Protocol):
@@ -122,92 +145,182 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
     store_run: int | None = None
     start = 1
     if cfg.checkpoint_dir and (ckpt := latest_checkpoint(cfg.checkpoint_dir)) is not None:
-        if ckpt.state.get("policy") != cfg.policy or ckpt.state.get("tasks") != list(cfg.task_names):
+        _check_resumable(cfg, ckpt.state, ckpt.server_round)
+        try:
+            check_weights(weights, ckpt.weights)
+        except DartflError as exc:
             raise ConfigError(
-                f"checkpoint in {cfg.checkpoint_dir} belongs to another run (policy "
-                f"{ckpt.state.get('policy')!r}, tasks {ckpt.state.get('tasks')}); use another checkpoint-dir"
-            )
+                f"the checkpoint in {cfg.checkpoint_dir} does not fit this model ({exc}); "
+                "use another checkpoint-dir"
+            ) from None
         weights, history, totals = ckpt.weights, ckpt.state["history"], ckpt.state["totals"]
         store_run = ckpt.state.get("store_run")
         start = ckpt.server_round + 1
         log.warning("resuming from the checkpoint of round %d in %s", ckpt.server_round, cfg.checkpoint_dir)
     store = _open_store(cfg)
+    if store is not None and store_run is not None and store.get_run(store_run) is None:
+        store.close()
+        raise ConfigError(
+            f"the checkpoint in {cfg.checkpoint_dir} records into run {store_run} of {cfg.store}, which has "
+            "no such run; resume with the run store it started with, or use another checkpoint-dir"
+        )
     if store is not None and store_run is None:
         store_run = store.start_run("fl", cfg.run_label or f"fl {cfg.policy}", cfg.to_run_config())
-
-    for server_round in range(start, cfg.num_server_rounds + 1):
-        needed = cfg.min_available_nodes if server_round == start else cfg.min_train_nodes
-        nodes = _wait_for_nodes(grid, needed, cfg.node_wait_s)
-        t0 = time.monotonic()
-        content = RecordDict(
-            {"arrays": weights_to_arrays(weights), "config": _round_config(cfg, server_round)}
-        )
-        messages = [
-            Message(content, dst_node_id=node, message_type=MessageType.TRAIN, group_id=str(server_round))
-            for node in nodes
-        ]
-        replies = list(grid.send_and_receive(messages, timeout=cfg.round_timeout_s))
-        updates, client_metrics = [], []
-        for reply in replies:
-            if reply.has_error():
-                log.warning(
-                    "round %d: node %s failed: %s",
-                    server_round,
-                    reply.metadata.src_node_id,
-                    reply.error.reason,
-                )
-                continue
-            metrics = record_to_metrics(reply.content["metrics"])  # type: ignore[arg-type]
-            samples = samples_from_metrics(metrics, cfg.task_names)
-            updates.append(ClientUpdate(arrays_to_weights(reply.content["arrays"]), samples))  # type: ignore[arg-type]
-            client_metrics.append(metrics)
-        if len(updates) >= cfg.min_train_nodes:
-            weights = aggregate(weights, updates)
-        else:
-            log.warning(
-                "round %d: %d update(s), fewer than min-train-nodes: weights kept", server_round, len(updates)
+    run_config = _resume_config(cfg)
+    empty_rounds = 0
+    try:
+        for server_round in range(start, cfg.num_server_rounds + 1):
+            needed = cfg.min_available_nodes if server_round == start else cfg.min_train_nodes
+            nodes = _wait_for_nodes(grid, needed, cfg.node_wait_s)
+            t0 = time.monotonic()
+            content = RecordDict(
+                {"arrays": weights_to_arrays(weights), "config": _round_config(cfg, server_round)}
             )
-        round_s = time.monotonic() - t0
-        accuracy = evaluator.accuracy(weights)
-        for m in client_metrics:
-            for key, value in m.items():
-                if key in _COUNTERS or key.startswith(("samples-", "requests-")):
-                    totals[key] = totals.get(key, 0.0) + value
-        demand = {t: totals.get(f"requests-{t}", 0.0) for t in cfg.task_names}
-        slowest = max((m.get("client-wall-s", 0.0) for m in client_metrics), default=0.0)
-        entry = {
-            "round": server_round,
-            "nodes_sent": len(messages),
-            "replies": len(updates),
-            "accuracy_per_task": accuracy,
-            "mean_accuracy": float(np.mean(list(accuracy.values()))),
-            "demand_weighted_accuracy": demand_weighted(accuracy, demand),
-            "round_s": round_s,
-            "slowest_client_s": slowest,
-            "slowest_train_s": max((m.get("train-wall-s", 0.0) for m in client_metrics), default=0.0),
-            "overhead_s": round_s - slowest,
-            "samples": int(sum(u.total_samples for u in updates)),
-            "train_loss_per_task": _fleet_task_loss(client_metrics, cfg.task_names),
-        }
-        history.append(entry)
-        log.info("round %d: %s", server_round, json.dumps(entry))
-        state = {"policy": cfg.policy, "tasks": list(cfg.task_names), "history": history, "totals": totals}
-        if cfg.checkpoint_dir:
-            save_checkpoint(cfg.checkpoint_dir, server_round, weights, {**state, "store_run": store_run})
+            messages = [
+                Message(content, dst_node_id=node, message_type=MessageType.TRAIN, group_id=str(server_round))
+                for node in nodes
+            ]
+            replies = list(grid.send_and_receive(messages, timeout=cfg.round_timeout_s))
+            updates, client_metrics = _usable_updates(replies, weights, cfg, server_round)
+            aggregated = len(updates) >= cfg.min_train_nodes
+            if aggregated:
+                weights = aggregate(weights, updates)
+            else:
+                log.warning(
+                    "round %d: %d update(s), fewer than min-train-nodes: weights kept",
+                    server_round,
+                    len(updates),
+                )
+            empty_rounds = 0 if updates else empty_rounds + 1
+            if empty_rounds >= _MAX_EMPTY_ROUNDS:
+                raise DartflError(
+                    f"{empty_rounds} rounds in a row without one usable update ({len(replies)} of "
+                    f"{len(messages)} node(s) replied in round {server_round}); check the nodes' logs, "
+                    f"and that round-timeout-s ({cfg.round_timeout_s:g} s) leaves the nodes time for "
+                    f"round-deadline-s ({cfg.round_deadline_s:g} s) plus their start-up"
+                )
+            round_s = time.monotonic() - t0
+            accuracy = evaluator.accuracy(weights)
+            for m in client_metrics:
+                for key, value in m.items():
+                    # Samples of a round whose weights were kept never reached the model.
+                    trained = key == "num-examples" or key.startswith("samples-")
+                    if (key in _COUNTERS or key.startswith(("samples-", "requests-"))) and (
+                        aggregated or not trained
+                    ):
+                        totals[key] = totals.get(key, 0.0) + value
+            demand = {t: totals.get(f"requests-{t}", 0.0) for t in cfg.task_names}
+            slowest = max((m.get("client-wall-s", 0.0) for m in client_metrics), default=0.0)
+            entry = {
+                "round": server_round,
+                "nodes_sent": len(messages),
+                "replies": len(updates),
+                "rejected": len(replies) - len(updates),
+                "aggregated": aggregated,
+                "accuracy_per_task": accuracy,
+                "mean_accuracy": float(np.mean(list(accuracy.values()))),
+                "demand_weighted_accuracy": demand_weighted(accuracy, demand),
+                "round_s": round_s,
+                "slowest_client_s": slowest,
+                "slowest_train_s": max((m.get("train-wall-s", 0.0) for m in client_metrics), default=0.0),
+                "overhead_s": round_s - slowest,
+                "samples": int(sum(u.total_samples for u in updates)),
+                "train_loss_per_task": _fleet_task_loss(client_metrics, cfg.task_names),
+            }
+            history.append(entry)
+            log.info("round %d: %s", server_round, json.dumps(entry))
+            if cfg.checkpoint_dir:
+                state = {
+                    "policy": cfg.policy,
+                    "tasks": list(cfg.task_names),
+                    "run_config": run_config,
+                    "history": history,
+                    "totals": totals,
+                    "store_run": store_run,
+                }
+                save_checkpoint(cfg.checkpoint_dir, server_round, weights, state)
+            summary = summarize_history(cfg, history, totals)
+            _record(store, store_run, cfg.policy, summary)
+            if cfg.results_file:
+                _write_json(Path(cfg.results_file), summary)
+
         summary = summarize_history(cfg, history, totals)
-        if store is not None and store_run is not None:
-            store.add_result(store_run, cfg.policy, summary)
+        if not _record(store, store_run, cfg.policy, summary, status="ok") and cfg.results_file:
+            log.error("the run's results are in %s", cfg.results_file)
         if cfg.results_file:
             _write_json(Path(cfg.results_file), summary)
+        return summary
+    except BaseException:
+        if store is not None and store_run is not None:
+            _record(store, store_run, cfg.policy, None, status="failed")
+        raise
+    finally:
+        if store is not None:
+            store.close()
 
-    summary = summarize_history(cfg, history, totals)
-    if store is not None and store_run is not None:
-        store.add_result(store_run, cfg.policy, summary)
-        store.finish_run(store_run, "ok")
-        store.close()
-    if cfg.results_file:
-        _write_json(Path(cfg.results_file), summary)
-    return summary
+
+def _usable_updates(
+    replies: list[Message], weights: dict[str, np.ndarray], cfg: FlConfig, server_round: int
+) -> tuple[list[ClientUpdate], list[dict[str, float]]]:
+    """The replies' updates and metrics, without error replies and unusable updates."""
+    updates, client_metrics = [], []
+    for reply in replies:
+        node = reply.metadata.src_node_id
+        if reply.has_error():
+            log.warning("round %d: node %s failed: %s", server_round, node, reply.error.reason)
+            continue
+        try:
+            metrics = record_to_metrics(reply.content["metrics"])  # type: ignore[arg-type]
+            update = ClientUpdate(
+                arrays_to_weights(reply.content["arrays"]),  # type: ignore[arg-type]
+                samples_from_metrics(metrics, cfg.task_names),
+            )
+            check_weights(weights, update.weights)
+        except (DartflError, KeyError, TypeError, ValueError) as exc:
+            log.warning("round %d: node %s sent an unusable update, dropped: %s", server_round, node, exc)
+            continue
+        updates.append(update)
+        client_metrics.append(metrics)
+    return updates, client_metrics
+
+
+def _resume_config(cfg: FlConfig) -> dict[str, Any]:
+    return {k: v for k, v in cfg.to_run_config().items() if k not in _RESUMABLE_KEYS}
+
+
+def _check_resumable(cfg: FlConfig, state: dict[str, Any], server_round: int) -> None:
+    """ConfigError if the checkpoint was written by a run with other settings."""
+    if "run_config" in state:
+        saved, now = state["run_config"], _resume_config(cfg)
+    else:  # a checkpoint from before the settings were saved: only the policy and the tasks
+        saved = {"policy": state.get("policy"), "tasks": state.get("tasks")}
+        now = {"policy": cfg.policy, "tasks": list(cfg.task_names)}
+    differ = [f"{k}: {saved[k]!r} -> {now.get(k)!r}" for k in sorted(saved) if saved[k] != now.get(k)]
+    if differ:
+        raise ConfigError(
+            f"the checkpoint of round {server_round} in {cfg.checkpoint_dir} belongs to a run with other "
+            f"settings ({'; '.join(differ)}); run with the same settings to resume, "
+            "or use another checkpoint-dir"
+        )
+
+
+def _record(
+    store: Any, run_id: int | None, policy: str, summary: dict[str, Any] | None, status: str = ""
+) -> bool:
+    """Record the summary (and the run's final status) in the run store; False, with a
+    warning, if the store cannot be written (locked past its busy timeout, disk full): the
+    record is an extra copy, and the checkpoint and results file hold the run, so training goes on."""
+    if store is None or run_id is None:
+        return True
+    try:
+        if summary is not None:
+            store.add_result(run_id, policy, summary)
+        if status:
+            store.finish_run(run_id, status)
+    except (sqlite3.Error, DartflError) as exc:
+        log.warning("run store %s: cannot record run %d (%s)", store.path, run_id, exc)
+        return False
+    return True
 
 
 def _open_store(cfg: FlConfig) -> Any:

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+from flwr.app import Message
 
+from dartfl.errors import ConfigError, DartflError
 from dartfl.store import RunStore
 from edge_client.client_app import app as client_app
 from edge_client.fl_config import FlConfig
+from edge_client.fl_records import arrays_to_weights, weights_to_arrays
 from server.evaluation import Evaluator
 from server.local_grid import LocalGrid
-from server.rounds import run_rounds
+from server.rounds import _record, run_rounds
 
 SMALL: dict[str, Any] = {
     "max_train_per_task": 300,
@@ -81,3 +87,101 @@ def test_each_round_records_the_fleet_training_loss_per_task(tmp_path: Path) -> 
     # An untrained 10-class head starts near ln(10) = 2.3; training brings the pooled mean down.
     assert all(0.0 < first[t] < 2.4 for t in cfg.task_names)
     assert sum(second.values()) < sum(first.values())
+
+
+class _TamperingGrid(LocalGrid):
+    """Node 11's reply is corrupted by `tamper[round]` before the server sees it."""
+
+    def __init__(self, *args: Any, tamper: dict[int, Callable[[Message], None]], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tamper = tamper
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        replies = list(super().send_and_receive(messages, timeout=timeout))
+        for reply in replies:
+            server_round = int(self.sent[-1].metadata.group_id)
+            if reply.metadata.src_node_id == 11 and server_round in self.tamper:
+                self.tamper[server_round](reply)
+        return replies
+
+
+def _nan_weight(reply: Message) -> None:  # a device whose training diverged
+    weights = arrays_to_weights(reply.content["arrays"])  # type: ignore[arg-type]
+    key = next(iter(weights))
+    weights[key] = np.full_like(weights[key], np.nan)
+    reply.content["arrays"] = weights_to_arrays(weights)
+
+
+def _negative_count(reply: Message) -> None:
+    reply.content["metrics"]["samples-digits"] = -5  # type: ignore[index]
+
+
+def _no_weights(reply: Message) -> None:
+    del reply.content["arrays"]
+
+
+def test_unusable_updates_are_dropped_and_the_run_goes_on(tmp_path: Path) -> None:
+    # One broken or diverged device used to abort the whole run (or poison the global model).
+    cfg = FlConfig(num_server_rounds=3, **SMALL)
+    tamper = {1: _nan_weight, 2: _negative_count, 3: _no_weights}
+    grid = _TamperingGrid(
+        client_app,
+        {10: {"partition-id": 0, "num-partitions": 2}, 11: {"partition-id": 1, "num-partitions": 2}},
+        cfg.to_run_config(),
+        tamper=tamper,
+    )
+    summary = run_rounds(grid, cfg)
+    assert [h["replies"] for h in summary["history"]] == [1, 1, 1]
+    assert [h["rejected"] for h in summary["history"]] == [1, 1, 1]
+    evaluator = Evaluator(cfg)
+    initial = evaluator.accuracy(evaluator.initial_weights())
+    assert summary["mean_accuracy"] > sum(initial.values()) / 3 + 0.05
+
+
+def test_rounds_without_a_usable_update_fail_the_run_and_its_record(tmp_path: Path) -> None:
+    # Every node failing (or a round-timeout-s shorter than the nodes' rounds) finished the
+    # run "ok" with an untrained model.
+    store = tmp_path / "runs.sqlite"
+    cfg = FlConfig(num_server_rounds=5, store=str(store), **SMALL)
+    grid = _grid(cfg)
+    grid.failing.update({10, 11})
+    with pytest.raises(DartflError, match=r"3 rounds in a row without one usable update.*round-timeout-s"):
+        run_rounds(grid, cfg)
+    assert {m.metadata.group_id for m in grid.sent} == {"1", "2", "3"}
+    with RunStore(store) as s:
+        assert [r.status for r in s.list_runs(kind="fl")] == ["failed"]
+
+
+def test_samples_of_a_round_whose_weights_were_kept_do_not_count(tmp_path: Path) -> None:
+    cfg = FlConfig(num_server_rounds=1, **{**SMALL, "min_train_nodes": 2})
+    grid = _grid(cfg)
+    grid.failing.add(11)
+    summary = run_rounds(grid, cfg)
+    assert summary["history"][0]["aggregated"] is False
+    assert summary["samples_trained"] == 0 and summary["harvest_efficiency"] == 0.0
+    assert summary["slo_attainment"] is not None  # the requests were served all the same
+
+
+def test_a_checkpoint_written_with_other_settings_is_refused(tmp_path: Path) -> None:
+    first = FlConfig(num_server_rounds=1, checkpoint_dir=str(tmp_path / "ckpt"), **SMALL)
+    run_rounds(_grid(first), first)
+    other = FlConfig(num_server_rounds=2, checkpoint_dir=str(tmp_path / "ckpt"), learning_rate=0.1, **SMALL)
+    with pytest.raises(ConfigError, match=r"other settings \(learning-rate: 0.05 -> 0.1\)"):
+        run_rounds(_grid(other), other)
+    # More rounds and a longer timeout are no other experiment: the run resumes.
+    more = FlConfig(
+        num_server_rounds=2, checkpoint_dir=str(tmp_path / "ckpt"), **{**SMALL, "node_wait_s": 5.0}
+    )
+    assert run_rounds(_grid(more), more)["rounds"] == 2
+
+
+def test_a_store_that_cannot_be_written_does_not_stop_training(caplog: pytest.LogCaptureFixture) -> None:
+    class LockedStore:
+        path = "runs.sqlite"
+
+        def add_result(self, *args: Any) -> None:
+            raise sqlite3.OperationalError("database is locked")
+
+    assert _record(LockedStore(), 7, "dart", {"rounds": 1}) is False
+    assert "cannot record run 7 (database is locked)" in caplog.text
+    assert _record(None, None, "dart", {"rounds": 1}) is True
