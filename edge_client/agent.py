@@ -39,7 +39,7 @@ import numpy as np
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates, ServiceTimeProfiler
 from dartfl.executor import ShareGate, most_urgent
-from dartfl.policies import make_policy
+from dartfl.policies import make_policy, natural_loss_weighting
 from dartfl.types import Allocation, DeviceProfile, Observation
 from edge_client import protocol
 from edge_client.agent_config import AgentConfig
@@ -313,7 +313,14 @@ class Agent:
         self, meta: dict[str, Any], weights: dict[str, np.ndarray]
     ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         """The round channel's handler thread: queue the round for the executor and wait for it."""
-        job = round_job_from_meta(meta, weights, self.config.round_s, self.config.tasks)
+        job = round_job_from_meta(
+            meta,
+            weights,
+            self.config.round_s,
+            self.config.tasks,
+            policy=self.config.policy,
+            loss_weighting=self.config.loss_weighting or natural_loss_weighting(self.config.policy),
+        )
         return self._rounds.run(job, self._stop)
 
     def _begin_round(self) -> None:

@@ -97,9 +97,18 @@ class RoundSlot:
 
 
 def round_job_from_meta(
-    meta: Mapping[str, Any], weights: dict[str, np.ndarray], default_round_s: float, tasks: Sequence[str]
+    meta: Mapping[str, Any],
+    weights: dict[str, np.ndarray],
+    default_round_s: float,
+    tasks: Sequence[str],
+    policy: str | None = None,
+    loss_weighting: str | None = None,
 ) -> RoundJob:
-    """A round from the ClientApp's metadata; ConfigError if it is unusable on this agent."""
+    """A round from the ClientApp's metadata; ConfigError if it is unusable on this agent.
+
+    A run whose policy or loss weighting differs from the agent's `policy` and
+    `loss_weighting` is refused: the agent trains and serves under its own, and the server
+    would file the results under the run's."""
     try:
         duration = float(meta.get("round-deadline-s", default_round_s))
         target = int(meta.get("round-target-samples", 0))
@@ -110,6 +119,14 @@ def round_job_from_meta(
     run_tasks = meta.get("tasks")
     if run_tasks is not None and list(run_tasks) != list(tasks):
         raise ConfigError(f"the run's tasks {run_tasks} differ from this agent's {list(tasks)}")
+    ours_and_flags = (("policy", policy, "--policy"), ("loss-weighting", loss_weighting, "--loss-weights"))
+    for key, ours, flag in ours_and_flags:
+        theirs = meta.get(key)
+        if ours is not None and theirs is not None and str(theirs).strip() != ours.strip():
+            raise ConfigError(
+                f"the run's {key} {theirs!r} differs from this agent's {ours!r}; "
+                f"start the agent with {flag} {theirs}"
+            )
     lr = meta.get("learning-rate")
     if lr is not None and not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
         raise ConfigError(f"learning-rate must be a number > 0, got {lr!r}")

@@ -35,6 +35,7 @@ def run_agent_round(
         "round-target-samples": cfg.round_target_samples,
         "tasks": list(cfg.task_names),
         "policy": cfg.policy,
+        "loss-weighting": cfg.weighting,
         "learning-rate": cfg.round_learning_rate(server_round),
         "step-samples": cfg.step_samples,
     }

@@ -83,10 +83,14 @@ def unpack(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     (n,) = struct.unpack(">I", body[:4])
     try:
         meta = json.loads(body[4 : 4 + n])
-        with np.load(io.BytesIO(body[4 + n :]), allow_pickle=False) as npz:
+        loaded = np.load(io.BytesIO(body[4 + n :]), allow_pickle=False)
+        if not isinstance(loaded, np.lib.npyio.NpzFile):
+            raise ValueError("the weights are not an .npz archive")
+        with loaded as npz:
             weights = {k: npz[k] for k in npz.files}
-    except (ValueError, OSError) as exc:
-        raise ProtocolError("bad-round", f"unreadable round channel body: {exc}") from None
+    except Exception as exc:  # empty (EOFError), truncated (BadZipFile), not JSON...: all bad input
+        problem = f"{type(exc).__name__}: {exc}"
+        raise ProtocolError("bad-round", f"unreadable round channel body: {problem}") from None
     if not isinstance(meta, dict):
         raise ProtocolError("bad-round", "round channel metadata must be a JSON object")
     return meta, weights
@@ -101,6 +105,7 @@ class RoundChannelServer:
 
         class _Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = 60.0  # on socket reads: a client that stalls mid-request frees its thread
 
             def log_message(self, format: str, *args: Any) -> None:
                 log.debug("round channel: " + format, *args)
@@ -125,7 +130,11 @@ class RoundChannelServer:
                 if self.path != "/round":
                     self._error(404, f"no such path {self.path}")
                     return
-                length = int(self.headers.get("Content-Length", "0"))
+                try:
+                    length = int(self.headers.get("Content-Length", "0"))
+                except ValueError:
+                    self._error(400, f"bad Content-Length {self.headers.get('Content-Length')!r}")
+                    return
                 if not 0 < length <= MAX_BODY_BYTES:
                     self._error(413, f"body of {length} bytes (max {MAX_BODY_BYTES})")
                     return

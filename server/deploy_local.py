@@ -328,6 +328,7 @@ def deploy_local(
                 args = [
                     sys.executable, "-m", "dartfl.cli.main", "edge", "run",
                     "--broker", broker.url, "--device", device, "--policy", policy,
+                    "--loss-weights", cfg.weighting,
                     "--tasks", ",".join(cfg.task_names), "--width", str(cfg.model_width),
                     "--slo-ms", str(cfg.slo_ms), "--max-train", str(max_train),
                     "--publish-every-s", "0", "--seed", str(cfg.seed + i),

@@ -3,6 +3,9 @@ its loopback round channel (no Flower processes; the embedded broker)."""
 
 from __future__ import annotations
 
+import http.client
+import io
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +23,7 @@ from edge_client.client_app import app
 from edge_client.fl_config import FlConfig
 from edge_client.fl_records import arrays_to_weights, weights_to_arrays
 from edge_client.model import build_model, get_weights
-from edge_client.round_channel import RoundChannelError, check_local_address, request_round
+from edge_client.round_channel import RoundChannelError, check_local_address, pack, request_round
 
 pytestmark = pytest.mark.integration
 
@@ -107,8 +110,41 @@ def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> N
         request_round(address, {"round-deadline-s": 0.5, "learning-rate": -1}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="step-samples"):
         request_round(address, {"round-deadline-s": 0.5, "step-samples": 0}, {}, timeout_s=10)
+    # The agent trains and serves under its own policy: a run of another is refused, not
+    # filed under the wrong name.
+    with pytest.raises(
+        RoundChannelError, match=r"policy .inference-first. differs.*--policy inference-first"
+    ):
+        request_round(address, {"round-deadline-s": 0.5, "policy": "inference-first"}, {}, timeout_s=10)
+    with pytest.raises(RoundChannelError, match=r"loss-weighting .uniform. differs.*--loss-weights uniform"):
+        request_round(address, {"round-deadline-s": 0.5, "loss-weighting": "uniform"}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="install"):
         request_round(address, {"round-deadline-s": 0.5}, {"nope": np.zeros(2)}, timeout_s=10)
+    # Malformed bodies get a 400 naming the problem; the agent serves on.
+    host, port = check_local_address(address)
+    for body in (pack({}, {})[:-10], struct.pack(">I", 2) + b"{}", _npy_body(), b"\x00\x00\x00\x09not json!"):
+        assert _post(host, port, body) == 400
+    assert _post(host, port, b"x", length="ten") == 400
     with pytest.raises(ConfigError, match="loopback"):
         check_local_address("10.0.0.5:8765")
     assert check_local_address("127.0.0.1:8765") == ("127.0.0.1", 8765)
+
+
+def _npy_body() -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(3))
+    return struct.pack(">I", 2) + b"{}" + buf.getvalue()
+
+
+def _post(host: str, port: int, body: bytes, length: str | None = None) -> int:
+    conn = http.client.HTTPConnection(host, port, timeout=10)
+    try:
+        conn.putrequest("POST", "/round")
+        conn.putheader("Content-Length", length or str(len(body)))
+        conn.endheaders()
+        conn.send(body)
+        response = conn.getresponse()
+        response.read()
+        return response.status
+    finally:
+        conn.close()
