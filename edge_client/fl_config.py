@@ -66,28 +66,62 @@ class FlConfig:
             raise ConfigError(
                 f"loss-weighting {self.loss_weighting!r} is unknown; valid: {', '.join(LOSS_WEIGHTINGS)}"
             )
-        for name in ("slo_ms", "round_deadline_s", "round_timeout_s", "period_s", "model_width", "lr_decay"):
+        positive = ("slo_ms", "round_deadline_s", "round_timeout_s", "period_s", "model_width", "lr_decay")
+        for name in (*positive, "learning_rate"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        for name, least in (
+            ("step_samples", 1),
+            ("max_train_per_task", 1),
+            ("max_test_per_task", 1),
+            ("seed", 0),
+            ("round_target_samples", 0),
+        ):
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name.replace('_', '-')} must be >= {least}, got {getattr(self, name)}")
+        if not (math.isfinite(self.node_wait_s) and self.node_wait_s >= 0):
+            raise ConfigError(f"node-wait-s must be a finite number >= 0, got {self.node_wait_s}")
         if self.min_available_nodes < 1 or self.min_train_nodes < 1:
             raise ConfigError(
                 "min-available-nodes and min-train-nodes must be >= 1, got "
                 f"{self.min_available_nodes} and {self.min_train_nodes}"
             )
-        if not self.task_names:
-            raise ConfigError("tasks must name at least one task, e.g. 'digits,fashion'")
-        if not split_list(self.workloads):
-            raise ConfigError("workloads must name at least one generator, e.g. 'pareto-onoff'")
+        self._check_names()
         for fav in split_list(self.favourite_tasks):
             if fav not in self.task_names:
                 raise ConfigError(f"favourite task {fav!r} is not one of the tasks {list(self.task_names)}")
         for load in self.loads:
             if not (math.isfinite(load) and load > 0):
                 raise ConfigError(f"target-loads must be numbers > 0, got {self.target_loads!r}")
-        if self.zipf < 0 or self.dirichlet_alpha < 0:
+        skews = (self.zipf, self.dirichlet_alpha)
+        if not all(math.isfinite(x) and x >= 0 for x in skews):
             raise ConfigError(
                 f"zipf and dirichlet-alpha must be >= 0, got {self.zipf}, {self.dirichlet_alpha}"
+            )
+
+    def _check_names(self) -> None:
+        """Tasks, workload generators and the device profile must be ones this build knows;
+        caught here, before a simulation starts its SuperLink and Ray, not in round 1."""
+        from dartfl.profiles import BUILTIN_PROFILE_NAMES
+        from edge_client.data import TASK_NAMES
+        from workloads.registry import GENERATORS
+
+        tasks = self.task_names
+        if not tasks:
+            raise ConfigError("tasks must name at least one task, e.g. 'digits,fashion'")
+        unknown = [t for t in tasks if t not in TASK_NAMES]
+        if unknown or len(set(tasks)) != len(tasks):
+            raise ConfigError(
+                f"tasks {self.tasks!r}: {'unknown ' + ', '.join(unknown) if unknown else 'a task twice'}; "
+                f"built-in tasks: {', '.join(TASK_NAMES)}"
+            )
+        gens = split_list(self.workloads)
+        if not gens or any(g not in GENERATORS for g in gens):
+            raise ConfigError(f"workloads {self.workloads!r}: valid generators are {', '.join(GENERATORS)}")
+        if self.profile not in BUILTIN_PROFILE_NAMES:
+            raise ConfigError(
+                f"profile {self.profile!r} is unknown; built-in profiles: {', '.join(BUILTIN_PROFILE_NAMES)}"
             )
 
     def round_learning_rate(self, server_round: int) -> float:

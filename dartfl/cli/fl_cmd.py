@@ -118,14 +118,46 @@ def _parse_sets(items: list[str]) -> dict[str, int | float | str]:
     return out
 
 
+# Run-config keys that `fl sim` / `deploy-local` set from their own flags or keep to
+# themselves; a --set of one would be overridden without notice.
+_SIM_OWNED = {
+    "policy": "--policy",
+    "num-server-rounds": "--rounds",
+    "seed": "--seed",
+    "min-available-nodes": "--clients",
+    "store": "--store / --no-store",
+    "results-file": "--json (fl sim keeps its results files to itself)",
+    "checkpoint-dir": "nothing (fl sim checkpoints into a scratch directory)",
+}
+_DEPLOY_OWNED = {
+    "policy": "--policy",
+    "num-server-rounds": "--rounds",
+    "min-available-nodes": "--clients",
+    "round-deadline-s": "--round-s",
+    "results-file": "--workdir (deploy-local writes WORKDIR/result.json)",
+}
+
+
+def _checked_sets(items: list[str], owned: dict[str, str]) -> dict[str, int | float | str]:
+    """The --set overrides; ConfigError for an unknown key or one the command's flags own."""
+    overrides = _parse_sets(items)
+    _reject_unknown_keys(overrides)
+    for key in overrides:
+        if key in owned:
+            raise ConfigError(f"--set {key}=... is not taken here; use {owned[key]}")
+    return overrides
+
+
 def _sim(args: argparse.Namespace) -> int:
     from edge_client.fl_config import FlConfig
     from server.launch import LocalSuperLink, flwr_run, scratch_dir
 
     if args.clients < 1 or args.rounds < 1:
         raise ConfigError(f"--clients and --rounds must be >= 1, got {args.clients} and {args.rounds}")
+    if args.plot_dir is not None and args.plot_dir.exists() and not args.plot_dir.is_dir():
+        raise ConfigError(f"--plot-dir {args.plot_dir} is a file; give a directory")
     policies = args.policy or list(DEFAULT_POLICIES)
-    base: dict[str, int | float | str] = {**HEADLINE, **_parse_sets(args.set)}
+    base: dict[str, int | float | str] = {**HEADLINE, **_checked_sets(args.set, _SIM_OWNED)}
     base.update({"num-server-rounds": args.rounds, "seed": args.seed, "min-available-nodes": args.clients})
     if args.loss_weights:
         base["loss-weighting"] = args.loss_weights
@@ -253,7 +285,7 @@ def _deploy_local(args: argparse.Namespace) -> int:
             policy=args.policy,
             rate_per_s=args.rate,
             max_train=args.max_train,
-            run_config=_parse_sets(args.set),
+            run_config=_checked_sets(args.set, _DEPLOY_OWNED),
             timeout_s=args.timeout_s,
         )
     out["leftover_pids"] = [pid for pid in out["pids"] if _alive(pid, os)]
@@ -375,13 +407,19 @@ def _checked_run_config(overrides: dict[str, int | float | str]) -> Any:
     """The run's FlConfig as the ServerApp will parse it; ConfigError for unknown keys or bad values."""
     from edge_client.fl_config import FlConfig
 
-    known = set(FlConfig().to_run_config())
-    unknown = sorted(set(overrides) - known)
-    if unknown:
-        raise ConfigError(f"unknown run-config key(s) {unknown}; valid: {', '.join(sorted(known))}")
+    _reject_unknown_keys(overrides)
     for key in ("results-file", "checkpoint-dir", "store"):
         path = str(overrides.get(key, ""))
         if path and not Path(path).is_absolute():
             # The ServerApp writes them on the SuperLink's host, from a working directory of its own.
             raise ConfigError(f"{key}={path!r}: give an absolute path on the SuperLink's host")
     return FlConfig.from_run_config(overrides)
+
+
+def _reject_unknown_keys(overrides: dict[str, int | float | str]) -> None:
+    from edge_client.fl_config import FlConfig
+
+    known = set(FlConfig().to_run_config())
+    unknown = sorted(set(overrides) - known)
+    if unknown:
+        raise ConfigError(f"unknown run-config key(s) {unknown}; valid: {', '.join(sorted(known))}")

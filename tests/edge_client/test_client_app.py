@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
@@ -75,3 +77,28 @@ def test_run_config_is_parsed_and_checked() -> None:
         FlConfig(policy="nope")
     with pytest.raises(ConfigError, match="favourite task"):
         FlConfig(favourite_tasks="cifar")
+
+
+@pytest.mark.parametrize(
+    ("setting", "complaint"),
+    [
+        ({"learning-rate": -1}, "learning-rate must be a finite number > 0"),
+        ({"learning-rate": float("nan")}, "learning-rate must be a finite number > 0"),
+        ({"step-samples": 0}, "step-samples must be >= 1"),
+        ({"max-train-per-task": 0}, "max-train-per-task must be >= 1"),
+        ({"seed": -1}, "seed must be >= 0"),
+        ({"node-wait-s": -1}, "node-wait-s must be a finite number >= 0"),
+        ({"dirichlet-alpha": float("nan")}, "dirichlet-alpha must be >= 0"),
+        ({"workloads": "mmpp,nope"}, "valid generators are poisson"),
+        ({"profile": "pi9"}, "built-in profiles: pi4"),
+        ({"tasks": "digits,letters"}, "unknown letters"),
+        ({"tasks": "digits,digits"}, "a task twice"),
+    ],
+)
+def test_bad_run_config_values_are_refused_before_a_run_starts(
+    setting: dict[str, object], complaint: str
+) -> None:
+    # Each of these used to pass the check and fail in round 1, after a simulation had
+    # started its SuperLink and Ray (or, for a negative rate, train nothing useful).
+    with pytest.raises(ConfigError, match=re.escape(complaint)):
+        FlConfig.from_run_config(setting)

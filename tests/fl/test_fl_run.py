@@ -125,3 +125,30 @@ def test_fl_run_submits_to_a_running_superlink_and_waits_for_the_end(deployment:
         [result] = runs.results(run.run_id).values()
         assert [h["round"] for h in result["history"]] == [1]
         assert result["history"][0]["replies"] == 2  # both SuperNodes trained the round
+
+
+@pytest.mark.parametrize(
+    ("command", "setting", "complaint"),
+    [
+        ("sim", "policy=nope", "use --policy"),
+        ("sim", "num-server-rounds=3", "use --rounds"),
+        ("sim", "seed=4", "use --seed"),
+        ("sim", "learning_rate=0.1", "unknown run-config key(s) ['learning_rate']"),
+        ("sim", "workloads=nope", "valid generators are"),
+        ("deploy-local", "round-deadline-s=3", "use --round-s"),
+        ("deploy-local", "no-such-key=1", "unknown run-config key"),
+    ],
+)
+def test_fl_sim_and_deploy_local_refuse_a_set_they_would_ignore_or_fail_on(
+    command: str, setting: str, complaint: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `fl sim --set policy=nope` ran the default policies for minutes; an unknown key failed
+    # only after the SuperLink started, with Flower's "Invalid run configuration".
+    assert main(["fl", command, "--set", setting]) == 2
+    assert complaint in capsys.readouterr().err
+
+
+def test_fl_sim_refuses_a_plot_dir_that_is_a_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "plots").write_text("")
+    assert main(["fl", "sim", "--plot-dir", str(tmp_path / "plots")]) == 2
+    assert "is a file" in capsys.readouterr().err
