@@ -122,7 +122,7 @@ def register(sub: Any) -> None:
         help="each device's load is target x U(1 - j, 1 + j) (default 0.2)",
     )
     g.add_argument(
-        "--tasks", default="digits,fashion,letters", help="task names (default digits,fashion,letters)"
+        "--tasks", default="digits,fashion,uci-digits", help="task names (default digits,fashion,uci-digits)"
     )
     g.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of task popularity (default 0)")
     g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")

@@ -319,8 +319,11 @@ class FleetDart(FleetPolicy):
             last_load += obs.arrivals_since_last[:, k] * per[:, k]
         batch = np.where(last_load < 0.5 * tau, _batch_cap(obs, lam), obs.max_batch)
 
-        # 6. Training shares follow demand.
-        shares = _demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
+        # 6. Training shares follow demand, or are uniform (`dart:shares=uniform`).
+        if cfg.task_shares == "demand":
+            shares = _demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
+        else:
+            shares = np.full((obs.num_devices, k_tasks), 1.0 / k_tasks)
         return FleetAllocation(share, m.astype(np.int64), batch, shares)
 
 

@@ -72,6 +72,7 @@ def test_fleet_dart_decides_exactly_as_scalar_dart_over_random_observation_seque
             burst_memory_s=float(rng.choice([0.0, 10.0, 30.0])),
             burst_weight=float(rng.choice([0.0, 0.5, 1.0])),
             rate_window=int(rng.integers(1, 6)),
+            task_shares=str(rng.choice(["demand", "demand", "uniform"])),
         )
         scalar = [DartPolicy(config) for _ in range(10)]
         fleet = FleetDart(config)
