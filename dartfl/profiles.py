@@ -18,11 +18,13 @@ one and cites its sources. A measured device should get its own TOML file:
     [inference.tasks.fashion]   # optional; missing keys inherit from [inference]
     per-request-s = 0.003
 
-Unknown keys are accepted (logged at debug level) so that the format can grow.
+Unknown keys are accepted so that the format can grow, with a warning that names the nearest
+known key: `per_request_s` for `per-request-s` is a typo that would silently keep the default.
 """
 
 from __future__ import annotations
 
+import difflib
 import logging
 import math
 import re
@@ -217,7 +219,9 @@ class _Section:
         if known is not None:  # None: the keys are names (task names), not settings
             for key in values:
                 if key not in known:
-                    log.debug("%s: ignoring unknown profile key %s%s", source, prefix, key)
+                    near = difflib.get_close_matches(key, sorted(known), n=1)
+                    hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+                    log.warning("%s: ignoring unknown profile key %s%s%s", source, prefix, key, hint)
 
     def _fail(self, key: str, expected: str, example: str) -> ConfigError:
         value = self.values[key]

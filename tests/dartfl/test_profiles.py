@@ -160,6 +160,19 @@ def test_unknown_extra_keys_are_accepted_and_logged(tmp_path: Path, caplog: pyte
         assert key in logged
 
 
+def test_a_misspelt_key_is_a_warning_that_names_the_key_meant(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # `per_request_s` for `per-request-s` silently kept the default cost (logged at debug only).
+    text = CONTRACT_EXAMPLE.replace("per-request-s = 0.003", "per_request_s = 0.003")
+    with caplog.at_level(logging.WARNING, logger="dartfl.profiles"):
+        load_profile_toml(_write(tmp_path, text))
+    assert (
+        "inference.tasks.fashion.per_request_s (did you mean inference.tasks.fashion.per-request-s?)"
+        in caplog.text
+    )
+
+
 # --- bad input: every error names the file and the key -----------------------------------------
 
 
