@@ -57,15 +57,18 @@ def register(sub: Any) -> None:
 def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The streamlit command line and the environment for the app; raises InputError for bad flags."""
     from dartfl.paths import default_store_path
+    from dartfl.store import check_store_file
     from dashboard.config import DashboardConfig
     from dashboard.telemetry import Liveness
 
     if not 1 <= args.port <= 65535:
         raise InputError(f"--port must be 1-65535, got {args.port}")
     security = mqtt_security_from_args(args)  # a bad URL or file fails here, not silently in the app
+    store_path = (args.store or default_store_path()).expanduser().resolve()
     try:
+        check_store_file(store_path)  # a CSV or a typo is named now, not in the browser later
         cfg = DashboardConfig(
-            store_path=(args.store or default_store_path()).expanduser().resolve(),
+            store_path=store_path,
             broker_url=args.broker,
             mqtt_security=security,
             liveness=Liveness(args.stale_after_s, args.gone_after_s),

@@ -11,7 +11,7 @@ from typing import Any
 
 from dartfl.errors import InputError
 from dartfl.paths import default_store_path
-from dartfl.store import RUN_KINDS, RunInfo, RunStore
+from dartfl.store import RUN_KINDS, RunInfo, RunStore, check_store_file
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,10 +43,20 @@ def _store_path(args: argparse.Namespace) -> Path:
     return args.store if args.store is not None else default_store_path()
 
 
+def _existing_store(args: argparse.Namespace, *, missing_ok: bool) -> Path:
+    """The store to read; InputError if it is missing (unless `missing_ok`: the default store
+    before any run) or is not a run store."""
+    path = _store_path(args)
+    if not path.exists() and not missing_ok:
+        raise InputError(f"run store {path} does not exist; pass --store PATH or set DARTFL_STORE")
+    check_store_file(path)
+    return path
+
+
 def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise InputError(f"--limit must be >= 1, got {args.limit}")
-    path = _store_path(args)
+    path = _existing_store(args, missing_ok=True)  # "no runs in PATH" says enough
     runs: list[RunInfo] = []
     if path.exists():  # reading must not create a store as a side effect
         with RunStore(path) as store:
@@ -82,9 +92,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    path = _store_path(args)
-    if not path.exists():
-        raise InputError(f"run store {path} does not exist; pass --store PATH or set DARTFL_STORE")
+    path = _existing_store(args, missing_ok=False)
     with RunStore(path) as store:
         run = store.get_run(args.run_id)
         if run is None:

@@ -15,6 +15,7 @@ This package is a facade; the pieces live in:
 - `jsonable`: strict JSON conversion of numpy and other values.
 """
 
+from dartfl.store.connection import check_store_file
 from dartfl.store.jsonable import to_jsonable
 from dartfl.store.records import (
     DecisionPoint,
@@ -41,5 +42,6 @@ __all__ = [
     "TelemetryDevice",
     "TelemetryPoint",
     "TelemetryRow",
+    "check_store_file",
     "to_jsonable",
 ]

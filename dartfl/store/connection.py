@@ -133,3 +133,22 @@ class StoreConnection:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store_file(path: Path) -> None:
+    """ConfigError if `path` exists but is no SQLite file (a directory, a CSV, an empty file).
+
+    Commands that only read call it before opening: opening would turn an empty or mistyped
+    file into a new, empty run store instead of naming the mistake."""
+    if not path.exists():
+        return
+    if path.is_dir():
+        raise ConfigError(f"run store {path} is a directory; {_FIX}")
+    with open(path, "rb") as fh:
+        head = fh.read(len(_SQLITE_HEADER))
+    if head != _SQLITE_HEADER:
+        what = "an empty file" if not head else "not an SQLite database"
+        raise ConfigError(f"{path} is {what}, so not a run store; {_FIX}")

@@ -101,3 +101,18 @@ def test_runs_list_on_a_corrupt_store_exits_2(tmp_path: Path, capsys: pytest.Cap
     path.write_bytes(b"garbage" * 1000)
     assert main(["runs", "list", "--store", str(path)]) == 2
     assert "junk.sqlite" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("content", "complaint"), [(b"", "an empty file"), (b"time_s,task\n", "not an SQLite")]
+)
+def test_reading_a_file_that_is_no_store_names_it_and_leaves_it_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: bytes, complaint: str
+) -> None:
+    # `runs list --store empty.csv` turned the empty file into a 40 KB run store.
+    path = tmp_path / "w.csv"
+    path.write_bytes(content)
+    for argv in (["runs", "list"], ["runs", "show", "1"], ["dashboard"]):
+        assert main([*argv, "--store", str(path)]) == 2
+        assert complaint in capsys.readouterr().err
+    assert path.read_bytes() == content
