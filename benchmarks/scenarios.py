@@ -18,7 +18,8 @@ from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
 
 TASKS = ("digits", "fashion", "uci-digits")
 
-# The profile of shared/checks/contract.py's public check, plus the example profile.
+# The profile of the project's public acceptance check (kept outside this repository), plus the
+# issue's example profile.
 PUBLIC_SMALL = DeviceProfile(
     name="public-small",
     inference=InferenceCost(0.005, 0.0025),

@@ -26,7 +26,7 @@ from dartfl.sim import SimConfig
 RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
     f"inference-first:{m}" for m in (1, 2, 4, 8, 16, 32)
 ]
-# The rivals of shared/checks/contract.py's public check.
+# The rivals of the project's public acceptance check (kept outside this repository).
 PUBLIC_RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
     f"inference-first:{m}" for m in (1, 2, 4, 16)
 ]

@@ -1,4 +1,4 @@
-"""Metrics of DESIGN.md, computed the same way for simulated and real runs.
+"""Run metrics (latency, SLO attainment, harvest), computed the same way for simulated and real runs.
 
 Latency is wait + service, from arrival to answer. A request counts towards SLO attainment
 only if it was answered within its task's SLO; rejected requests count as misses.

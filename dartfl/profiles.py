@@ -1,6 +1,6 @@
 """Device profiles: the built-in cost models and the TOML profile format.
 
-A profile says what one device's work costs (DESIGN.md, "The control model"): an inference
+A profile says what one device's work costs (docs/allocator.md, "The control model"): an inference
 batch of b requests takes `batch-fixed-s + per-request-s * b`, a training microbatch of m
 samples takes `microbatch-fixed-s + per-sample-s * m`. The built-in numbers are documented
 estimates for DART-FL's reference model at width multiplier 6; docs/profiles.md derives each
@@ -106,7 +106,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "x86-1core",
             "One modern x86-64 core (AVX2/AVX-512), ONNX Runtime and PyTorch on one thread; "
             "reference CNN at width 6. Scaled from the measured width-1 ONNX Runtime figures "
-            "of ENVIRONMENT.md (docs/profiles.md).",
+            "in docs/profiles.md.",
             (0.00018, 0.00064, 32),
             (0.0022, 0.0029, 32),
         ),

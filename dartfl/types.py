@@ -72,7 +72,7 @@ class TrainingCost:
 
 @dataclass(frozen=True)
 class DeviceProfile:
-    """What one device's work costs: the inference and training cost models of DESIGN.md.
+    """What one device's work costs: the inference and training cost models of docs/allocator.md.
 
     `inference` is the default per-request cost model; `task_inference` overrides it per task
     name (a bigger head, a larger input).

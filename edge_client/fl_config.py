@@ -2,7 +2,7 @@
 
 Flower hands the ServerApp and every ClientApp the same flat, kebab-case `run_config` (the
 defaults of `[tool.flwr.app.config]` in pyproject.toml, overridden by `flwr run --run-config`).
-This module is the one place that reads it (STYLE.md rule 9); server and client both use it.
+This module is the one place that reads it; server and client both use it.
 Lists are comma-separated strings because Flower's config values are scalars.
 """
 

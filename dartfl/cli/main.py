@@ -2,7 +2,7 @@
 
 Each subcommand lives in its own module with a `register(subparsers)` function that adds its
 parser and sets `handler` (a callable taking the parsed namespace, returning an exit code).
-Exit codes: 0 ok, 1 runtime failure, 2 bad input (STYLE.md rule 7).
+Exit codes: 0 ok, 1 runtime failure, 2 bad input.
 """
 
 from __future__ import annotations
