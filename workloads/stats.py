@@ -12,7 +12,11 @@ from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from workloads._common import FloatArray, IntArray
 
-__all__ = ["WorkloadSummary", "binned_counts", "summarize"]
+__all__ = ["MAX_BINS", "WorkloadSummary", "binned_counts", "summarize"]
+
+# Counts are held as a tasks x bins array; past this many bins the horizon is a mistake
+# (timestamps instead of offsets) or the bins are far too narrow, and memory would run out.
+MAX_BINS = 10_000_000
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ def binned_counts(
     if not (math.isfinite(bin_s) and bin_s > 0):
         raise ConfigError(f"bin width must be a finite number of seconds > 0, got {bin_s!r}")
     span = arrivals.duration_s / bin_s
+    if span > MAX_BINS:
+        raise ConfigError(
+            f"{arrivals.duration_s:g} s in {bin_s:g}-s bins is {span:.3g} bins, more than the "
+            f"{MAX_BINS:,} this tool counts; use wider bins or check the times are seconds from the start"
+        )
     bins = math.floor(span) if whole_bins_only else max(1, math.ceil(span))
     index = np.floor(arrivals.times_s / bin_s).astype(np.int64)
     keep = index < bins

@@ -160,6 +160,18 @@ def test_bad_trace_names_file_and_line(tmp_path: Path, capsys: pytest.CaptureFix
     assert "bad.csv:3" in err
 
 
+def test_unix_time_trace_is_bad_input_not_a_decades_long_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    epoch = tmp_path / "epoch.csv"
+    epoch.write_text("time_s,task\n1700000000.0,a\n1700000005.5,b\n")
+    args = ["sim", "--trace", str(epoch), "--profile", "pi4", "--policy", "dart", "--json", "--no-store"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "looks like Unix time" in err and "subtract the first timestamp" in err
+
+
 def test_missing_profile_is_bad_input(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--trace", str(trace), "--no-store"]) == 2
     assert "--profile" in capsys.readouterr().err

@@ -147,15 +147,23 @@ def test_plot_writes_a_png(tmp_path: Path, capsys: pytest.CaptureFixture[str], s
 
 
 @pytest.mark.parametrize("action", [["inspect"], ["plot"]])
+@pytest.mark.parametrize(
+    ("rows", "problem"),
+    [
+        ("0.5,a\nlater,b\n", ":3: time_s 'later' is not a number"),
+        # Unix time read as offsets: a 54-year horizon, 25 GiB of 1-s bins before the fix.
+        ("1700000000.0,a\n1700000005.5,b\n", ": the first arrival is at time_s=1700000000, which looks like"),
+    ],
+)
 def test_bad_trace_file_exits_2_with_file_and_line(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], action: list[str], rows: str, problem: str
 ) -> None:
     bad = tmp_path / "bad.csv"
-    bad.write_text("time_s,task\n0.5,a\nlater,b\n")
+    bad.write_text("time_s,task\n" + rows)
     extra = ["-o", str(tmp_path / "x.png")] if action == ["plot"] else []
     assert main(["workload", *action, str(bad), *extra]) == 2
     line = _one_line_error(capsys.readouterr().err)
-    assert f"{bad}:3: time_s 'later' is not a number" in line
+    assert f"{bad}{problem}" in line
 
 
 def test_missing_trace_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

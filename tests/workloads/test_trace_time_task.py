@@ -101,6 +101,19 @@ def test_bad_file_names_the_line_and_problem(
     assert str(err.value).startswith(f"{path}:{line}: " if line is not None else f"{path}: ")
 
 
+def test_unix_timestamps_are_rejected_with_the_fix(write_file: WriteFile) -> None:
+    # Read as offsets they would be a 54-year horizon: simulating or binning it never ends.
+    path = write_file("epoch.csv", "time_s,task\n1700000005.5,b\n1700000000.0,a\n")
+    with pytest.raises(TraceFormatError, match="time_s=1700000000, which looks like Unix time") as err:
+        read_time_task_csv(path)
+    assert "subtract the first timestamp" in str(err.value)
+
+
+def test_a_late_but_plausible_first_arrival_is_kept(write_file: WriteFile) -> None:
+    path = write_file("late.csv", "time_s,task\n86400,a\n86401,a\n")
+    assert read_time_task_csv(path).times_s[0] == 86400.0
+
+
 def test_missing_file_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(TraceFormatError, match="no such file") as err:
         read_time_task_csv(tmp_path / "nope.csv")

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from dartfl.arrivals import Arrivals
+from dartfl.errors import ConfigError
 from workloads.registry import generate
 from workloads.stats import binned_counts, summarize
 from workloads.traces.load import bundled_azure_conv
@@ -34,6 +35,15 @@ def test_binned_counts_per_task_and_partial_last_bin() -> None:
     np.testing.assert_array_equal(counts, [[1, 0, 1], [1, 1, 0]])
     _, whole = binned_counts(arrivals, 1.0, whole_bins_only=True)
     assert whole.shape == (2, 2)
+
+
+def test_too_many_bins_is_an_error_instead_of_a_huge_allocation() -> None:
+    # Unix-time offsets: 1-s bins over 54 years would be a 25 GiB array.
+    arrivals = Arrivals(np.array([1.6e9]), np.array([0]), ("a",), 1.7e9)
+    with pytest.raises(ConfigError, match=r"is 1\.7e\+09 bins, more than the 10,000,000"):
+        binned_counts(arrivals, 1.0)
+    _, counts = binned_counts(arrivals, 1e3)  # wide enough bins are fine
+    assert counts.sum() == 1
 
 
 def test_bursty_workload_scores_higher_than_poisson() -> None:

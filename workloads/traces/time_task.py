@@ -22,6 +22,9 @@ __all__ = ["TIME_TASK_HEADER", "read_time_task_csv", "write_time_task_csv"]
 
 TIME_TASK_HEADER: tuple[str, str] = ("time_s", "task")
 _INTEGER = re.compile(r"[+-]?\d+")
+# time_s counts from the trace's start, so a first arrival this late (over 3 years in) is a Unix
+# timestamp; taken as an offset it would make a horizon of decades that nothing can simulate.
+UNIX_TIME_S = 1e8
 
 
 def read_time_task_csv(path: str | Path, task_names: Sequence[str] | None = None) -> Arrivals:
@@ -62,8 +65,19 @@ def read_time_task_csv(path: str | Path, task_names: Sequence[str] | None = None
         tasks.append(k)
     if not times:
         raise TraceFormatError(str(path), None, "no requests after the header")
+    _reject_unix_time(path, min(times))
     names = tuple(index)
     return finish(path, np.array(times, dtype=np.float64), np.array(tasks, dtype=np.int64), names)
+
+
+def _reject_unix_time(path: Path, first_s: float) -> None:
+    if first_s > UNIX_TIME_S:
+        raise TraceFormatError(
+            str(path),
+            None,
+            f"the first arrival is at time_s={first_s:.17g}, which looks like Unix time; time_s is "
+            "seconds from the trace's start: subtract the first timestamp from every row",
+        )
 
 
 def write_time_task_csv(arrivals: Arrivals, path: str | Path) -> None:
