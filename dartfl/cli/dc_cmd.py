@@ -125,10 +125,16 @@ def _add_plot_arguments(parser: argparse.ArgumentParser, default: str, shows: st
 
 
 def _plot_path(args: argparse.Namespace) -> Path | None:
-    """--plot, else the default file unless --json (whose output is for scripts), --no-plot: none."""
+    """--plot, else the default file unless --json (whose output is for scripts), --no-plot: none.
+
+    Checked here, before the run, so that a bad name does not cost the run.
+    """
+    from dartfl.cli.plots import check_image_path
+
     if args.no_plot:
         return None
-    return args.plot if args.plot else (None if args.json else args.default_plot)
+    path: Path | None = args.plot if args.plot else (None if args.json else args.default_plot)
+    return None if path is None else check_image_path(path, "--plot")
 
 
 def _need_action(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -185,6 +191,7 @@ def run_sim(args: argparse.Namespace) -> int:
     from dartfl.store import to_jsonable
 
     config = _config(args)
+    plot_path = _plot_path(args)
     lengths = _lengths(args)
     specs = args.policies or list(DEFAULT_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
@@ -198,7 +205,6 @@ def run_sim(args: argparse.Namespace) -> int:
     run_id = None
     if not args.no_store:
         run_id = _record(args, summaries, sweep)
-    plot_path = _plot_path(args)
     if plot_path:
         plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}, eta {args.eta}")
     if args.json:
@@ -220,10 +226,10 @@ def run_real(args: argparse.Namespace) -> int:
 
     specs = args.policies or ["sync", "dart"]
     cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
+    plot_path = _plot_path(args)
     runs = run_ray(cfg, specs)
     summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None if args.no_store else _record(args, summaries, [])
-    plot_path = _plot_path(args)
     if plot_path:
         title = f"Ray engine, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
         plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)

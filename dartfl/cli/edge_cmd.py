@@ -155,10 +155,12 @@ def _profile(args: argparse.Namespace) -> int:
     import platform
     import tempfile
 
+    from dartfl.cli.plots import check_output_path
     from dartfl.profiles import profile_to_toml
     from edge_client.agent import AgentConfig
     from edge_client.runtime import ModelRuntime
 
+    check_output_path(args.output, "-o", "edge-profile.toml")
     config = AgentConfig(
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         width=args.width,

@@ -68,8 +68,12 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dartfl.cli.plots import check_image_path
     from dartfl.cli.simulation import device_setup, run_policies
 
+    plot_path = _plot_path(args)
+    if plot_path is not None:
+        check_image_path(plot_path, "--plot")
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
     specs = args.policies or list(DEFAULT_POLICIES)
@@ -90,8 +94,7 @@ def run(args: argparse.Namespace) -> int:
         from dartfl.cli.recording import record_sim
 
         run_id = record_sim(args.store, args, arrivals, profile, outcome)
-    plot_path = args.plot if args.plot else (None if args.json else Path("dartfl-sim.png"))
-    if plot_path and not args.no_plot:
+    if plot_path is not None:
         from dartfl.cli.plots import plot_sim
 
         plot_sim(outcome.records, plot_path, title=f"{profile.name}, SLO {args.slo_ms:g} ms")
@@ -104,6 +107,13 @@ def run(args: argparse.Namespace) -> int:
         print_sim_table(outcome.summaries, arrivals, profile)
         if run_id is not None:
             print(f"recorded as run {run_id} in the run store")
-        if plot_path and not args.no_plot:
+        if plot_path is not None:
             print(f"plot: {plot_path}")
     return 0
+
+
+def _plot_path(args: argparse.Namespace) -> Path | None:
+    """--plot, else the default file unless --json (whose output is for scripts); --no-plot: none."""
+    if args.no_plot:
+        return None
+    return args.plot if args.plot else (None if args.json else Path("dartfl-sim.png"))

@@ -69,8 +69,10 @@ def _load(args: argparse.Namespace) -> Arrivals:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    from dartfl.cli.plots import check_output_path
     from workloads.traces.time_task import write_time_task_csv
 
+    check_output_path(args.output, "-o", f"{args.name}.csv")
     arrivals = generated_arrivals(args, args.name)
     write_time_task_csv(arrivals, args.output)
     print(
@@ -114,8 +116,9 @@ def _inspect(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from dartfl.cli.plots import pyplot
+    from dartfl.cli.plots import check_image_path, pyplot
 
+    check_image_path(args.output, "-o")
     plt = pyplot()
 
     from workloads.stats import binned_counts
