@@ -46,6 +46,10 @@ class AgentConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name.replace('_', '-')} must be > 0, got {value}")
+        for name in ("round_target_samples", "publish_every_s", "drain_s", "seed"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise ConfigError(f"{name.replace('_', '-')} must be >= 0, got {value}")
         if self.queue_capacity < 1:
             raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
         if not self.tasks:

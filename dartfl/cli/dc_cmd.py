@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.sim_cmd import add_store_arguments
+from dartfl.cli.workload_args import check_seed
 from dartfl.errors import ConfigError
 
 DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "dart")
@@ -190,6 +191,7 @@ def run_sim(args: argparse.Namespace) -> int:
     from dartfl.datacenter.sweep import sweep_static
     from dartfl.store import to_jsonable
 
+    check_seed(args.seed)
     config = _config(args)
     plot_path = _plot_path(args)
     lengths = _lengths(args)
@@ -224,6 +226,7 @@ def run_real(args: argparse.Namespace) -> int:
     from dartfl.datacenter.ray_engine import RayRunConfig, run_ray
     from dartfl.store import to_jsonable
 
+    check_seed(args.seed)
     specs = args.policies or ["sync", "dart"]
     cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
     plot_path = _plot_path(args)

@@ -8,21 +8,30 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.sim_cmd import add_store_arguments
-from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args
+from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, check_seed
 from dartfl.errors import ConfigError, DartflError
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
+# Numeric flags by the range they must lie in, as dests (the flag is --dest-with-dashes).
+# Checked here so the error names the flag the user typed: AgentConfig speaks in its own
+# fields and units (--slo-ms -5 would be "slo-s must be > 0, got -0.005").
+_MODEL_COUNTS = ("inference_threads", "training_threads", "max_train")
+_AGENT_COUNTS = ("queue_capacity",)
+_AGENT_POSITIVE = ("slo_ms", "period_s", "telemetry_s", "round_s")
+_AGENT_NON_NEGATIVE = ("round_target", "publish_every_s")  # 0 switches them off
 
 
 def register(sub: Any) -> None:
@@ -107,9 +116,33 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     add_mqtt_arguments(p)
 
 
+def _check_model_flags(args: argparse.Namespace) -> None:
+    _check_range(args, _MODEL_COUNTS, lambda v: v >= 1, "an integer >= 1")
+    _check_range(args, ("width",), lambda v: math.isfinite(v) and v > 0, "> 0")
+    check_seed(args.seed)
+
+
+def _check_agent_flags(args: argparse.Namespace) -> None:
+    """`edge run`'s flags (the model's too) before anything loads."""
+    _check_model_flags(args)
+    _check_range(args, _AGENT_COUNTS, lambda v: v >= 1, "an integer >= 1")
+    _check_range(args, _AGENT_POSITIVE, lambda v: math.isfinite(v) and v > 0, "> 0")
+    _check_range(args, _AGENT_NON_NEGATIVE, lambda v: math.isfinite(v) and v >= 0, ">= 0")
+
+
+def _check_range(
+    args: argparse.Namespace, dests: tuple[str, ...], ok: Callable[[float], bool], expected: str
+) -> None:
+    for dest in dests:
+        value = getattr(args, dest)
+        if not ok(value):
+            raise ConfigError(f"--{dest.replace('_', '-')} must be {expected}, got {value:g}")
+
+
 def _agent_config(args: argparse.Namespace) -> Any:
     from edge_client.agent import AgentConfig
 
+    _check_agent_flags(args)
     return AgentConfig(
         device_id=args.device,
         broker_url=args.broker,
@@ -161,6 +194,7 @@ def _profile(args: argparse.Namespace) -> int:
     from edge_client.runtime import ModelRuntime
 
     check_output_path(args.output, "-o", "edge-profile.toml")
+    _check_model_flags(args)
     config = AgentConfig(
         tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         width=args.width,

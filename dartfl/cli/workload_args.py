@@ -27,6 +27,7 @@ __all__ = [
     "add_generator_arguments",
     "add_workload_arguments",
     "arrivals_from_args",
+    "check_seed",
     "generated_arrivals",
     "parse_params",
     "parse_tasks",
@@ -315,10 +316,14 @@ def workload_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
+def check_seed(seed: int) -> int:
+    """--seed as numpy's generators take it (they raise a bare ValueError for a negative one)."""
+    if seed < 0:
+        raise ConfigError(f"--seed must be an integer >= 0, got {seed}")
+    return seed
+
+
 def _rng(seed: int) -> np.random.Generator:
     import numpy as np
 
-    try:
-        return np.random.default_rng(seed)
-    except ValueError:
-        raise ConfigError(f"--seed must be an integer >= 0, got {seed}") from None
+    return np.random.default_rng(check_seed(seed))

@@ -44,6 +44,32 @@ def test_replay_needs_a_broker_or_a_spawned_agent(capsys: pytest.CaptureFixture[
     assert "--spawn-agent" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+        (["profile", "--seed", "-1"], "--seed must be an integer >= 0, got -1"),
+        (["run", "--round-target", "-1"], "--round-target must be >= 0, got -1"),
+        (["run", "--publish-every-s", "-1"], "--publish-every-s must be >= 0, got -1"),
+        (["run", "--publish-every-s", "inf"], "--publish-every-s must be >= 0, got inf"),
+        (["run", "--slo-ms", "-5"], "--slo-ms must be > 0, got -5"),  # the flag and unit typed
+        (["run", "--telemetry-s", "0"], "--telemetry-s must be > 0, got 0"),
+        (["run", "--width", "nan"], "--width must be > 0, got nan"),
+        (["run", "--queue-capacity", "0"], "--queue-capacity must be an integer >= 1, got 0"),
+        (["profile", "--max-train", "0"], "--max-train must be an integer >= 1, got 0"),
+        (["run", "--training-threads", "0"], "--training-threads must be an integer >= 1, got 0"),
+    ],
+)
+def test_bad_agent_flags_exit_2_naming_the_flag_before_loading_anything(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    # A broker nobody listens on: a check that came too late would fail differently.
+    where = ["--broker", "mqtt://127.0.0.1:9"] if argv[0] == "run" else ["-o", str(tmp_path / "p.toml")]
+    assert main(["edge", *argv, *where]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"dartfl: error: {message}"
+
+
 @pytest.mark.integration
 def test_agent_process_stops_cleanly_on_sigterm_and_reports(broker: BrokerHandle, tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "dartfl.cli.main", "edge", "run", "--broker", broker.url, "--device", "sig"]

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from dartfl.cli.main import main
+from dartfl.errors import ConfigError
 from dartfl.profiles import get_profile
 from edge_client import protocol
 from edge_client.agent import Agent, AgentConfig
@@ -98,6 +99,12 @@ def valid_payload(reply_to: str, request_id: str) -> dict[str, Any]:
     return json.loads(
         protocol.encode_request(request_id=request_id, reply_to=reply_to, image=np.zeros((28, 28), np.uint8))
     )
+
+
+@pytest.mark.parametrize("field", ["round_target_samples", "publish_every_s", "drain_s", "seed"])
+def test_config_rejects_a_negative_target_interval_or_seed(field: str) -> None:
+    with pytest.raises(ConfigError, match=f"{field.replace('_', '-')} must be >= 0, got -1"):
+        AgentConfig(**{field: -1})
 
 
 def test_agent_answers_every_task_with_real_model_output(broker: BrokerHandle) -> None:
