@@ -48,7 +48,9 @@ def admit_request(
         )
     except ProtocolError as exc:
         stats.count(errors=1)
-        reply_to = getattr(exc, "reply_to", None) or message.response_topic
+        # Only the reply address the decoder validated: a raw Response Topic may be another
+        # device's request topic, or a wildcard that the client refuses to publish to.
+        reply_to = getattr(exc, "reply_to", None)
         if reply_to:
             task_name = message.topic.rsplit("/", 1)[-1]
             error = protocol.encode_error(
@@ -70,7 +72,7 @@ def admit_request(
         )
         if not queues.offer(queued):
             reason: protocol.RejectReason = "shutting-down" if queues.closed else "queue-full"
-            stats.count(rejected=1)
+            stats.rejected_now(received)
             reply(
                 request.reply_to,
                 protocol.encode_rejection(request_id=request.id, reason=reason, task=request.task),

@@ -88,13 +88,13 @@ def reply_topic(requester: str) -> str:
 
 
 def parse_request_topic(topic: str) -> tuple[str, str]:
-    """`dartfl/v1/<device>/req/<task>` -> (device, task); the task is checked later by
-    `decode_request` (unknown-task), so a subscriber can still answer it."""
+    """`dartfl/v1/<device>/req/<task>` -> (device, task); the task, even an empty one, is
+    checked later by `decode_request` (unknown-task), so a subscriber can still answer it."""
     parts = topic.split("/") if isinstance(topic, str) else []
     if len(parts) != 5 or parts[0] != "dartfl" or parts[1] != f"v{PROTOCOL_VERSION}" or parts[3] != "req":
         raise ProtocolError("bad-topic", f"{topic!r} is not a request topic {ROOT}/<device>/req/<task>")
-    if not parts[2] or not parts[4]:
-        raise ProtocolError("bad-topic", f"{topic!r} has an empty device or task level")
+    if not parts[2]:
+        raise ProtocolError("bad-topic", f"{topic!r} has an empty device level")
     return parts[2], parts[4]
 
 

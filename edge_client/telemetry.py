@@ -1,5 +1,8 @@
 """Rolling request statistics for telemetry: latency percentiles and SLO attainment over a
 recent window, plus lifetime counters. Bounded memory: the window keeps at most `max_events`.
+
+A rejected request enters the window as a miss without a latency: SLO attainment counts it
+(a rejecting, overloaded device must not look healthy), the latency percentiles do not.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ __all__ = ["RequestStats"]
 class RequestStats:
     def __init__(self, window_s: float = 60.0, max_events: int = 100_000) -> None:
         self.window_s = window_s
-        self._events: deque[tuple[float, float, bool]] = deque(maxlen=max_events)  # (t, latency, met)
+        # (t, latency or None for a rejection, met)
+        self._events: deque[tuple[float, float | None, bool]] = deque(maxlen=max_events)
         self._lock = threading.Lock()
         self.requests = 0
         self.replies = 0
@@ -26,6 +30,12 @@ class RequestStats:
         with self._lock:
             self.replies += 1
             self._events.append((now_s, latency_s, met))
+
+    def rejected_now(self, now_s: float) -> None:
+        """A request rejected at `now_s` (queue full, shutting down): a miss in the window."""
+        with self._lock:
+            self.rejected += 1
+            self._events.append((now_s, None, False))
 
     def count(self, *, requests: int = 0, rejected: int = 0, errors: int = 0) -> None:
         with self._lock:
@@ -45,10 +55,9 @@ class RequestStats:
                 "rejected": self.rejected,
                 "errors": self.errors,
             }
-        if events:
-            lat = np.array([e[1] for e in events]) * 1e3
-            p50, p95, p99 = (float(v) for v in np.percentile(lat, [50, 95, 99]))
-            attainment: float | None = sum(e[2] for e in events) / len(events)
-        else:
-            p50 = p95 = p99 = attainment = None  # type: ignore[assignment]
+        latencies = [e[1] for e in events if e[1] is not None]
+        p50 = p95 = p99 = None
+        if latencies:
+            p50, p95, p99 = (float(v) for v in np.percentile(np.array(latencies) * 1e3, [50, 95, 99]))
+        attainment = sum(e[2] for e in events) / len(events) if events else None
         return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "slo_attainment": attainment, **counters}

@@ -67,6 +67,8 @@ def test_parse_request_topic_rejects_other_topics(topic: str) -> None:
 
 def test_parse_request_topic_leaves_task_checking_to_the_decoder() -> None:
     assert p.parse_request_topic("dartfl/v1/pi/req/no such task") == ("pi", "no such task")
+    # `req/` matches the agent's `req/+`: the requester gets an unknown-task reply, not silence.
+    assert p.parse_request_topic("dartfl/v1/pi/req/") == ("pi", "")
 
 
 # --- requests: round trip -------------------------------------------------------------------
