@@ -27,6 +27,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -85,24 +86,46 @@ class Agent:
         self.round_target = config.round_target_samples
         self._channel: Any = None  # edge_client.round_channel.RoundChannelServer when federated
         self._rounds = RoundSlot()
+        self._own_model_dir: Path | None = None  # the temp dir create() made; removed on stop
 
     # -- construction -------------------------------------------------------------------------
 
     @classmethod
     def create(cls, config: AgentConfig, profile: DeviceProfile | None = None) -> Agent:
+        """Build the model (in config.model_dir, else a temp dir the agent removes when it stops)."""
         from edge_client.runtime import ModelRuntime
 
-        model_dir = config.model_dir or Path(tempfile.mkdtemp(prefix=f"dartfl-{config.device_id}-"))
-        runtime = ModelRuntime.build(config, model_dir)
-        if profile is None:
-            profile = runtime.calibrate(quick=True)
-            log.info("calibrated costs: %s", profile)
-        return cls(config, runtime, profile)
+        make_policy(config.policy, config.loss_weighting)  # a bad spec fails before the slow part
+        own_dir: Path | None = None
+        model_dir = config.model_dir
+        if model_dir is None:
+            model_dir = own_dir = Path(tempfile.mkdtemp(prefix=f"dartfl-{config.device_id}-"))
+        try:
+            runtime = ModelRuntime.build(config, model_dir)
+            if profile is None:
+                profile = runtime.calibrate(quick=True)
+                log.info("calibrated costs: %s", profile)
+            agent = cls(config, runtime, profile)
+        except BaseException:
+            _remove_dir(own_dir)
+            raise
+        agent._own_model_dir = own_dir
+        return agent
 
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Connect to the broker (starting the embedded one if none is given); return its URL."""
+        """Connect to the broker (starting the embedded one if none is given); return its URL.
+
+        If that fails the agent is finished: it lets go of what it holds, its temp dir too.
+        """
+        try:
+            return self._start()
+        except BaseException:
+            self._abort()
+            raise
+
+    def _start(self) -> str:
         from edge_client.agent_link import open_agent_link
 
         self._link, self._broker, url = open_agent_link(self.config, self._on_message)
@@ -113,8 +136,9 @@ class Agent:
         if channel:
             from edge_client.round_channel import RoundChannelServer
 
-            self._channel = RoundChannelServer(channel, self._handle_round, self._channel_health)
-            log.warning("round channel on %s", self._channel.start())
+            server = RoundChannelServer(channel, self._handle_round, self._channel_health)
+            log.warning("round channel on %s", server.start())
+            self._channel = server  # only a serving one: stop() would wait forever on another
         return url
 
     @property
@@ -127,6 +151,14 @@ class Agent:
 
     def run(self) -> dict[str, Any]:
         """The executor loop; returns the final report after draining and disconnecting."""
+        try:
+            self._execute()
+        except BaseException:
+            self._abort()
+            raise
+        return self._shutdown()
+
+    def _execute(self) -> None:
         period = self.config.period_s
         next_tick = time.monotonic() + period  # the first period is a warm-up without training
         every = self.config.publish_every_s
@@ -152,7 +184,6 @@ class Agent:
                 self._train_step(alloc)
             else:
                 self.queues.wait(max(0.0, min(next_tick - time.monotonic(), 0.05)))
-        return self._shutdown()
 
     def _shutdown(self) -> dict[str, Any]:
         self.queues.close()  # new requests are now rejected with `shutting-down`
@@ -183,11 +214,25 @@ class Agent:
                 self._link.flush(timeout=10.0)  # the drained answers must reach the broker first
             except (RuntimeError, ValueError, OSError) as exc:  # the broker went away first
                 log.warning("could not flush replies before disconnecting: %s", exc)
+        self._release()
+        return report
+
+    def _abort(self) -> None:
+        """After a failure: stop the threads and let go of everything, without draining."""
+        self._stop.set()
+        if self._channel is not None:
+            self._channel.stop()
+        self._rounds.cancel("the device agent failed")
+        self._release()
+
+    def _release(self) -> None:
+        """Disconnect, stop the embedded broker, finish exporting, remove the own temp dir."""
+        if self._link is not None:
             self._link.close()
         if self._broker is not None:
             self._broker.stop()
         self.runtime.close()
-        return report
+        _remove_dir(self._own_model_dir)
 
     # -- ingress (paho's thread) --------------------------------------------------------------
 
@@ -411,3 +456,8 @@ class Agent:
                 self._publish_telemetry()
             except Exception:  # a broken link must not kill the device; paho reconnects
                 log.exception("telemetry publish failed")
+
+
+def _remove_dir(folder: Path | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)

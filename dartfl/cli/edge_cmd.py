@@ -105,7 +105,11 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         "--round-channel",
         help="127.0.0.1:PORT: take FL rounds from the local ClientApp (default: $DARTFL_ROUND_CHANNEL)",
     )
-    p.add_argument("--model-dir", type=Path, help="where ONNX versions are written (default: a temp dir)")
+    p.add_argument(
+        "--model-dir",
+        type=Path,
+        help="where ONNX versions are written and kept (default: a temp dir, removed when the agent stops)",
+    )
     p.add_argument(
         "--publish-every-s",
         type=float,

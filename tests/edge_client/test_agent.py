@@ -6,18 +6,20 @@ from __future__ import annotations
 import contextlib
 import json
 import queue
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
 from dartfl.cli.main import main
-from dartfl.errors import ConfigError
+from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import get_profile
 from edge_client import protocol
 from edge_client.agent import Agent, AgentConfig
@@ -205,6 +207,49 @@ def test_a_standalone_agent_serves_its_locally_trained_model(broker: BrokerHandl
         assert sum(running.agent.counters.trained_per_task) > 0
     finally:
         running.stop()
+
+
+@pytest.fixture
+def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where tempfile makes directories during the test, so what an agent leaves can be seen."""
+    root = tmp_path / "tmp"
+    root.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(root))
+    return root
+
+
+def test_a_stopped_agent_removes_its_temp_model_dir_but_keeps_a_given_one(
+    broker: BrokerHandle, temp_root: Path, tmp_path: Path
+) -> None:
+    own = start_agent(broker.url)
+    assert own.agent.runtime.model_dir.parent == temp_root
+    own.stop()
+    assert list(temp_root.glob("dartfl-*")) == []
+    given = start_agent(broker.url, model_dir=tmp_path / "models")
+    given.stop()
+    assert (tmp_path / "models" / "v1").is_dir()
+
+
+def test_an_agent_that_cannot_connect_removes_its_temp_model_dir(temp_root: Path) -> None:
+    config = AgentConfig(device_id="nobroker", broker_url="mqtt://127.0.0.1:9", max_train_per_task=100)
+    agent = Agent.create(config, get_profile("x86-1core"))
+    assert agent.runtime.model_dir.is_dir()
+    with pytest.raises(DartflError, match=r"127\.0\.0\.1:9"):
+        agent.start()  # nothing listens on the discard port
+    assert list(temp_root.glob("dartfl-*")) == []
+
+
+@pytest.mark.parametrize(
+    ("overrides", "problem"),
+    [({"policy": "nope"}, "unknown policy 'nope'"), ({"tasks": ("no-such-task",)}, "no-such-task")],
+)
+def test_an_agent_that_cannot_be_built_leaves_no_temp_dir(
+    temp_root: Path, overrides: dict[str, Any], problem: str
+) -> None:
+    config = AgentConfig(max_train_per_task=100, **overrides)
+    with pytest.raises(ConfigError, match=problem):
+        Agent.create(config, get_profile("x86-1core"))
+    assert list(temp_root.glob("dartfl-*")) == []
 
 
 @pytest.mark.slow
