@@ -30,6 +30,7 @@ TELEMETRY_SUBSCRIPTION = f"{protocol.ROOT}/+/telemetry"
 STATUS_SUBSCRIPTION = f"{protocol.ROOT}/+/status"
 RETRY_S = 2.0  # between connection attempts while the broker is unreachable
 HISTORY_PER_DEVICE = 600  # snapshots kept in memory per device (10 min at 1 Hz)
+MAX_DEVICES = 10_000  # devices the live view keeps; a fleet larger than this needs the recorder
 
 
 class Subscriber:
@@ -155,19 +156,25 @@ class LiveFeed:
         now = self._clock()
         try:
             if message.topic.endswith("/status"):
-                status = protocol.decode_status(message.payload)
+                status = protocol.decode_status(message.payload, message.topic)
                 with self._lock:
                     if status.online:
                         self._offline_since.pop(status.device, None)
                     else:
                         self._offline_since[status.device] = now
+                        _forget_oldest(self._offline_since, MAX_DEVICES)
                 return
-            snapshot = protocol.decode_telemetry(message.payload)
+            snapshot = protocol.decode_telemetry(message.payload, message.topic)
         except ProtocolError as exc:
             log.debug("ignoring a bad message on %s: %s", message.topic, exc)
             return
         device = snapshot["device"]
         with self._lock:
+            if device not in self._latest and len(self._latest) >= MAX_DEVICES:
+                # Memory stays bounded whatever names arrive: the longest-silent device goes.
+                oldest = min(self._latest.values(), key=lambda snap: snap.received_s).device
+                del self._latest[oldest]
+                self._history.pop(oldest, None)
             self._latest[device] = LiveSnapshot(device, now, snapshot)
             self._history.setdefault(device, deque(maxlen=HISTORY_PER_DEVICE)).append(snapshot)
 
@@ -190,3 +197,9 @@ class LiveFeed:
 
     def close(self) -> None:
         self.subscriber.close()
+
+
+def _forget_oldest(times: dict[str, float], limit: int) -> None:
+    """Drop the entries with the oldest times until at most `limit` are left."""
+    while len(times) > limit:
+        del times[min(times, key=times.__getitem__)]

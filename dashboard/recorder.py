@@ -9,6 +9,7 @@ oldest snapshots with a warning rather than growing without limit.
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 import time
 from collections import deque
@@ -66,7 +67,7 @@ class Recorder:
 
     def handle(self, message: Message) -> None:
         try:
-            row = row_from_snapshot(protocol.decode_telemetry(message.payload))
+            row = row_from_snapshot(protocol.decode_telemetry(message.payload, message.topic))
         except (ProtocolError, ConfigError) as exc:
             self.bad += 1
             log.debug("ignoring a bad telemetry message on %s: %s", message.topic, exc)
@@ -78,14 +79,36 @@ class Recorder:
             self.received += 1
 
     def flush(self) -> int:
-        """Write what is buffered; returns how many new rows went into the store."""
+        """Write what is buffered; returns how many new rows went into the store.
+
+        A store that is busy (locked past its timeout) keeps the rows buffered for the next
+        flush. A batch the store refuses for its content is written row by row, so one bad
+        snapshot costs itself, not the batch or the recorder."""
         with self._lock:
             rows = list(self._buffer)
             self._buffer.clear()
         if not rows:
             return 0
-        written = self.store.add_telemetry(rows)
+        try:
+            written = self.store.add_telemetry(rows)
+        except sqlite3.OperationalError as exc:
+            log.warning("run store busy (%s): %d snapshots kept for the next flush", exc, len(rows))
+            with self._lock:
+                self._buffer.extendleft(reversed(rows))  # older than anything buffered since
+            return 0
+        except (sqlite3.Error, ValueError, OverflowError, UnicodeError):
+            written = self._write_one_by_one(rows)
         self.written += written
+        return written
+
+    def _write_one_by_one(self, rows: list[TelemetryRow]) -> int:
+        written = 0
+        for row in rows:
+            try:
+                written += self.store.add_telemetry([row])
+            except (sqlite3.Error, ValueError, OverflowError, UnicodeError) as exc:
+                self.bad += 1
+                log.warning("dropping a snapshot of %r the store refuses: %s", row.device, exc)
         return written
 
     def prune(self) -> int:

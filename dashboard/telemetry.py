@@ -33,8 +33,9 @@ def number(value: object) -> float | None:
 
 
 def _count(value: object) -> int | None:
+    """A plausible count: >= 0 and below 2**53 (exact in a float, fits SQLite's integers)."""
     as_float = number(value)
-    return None if as_float is None or as_float < 0 else int(as_float)
+    return None if as_float is None or not 0 <= as_float < 2.0**53 else int(as_float)
 
 
 def _total(value: object) -> int | None:

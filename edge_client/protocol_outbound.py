@@ -195,25 +195,39 @@ def encode_telemetry(fields: Mapping[str, Any]) -> bytes:
     return _dumps({"v": PROTOCOL_VERSION, **obj})
 
 
-def _decode_device_message(payload: bytes) -> dict[str, Any]:
+# Unix seconds a device may report: 0 to the year 2286. Far beyond, a dashboard's date
+# arithmetic overflows; such a clock is broken anyway.
+_MAX_UNIX_S = 1e10
+
+
+def _decode_device_message(payload: bytes, topic: str | None) -> dict[str, Any]:
     fail = _Fail(None, None)
     obj = _parse_object(payload, 1 << 20, fail)
     _check_version(obj, fail)
-    if not isinstance(obj.get("device"), str):
+    device = obj.get("device")
+    if not isinstance(device, str):
         _reply_fail(
             "missing-field" if "device" not in obj else "bad-field", "field 'device' must be a string"
         )
+    try:
+        _check_name("device", device)
+    except InputError as exc:
+        _reply_fail("bad-field", str(exc))
+    if topic is not None and topic.split("/")[2:3] != [device]:
+        # A device publishes only about itself: a mismatch is a misconfigured or spoofing client.
+        _reply_fail("bad-field", f"device {_short(device)} published on another's topic {_short(topic)}")
     if "t" in obj and obj["t"] is not None:
         t = _finite(obj["t"])
-        if t is None:
-            _reply_fail("bad-field", f"field 't' must be finite unix seconds, got {_short(obj['t'])}")
+        if t is None or not 0.0 <= t <= _MAX_UNIX_S:
+            _reply_fail("bad-field", f"field 't' must be unix seconds, got {_short(obj['t'])}")
         obj["t"] = t
     return obj
 
 
-def decode_telemetry(payload: bytes) -> dict[str, Any]:
-    """The telemetry object; raises ProtocolError, and nothing else, for any input."""
-    obj = _decode_device_message(payload)
+def decode_telemetry(payload: bytes, topic: str | None = None) -> dict[str, Any]:
+    """The telemetry object; raises ProtocolError, and nothing else, for any input. With the
+    message's `topic`, the snapshot's device must be the topic's device."""
+    obj = _decode_device_message(payload, topic)
     if obj.get("t") is None:
         _reply_fail("missing-field", "telemetry field 't' is missing")
     return obj
@@ -239,8 +253,8 @@ def encode_status(
     return _dumps(obj)
 
 
-def decode_status(payload: bytes) -> DeviceStatus:
-    obj = _decode_device_message(payload)
+def decode_status(payload: bytes, topic: str | None = None) -> DeviceStatus:
+    obj = _decode_device_message(payload, topic)
     state = obj.get("state")
     if state not in ("online", "offline"):
         _reply_fail("bad-field", f"status field 'state' must be online or offline, got {_short(state)}")

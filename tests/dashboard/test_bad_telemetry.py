@@ -1,0 +1,85 @@
+"""Malformed or hostile telemetry must not crash the recorder, break the dashboard or grow
+its memory: messages are fed to `handle` directly (the broker port is closed on purpose)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dartfl.errors import ProtocolError
+from dartfl.store import RunStore, TelemetryRow
+from dashboard import feed as feed_module
+from dashboard import synthetic
+from dashboard.feed import LiveFeed
+from dashboard.recorder import Recorder
+from edge_client import protocol
+from edge_client.broker import free_port
+from edge_client.mqtt import Message
+
+
+def _telemetry(device: str, topic_device: str | None = None, **fields: Any) -> Message:
+    snapshot = {**synthetic.snapshot("pi-1", 1_700_000_000.0, 1), **fields, "device": device}
+    topic = f"dartfl/v1/{topic_device or device}/telemetry"
+    return Message(topic, json.dumps(snapshot).encode(), 1, False)
+
+
+@pytest.mark.parametrize(
+    ("fields", "complaint"),
+    [
+        ({"device": "\ud800"}, "device"),  # unencodable: broke the store and Streamlit
+        ({"device": "a/b"}, "device"),
+        ({"device": "pi-1", "t": 1e300}, "unix seconds"),  # overflowed the dashboard's dates
+        ({"device": "pi-1", "t": -5}, "unix seconds"),
+    ],
+)
+def test_telemetry_with_a_bad_device_or_time_is_a_protocol_error(
+    fields: dict[str, Any], complaint: str
+) -> None:
+    body = json.dumps({"v": 1, "t": 1.0, **fields}).encode()
+    with pytest.raises(ProtocolError, match=complaint):
+        protocol.decode_telemetry(body)
+
+
+def test_a_device_may_only_publish_about_itself() -> None:
+    body = protocol.encode_telemetry({"device": "pi-1", "t": 1.0})
+    assert protocol.decode_telemetry(body, "dartfl/v1/pi-1/telemetry")["device"] == "pi-1"
+    with pytest.raises(ProtocolError, match="another's topic"):
+        protocol.decode_telemetry(body, "dartfl/v1/pi-2/telemetry")
+
+
+def test_the_recorder_survives_bad_snapshots_and_keeps_the_good_ones(tmp_path: Path) -> None:
+    store_path = tmp_path / "runs.sqlite"
+    recorder = Recorder(store_path, f"mqtt://127.0.0.1:{free_port()}")
+    try:
+        recorder.handle(_telemetry("pi-1", backlog=1e300))  # a count SQLite cannot hold: dropped
+        recorder.handle(_telemetry("pi-2", topic_device="pi-3"))
+        assert recorder.bad == 1
+        # A row the store refuses (built past the decoder) costs itself, not the batch.
+        recorder._buffer.append(TelemetryRow(device="\ud800", t_s=1.0, payload={}))
+        recorder.handle(_telemetry("pi-4"))
+        assert recorder.flush() == 2
+        assert recorder.bad == 2
+    finally:
+        recorder.close()
+    with RunStore(store_path) as store:
+        assert {row.device for row in store.telemetry_latest()} == {"pi-1", "pi-4"}
+
+
+def test_the_live_feed_keeps_at_most_max_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(feed_module, "MAX_DEVICES", 3)
+    clock = iter(range(100))
+    live = LiveFeed(f"mqtt://127.0.0.1:{free_port()}", clock=lambda: float(next(clock)))
+    try:
+        for i in range(5):
+            live.handle(_telemetry(f"pi-{i}"))
+            live.handle(
+                Message(f"dartfl/v1/gone-{i}/status", protocol.encode_status(f"gone-{i}", False), 1, True)
+            )
+        assert set(live.state().devices) == {"pi-2", "pi-3", "pi-4"}
+        assert live.history("pi-0") == []
+        assert len(live._offline_since) == 3
+    finally:
+        live.close()
