@@ -14,17 +14,26 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, check_seed
 from dartfl.errors import ConfigError, DartflError
 
+if TYPE_CHECKING:
+    from dartfl.arrivals import Arrivals
+    from dartfl.types import DeviceProfile
+    from edge_client.mqtt_security import MqttSecurity
+
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
+AGENT_ONLINE_TIMEOUT_S = 120.0  # loading data and building the model, on a slow device
+AGENT_POLL_S = 1.0  # how often a spawned agent still starting is checked for having died
 # Numeric flags by the range they must lie in, as dests (the flag is --dest-with-dashes).
 # Checked here so the error names the flag the user typed: AgentConfig speaks in its own
 # fields and units (--slo-ms -5 would be "slo-s must be > 0, got -0.005").
@@ -220,7 +229,7 @@ def _profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _spawn(args: argparse.Namespace, broker_url: str) -> subprocess.Popen[bytes]:
+def _spawn(args: argparse.Namespace, broker_url: str, agent_log: IO[bytes]) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable,
         "-m",
@@ -236,7 +245,70 @@ def _spawn(args: argparse.Namespace, broker_url: str) -> subprocess.Popen[bytes]
     if args.profile_file:
         cmd += ["--profile-file", str(args.profile_file)]
     log.info("starting agent: %s", " ".join(cmd))
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=agent_log, env=env)
+
+
+def _check_replay_flags(args: argparse.Namespace) -> MqttSecurity | None:
+    """What can be checked before a broker or an agent starts; returns the MQTT security."""
+    if not args.spawn_agent and not args.broker:
+        raise ConfigError("give --broker URL of a running agent's broker, or --spawn-agent")
+    _check_range(args, ("slo_ms",), lambda v: math.isfinite(v) and v > 0, "> 0")
+    if not args.spawn_agent:
+        return mqtt_security_from_args(args)
+    if args.mqtt_ca_file or args.mqtt_cert_file or args.mqtt_key_file or args.mqtt_username:
+        raise ConfigError("--spawn-agent starts a private plain broker on loopback: drop the --mqtt-* flags")
+    from dartfl.policies import make_policy
+
+    make_policy(args.policy)  # the spawned agent would exit on it
+    return None
+
+
+def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | None) -> Arrivals | None:
+    """The arrivals, built before any agent starts so that a bad workload fails at once.
+
+    None when --target-load must wait for the agent's own profile; the workload flags are
+    checked anyway, by building the workload at its --rate.
+    """
+    if args.target_load is None or profile is not None:
+        return arrivals_from_args(args, profile)
+    arrivals_from_args(argparse.Namespace(**{**vars(args), "target_load": None}), None)
+    return None
+
+
+def _wait_for_spawned_agent(
+    agent: subprocess.Popen[bytes], agent_log: IO[bytes], url: str, device: str
+) -> dict[str, Any]:
+    """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
+    from edge_client.replay import wait_for_status
+
+    deadline = time.monotonic() + AGENT_ONLINE_TIMEOUT_S
+    while agent.poll() is None:
+        try:
+            return wait_for_status(url, device, "online", timeout_s=AGENT_POLL_S)
+        except DartflError:
+            if time.monotonic() >= deadline:
+                raise DartflError(
+                    f"the spawned agent did not come online within {AGENT_ONLINE_TIMEOUT_S:.0f} s; "
+                    "its log is above"
+                ) from None
+    error = ConfigError if agent.returncode == 2 else DartflError  # 2: it rejected its flags
+    raise error(f"the spawned agent exited with code {agent.returncode}: {_last_line(agent_log)}")
+
+
+def _last_line(agent_log: IO[bytes]) -> str:
+    """The last thing an exited agent wrote to stderr: normally why it stopped."""
+    agent_log.seek(0)
+    lines = agent_log.read().decode(errors="replace").strip().splitlines()
+    return lines[-1].strip() if lines else "it wrote nothing to stderr"
+
+
+def _echo_agent_log(agent_log: IO[bytes]) -> None:
+    """Pass on what the spawned agent wrote to stderr (kept apart from the progress bar)."""
+    agent_log.seek(0)
+    text = agent_log.read().decode(errors="replace")
+    if text:
+        sys.stderr.write(text if text.endswith("\n") else text + "\n")
 
 
 def _replay(args: argparse.Namespace) -> int:
@@ -244,26 +316,24 @@ def _replay(args: argparse.Namespace) -> int:
     from edge_client.data import load_tasks
     from edge_client.replay import profile_from_status, replay, wait_for_status
 
-    if not args.spawn_agent and not args.broker:
-        raise ConfigError("give --broker URL of a running agent's broker, or --spawn-agent")
-    security = None
-    if args.spawn_agent:
-        if args.mqtt_ca_file or args.mqtt_cert_file or args.mqtt_key_file or args.mqtt_username:
-            raise ConfigError(
-                "--spawn-agent starts a private plain broker on loopback: drop the --mqtt-* flags"
-            )
-    else:
-        security = mqtt_security_from_args(args)
+    security = _check_replay_flags(args)
+    file_profile = load_profile_toml(args.profile_file) if args.profile_file else None
+    arrivals = _workload_before_agent(args, file_profile)
     broker = agent = None
+    agent_log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, after the agent)
     try:
         url = args.broker
         if args.spawn_agent:
             broker = _start_broker()
             url = broker.url
-            agent = _spawn(args, url)
-        status = wait_for_status(url, args.device, "online", timeout_s=120.0, security=security)
-        profile = load_profile_toml(args.profile_file) if args.profile_file else profile_from_status(status)
-        arrivals = arrivals_from_args(args, profile)
+            agent = _spawn(args, url, agent_log)
+            status = _wait_for_spawned_agent(agent, agent_log, url, args.device)
+        else:
+            timeout_s = AGENT_ONLINE_TIMEOUT_S
+            status = wait_for_status(url, args.device, "online", timeout_s=timeout_s, security=security)
+        profile = file_profile or profile_from_status(status)
+        if arrivals is None:
+            arrivals = arrivals_from_args(args, profile)
         tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
         images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
         from rich.progress import Progress
@@ -282,9 +352,13 @@ def _replay(args: argparse.Namespace) -> int:
                 security=security,
             )
     finally:
-        report = _stop_agent(agent)
-        if broker is not None:
-            broker.stop()
+        try:
+            report = _stop_agent(agent)
+            if broker is not None:
+                broker.stop()
+        finally:
+            _echo_agent_log(agent_log)
+            agent_log.close()
     summary = outcome.summary
     if report is not None:
         summary["agent_report"] = report

@@ -6,12 +6,17 @@ import json
 import signal
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from dartfl.cli import edge_cmd
 from dartfl.cli.main import main
+from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import load_profile_toml
 from edge_client.broker import BrokerHandle
 from edge_client.replay import wait_for_status
@@ -68,6 +73,59 @@ def test_bad_agent_flags_exit_2_naming_the_flag_before_loading_anything(
     assert main(["edge", *argv, *where]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"dartfl: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--policy", "nope", "--workload", "poisson"], "unknown policy 'nope'"),
+        (["--workload", "nope"], "unknown workload 'nope'"),
+        (["--trace", "/nonexistent/t.csv"], "no such file"),
+        (["--workload", "poisson", "--slo-ms", "0"], "--slo-ms must be > 0, got 0"),
+        (["--workload", "poisson", "--seed", "-1"], "--seed must be an integer >= 0"),
+        # --target-load waits for the agent's profile, but the rest is checked before it starts
+        (["--workload", "poisson", "--target-load", "0.5", "--param", "x=1"], "unknown parameter 'x'"),
+    ],
+)
+def test_replay_checks_its_flags_before_starting_a_broker_or_an_agent(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
+) -> None:
+    def no_broker() -> None:
+        raise AssertionError("a broker was started before the flags were checked")
+
+    monkeypatch.setattr(edge_cmd, "_start_broker", no_broker)
+    assert main(["edge", "replay", "--spawn-agent", "--no-store", *flags]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("code", "error"), [(2, ConfigError), (3, DartflError)])
+def test_waiting_for_a_spawned_agent_stops_when_it_exits(
+    monkeypatch: pytest.MonkeyPatch, code: int, error: type[Exception]
+) -> None:
+    def never_online(*_args: Any, **kwargs: Any) -> dict[str, Any]:
+        time.sleep(kwargs["timeout_s"])
+        raise DartflError("did not report 'online'")
+
+    monkeypatch.setattr("edge_client.replay.wait_for_status", never_online)
+    monkeypatch.setattr(edge_cmd, "AGENT_POLL_S", 0.1)
+    script = f"import sys; sys.stderr.write('loading\\nbad flag --x\\n'); sys.exit({code})"
+    with tempfile.TemporaryFile() as agent_log:
+        agent = subprocess.Popen([sys.executable, "-c", script], stderr=agent_log)
+        started = time.monotonic()
+        with pytest.raises(error, match=f"^the spawned agent exited with code {code}: bad flag --x$"):
+            edge_cmd._wait_for_spawned_agent(agent, agent_log, "mqtt://127.0.0.1:9", "edge-1")
+    assert time.monotonic() - started < 30  # not the 120 s an agent may take to come online
+
+
+@pytest.mark.integration
+def test_replay_fails_at_once_when_the_spawned_agent_dies(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--duration-s", "2", "--no-store"]
+    started = time.monotonic()
+    assert main([*argv, "--agent-arg=--no-such-flag"]) == 2
+    assert time.monotonic() - started < 60
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("dartfl: error: the spawned agent exited with code 2: ")
+    assert err[-1].endswith("unrecognized arguments: --no-such-flag (see `dartfl --help`)")
 
 
 @pytest.mark.integration
