@@ -53,7 +53,11 @@ def register(sub: Any) -> None:
 
     prof = edge_sub.add_parser("profile", help="measure this device's costs and write a profile TOML")
     prof.add_argument(
-        "-o", "--output", type=Path, default=Path("edge-profile.toml"), help="profile TOML to write"
+        "-o",
+        "--output",
+        type=Path,
+        default=Path("edge-profile.toml"),
+        help="profile TOML to write (default edge-profile.toml)",
     )
     prof.add_argument("--name", default=None, help="profile name (default: this host's name)")
     prof.add_argument("--quick", action="store_true", help="fewer repetitions (a few seconds)")

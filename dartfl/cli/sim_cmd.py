@@ -48,9 +48,13 @@ def register(sub: Any) -> None:
 
 
 def add_device_arguments(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("device")
-    g.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
-    g.add_argument("--profile-file", type=Path, help="device profile TOML (see docs/profiles.md)")
+    g = p.add_argument_group("device", "one of --profile or --profile-file is required")
+    g.add_argument(
+        "--profile", metavar="NAME", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core"
+    )
+    g.add_argument(
+        "--profile-file", type=Path, metavar="F.toml", help="device profile TOML (see docs/profiles.md)"
+    )
     g.add_argument(
         "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
     )

@@ -74,6 +74,11 @@ def _generate(args: argparse.Namespace) -> int:
 
     check_output_path(args.output, "-o", f"{args.name}.csv")
     arrivals = generated_arrivals(args, args.name)
+    if not arrivals.num_requests:  # a header-only file is no trace: reading it back fails
+        raise ConfigError(
+            f"{args.name} drew no requests at --rate {args.rate:g} over --duration-s {args.duration_s:g}; "
+            "raise --rate or --duration-s"
+        )
     write_time_task_csv(arrivals, args.output)
     print(
         f"wrote {arrivals.num_requests:,} requests ({arrivals.mean_rate_per_s():.2f} req/s over "

@@ -44,6 +44,12 @@ def test_profile_writes_a_toml_that_sim_accepts(tmp_path: Path, capsys: pytest.C
     assert json.loads(capsys.readouterr().out)["results"]
 
 
+def test_profile_help_shows_where_it_writes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["edge", "profile", "--help"])
+    assert "profile TOML to write (default edge-profile.toml)" in " ".join(capsys.readouterr().out.split())
+
+
 def test_replay_needs_a_broker_or_a_spawned_agent(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["edge", "replay", "--workload", "poisson", "--no-store"]) == 2
     assert "--spawn-agent" in capsys.readouterr().err

@@ -175,3 +175,9 @@ def test_unix_time_trace_is_bad_input_not_a_decades_long_run(
 def test_missing_profile_is_bad_input(trace: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sim", "--trace", str(trace), "--no-store"]) == 2
     assert "--profile" in capsys.readouterr().err
+
+
+def test_help_says_a_profile_is_required(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["sim", "--help"])
+    assert "one of --profile or --profile-file is required" in " ".join(capsys.readouterr().out.split())
