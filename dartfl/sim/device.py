@@ -31,6 +31,7 @@ from dartfl.estimators import EwmaRates
 from dartfl.executor import ShareGate, most_urgent
 from dartfl.metrics import RunRecord
 from dartfl.policies.base import Policy
+from dartfl.sim.rounds import ROUND_TOLERANCE_S, rounds_ended_by
 from dartfl.sim.split import SampleSplitter
 from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
 
@@ -127,6 +128,7 @@ def simulate(
     alloc = Allocation(1.0, (1.0 / k_tasks,) * k_tasks, (1.0,) * k_tasks, 0, b_profile)
     now = 0.0
     i = 0  # next arrival
+    ticks = 1  # ticks are at j * period_s: a running sum would drift and add or drop the last one
     next_tick = cfg.period_s
     busy_until = math.inf  # end of the running work item (inf: idle)
     running_batch: list[int] = []  # request ids of the running inference batch
@@ -134,14 +136,15 @@ def simulate(
     gate = ShareGate()
     training_busy = inference_busy = 0.0
     backlog_total = max_backlog = 0
-    round_start = 0.0
     round_samples: list[int] = []  # samples trained in each finished round
     round_trained = 0
 
     while True:
         t_arr = times[i] if i < n else math.inf
-        t_tick = next_tick if next_tick < horizon else math.inf
-        now = min(busy_until, t_arr, t_tick)
+        t_tick = next_tick if next_tick < horizon - ROUND_TOLERANCE_S else math.inf
+        t_round = (len(round_samples) + 1) * cfg.round_s
+        t_round = t_round if t_round <= horizon + ROUND_TOLERANCE_S else math.inf
+        now = min(busy_until, t_arr, t_tick, t_round)
         if now == math.inf:
             break
 
@@ -165,6 +168,13 @@ def simulate(
                 running_m = 0
             busy_until = math.inf
 
+        # Every FL round that has ended closes, with the steps done by its end (the last round
+        # too: it ends at the horizon, where no control tick falls).
+        while len(round_samples) < rounds_ended_by(now, cfg.round_s, horizon):
+            round_samples.append(round_trained)
+            round_trained = 0
+        round_start = len(round_samples) * cfg.round_s
+
         # 2. Arrivals up to now join their queue, or are rejected when it is full.
         while i < n and times[i] <= now:
             k = task_of[i]
@@ -181,10 +191,6 @@ def simulate(
 
         # 3. Control period boundary: observe, update, decide.
         if t_tick == now:
-            if now - round_start >= cfg.round_s - 1e-9:
-                round_samples.append(round_trained)
-                round_start += cfg.round_s * math.floor((now - round_start) / cfg.round_s + 1e-9)
-                round_trained = 0
             rates.update(arrivals_since, cfg.period_s)
             obs = Observation(
                 now_s=now,
@@ -214,7 +220,8 @@ def simulate(
             arrivals_since = [0] * k_tasks
             misses_since = [0] * k_tasks
             training_misses_since = [0] * k_tasks
-            next_tick += cfg.period_s
+            ticks += 1
+            next_tick = ticks * cfg.period_s
             if cfg.record_periods:
                 rec["t_s"].append(now)
                 rec["backlog"].append(backlog_total)

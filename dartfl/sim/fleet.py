@@ -31,6 +31,7 @@ from dartfl.metrics import fluid_trainable_samples
 from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
 from dartfl.sim.fleet_types import FleetArrivals, FleetConfig, FleetResult, FloatArray, bin_arrivals
+from dartfl.sim.rounds import rounds_ended_by
 from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = [
@@ -66,6 +67,37 @@ def _device_arrays(profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec])
     )
 
 
+class _FleetRounds:
+    """Every device's FL round progress; rounds end at multiples of round_s, as in the event
+    simulator, and every round that ends by the horizon closes (the last one included).
+
+    A round that ends inside a control period takes the part of the period's training that
+    falls before its end, in proportion to time (the fluid model spreads a period's work evenly).
+    """
+
+    def __init__(self, round_s: float, horizon_s: float, devices: int) -> None:
+        self.round_s = round_s
+        self.horizon_s = horizon_s
+        self.trained = np.zeros(devices)  # the current round's samples so far
+        self.closed: list[FloatArray] = []  # samples of every closed round
+
+    @property
+    def start_s(self) -> float:
+        return len(self.closed) * self.round_s
+
+    def add_period(self, gained: FloatArray, start_s: float, period_s: float) -> None:
+        """Book one period's training, closing the rounds that end inside it."""
+        booked = 0.0  # fraction of the period already booked
+        while len(self.closed) < rounds_ended_by(start_s + period_s, self.round_s, self.horizon_s):
+            end_s = (len(self.closed) + 1) * self.round_s
+            upto = min(max((end_s - start_s) / period_s, booked), 1.0)
+            self.trained += gained * (upto - booked)
+            booked = upto
+            self.closed.append(self.trained.copy())
+            self.trained[:] = 0.0
+        self.trained += gained * (1.0 - booked)
+
+
 def simulate_fleet(
     arrivals: FleetArrivals,
     profile: DeviceProfile | Sequence[DeviceProfile],
@@ -98,9 +130,7 @@ def simulate_fleet(
     policy.reset()
     alpha_slow = -math.expm1(-tau / cfg.rate_time_constant_s)
     rates = np.zeros_like(dev.fixed)
-    round_start = 0.0
-    round_trained = np.zeros(n_dev)
-    round_samples: list[FloatArray] = []
+    rounds = _FleetRounds(cfg.round_s, arrivals.horizon_s, n_dev)
     k_tasks = len(tasks)
     # The first period is a warm-up, as in the event simulator: serve, do not train.
     alloc = FleetAllocation(
@@ -117,15 +147,11 @@ def simulate_fleet(
         arrived = counts[j].astype(np.float64)
         before = state.trained.copy()
         run_period(state, arrived, alloc)
-        round_trained += state.trained - before
+        rounds.add_period(state.trained - before, j * tau, tau)
         now = (j + 1) * tau
         if j + 1 == arrivals.num_periods:
             break
-        # Control period boundary: new round, rate estimates, observe, update, decide.
-        if now - round_start >= cfg.round_s - 1e-9:
-            round_samples.append(round_trained.copy())
-            round_start += cfg.round_s * math.floor((now - round_start) / cfg.round_s + 1e-9)
-            round_trained[:] = 0.0
+        # Control period boundary: rate estimates, observe, update, decide.
         if j == 0:
             rates = arrived / tau
         else:
@@ -149,10 +175,10 @@ def simulate_fleet(
             microbatch_fixed_s=dev.a_t,
             per_sample_s=dev.c_t,
             max_microbatch=dev.max_microbatch,
-            round_start_s=round_start,
-            round_deadline_s=round_start + cfg.round_s,
+            round_start_s=rounds.start_s,
+            round_deadline_s=rounds.start_s + cfg.round_s,
             round_target_samples=float(cfg.round_target_samples),
-            round_trained_samples=round_trained,
+            round_trained_samples=rounds.trained,
         )
         policy.update(obs)
         alloc = policy.decide(obs)
@@ -170,8 +196,8 @@ def simulate_fleet(
     )
     requests = totals.sum(axis=0)
     rounds_met = np.zeros(0)
-    if cfg.round_target_samples > 0 and round_samples:
-        rounds_met = (np.array(round_samples) >= cfg.round_target_samples).mean(axis=0)
+    if cfg.round_target_samples > 0 and rounds.closed:
+        rounds_met = (np.array(rounds.closed) >= cfg.round_target_samples).mean(axis=0)
     return FleetResult(
         policy=policy.name,
         task_names=arrivals.task_names,
@@ -191,6 +217,7 @@ def simulate_fleet(
             state.accepted > 0, state.latency_sum / np.maximum(state.accepted, 1e-300), 0.0
         ),
         rounds_met=rounds_met,
+        rounds=len(rounds.closed),
     )
 
 

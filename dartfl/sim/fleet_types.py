@@ -142,6 +142,7 @@ class FleetResult:
     max_backlog: FloatArray
     mean_latency_s: FloatArray
     rounds_met: FloatArray = field(default_factory=lambda: np.zeros(0))  # fraction; empty: no target
+    rounds: int = 0  # FL rounds that ended by the horizon (the same for every device)
 
     @property
     def num_devices(self) -> int:
@@ -203,6 +204,7 @@ class FleetResult:
                 out[f"{name}_p{q}"] = float(np.percentile(values, q)) if values.size else math.nan
         out["devices_below_99pct_slo"] = int((slo < 0.99).sum())
         if self.rounds_met.size:
+            out["rounds"] = self.rounds
             out["rounds_met_mean"] = float(self.rounds_met.mean())
         return out
 
@@ -230,4 +232,10 @@ class FleetResult:
                 "rounds_met",
             )
         }
-        return cls(policy=first.policy, task_names=first.task_names, horizon_s=first.horizon_s, **arrays)
+        return cls(
+            policy=first.policy,
+            task_names=first.task_names,
+            horizon_s=first.horizon_s,
+            rounds=first.rounds,
+            **arrays,
+        )

@@ -17,7 +17,7 @@ from dartfl.errors import ConfigError
 from dartfl.metrics import summarize
 from dartfl.policies import DartConfig, DartPolicy, make_policy
 from dartfl.profiles import get_profile
-from dartfl.sim import simulate
+from dartfl.sim import SimConfig, simulate
 from dartfl.sim.fleet import FleetArrivals, FleetConfig, FleetResult, bin_arrivals, run_fleet, simulate_fleet
 from dartfl.sim.fleet_policies import FleetDart, FleetObservation, make_fleet_policy
 from dartfl.store import RunStore
@@ -327,3 +327,24 @@ def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[st
 def test_fleet_bad_input_exits_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*FLEET_ARGS, "--no-store", *extra]) == 2
     assert "dartfl: error:" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("target", [200, 1500])
+def test_both_simulators_close_the_same_rounds_and_meet_the_same(target: int) -> None:
+    # 120 s in 60 s rounds: both rounds close, the last one at the horizon.
+    arrivals = _poisson_device(0.5, 120.0, seed=5)
+    tasks = [TaskSpec(n, 0.25) for n in NAMES]
+    profile = get_profile("pi4")
+    exact = summarize(
+        simulate(arrivals, profile, tasks, make_policy("dart"), SimConfig(round_target_samples=target))
+    )
+    fleet = simulate_fleet(
+        FleetArrivals.from_arrivals([arrivals], 0.25),
+        profile,
+        tasks,
+        make_fleet_policy("dart"),
+        FleetConfig(round_target_samples=target),
+    )
+    assert exact["rounds"] == fleet.rounds == 2
+    assert fleet.rounds_met[0] * fleet.rounds == exact["rounds_met"]
+    assert fleet.aggregates()["rounds"] == 2

@@ -189,3 +189,18 @@ def test_a_device_simulated_in_slices_can_keep_its_allocators_memory() -> None:
         return float(record.periods["microbatch"][0])
 
     assert first_microbatch(keep=True) < first_microbatch(keep=False)
+
+
+@pytest.mark.parametrize("period_s", [0.1, 0.2, 0.25, 0.3])
+def test_every_round_that_ends_by_the_horizon_closes_whatever_the_control_period(period_s: float) -> None:
+    # 120 s in 60 s rounds: two rounds, the second ending at the horizon where no tick falls.
+    # Ticks used to be a running sum of period_s, so 0.1 and 0.3 s ticks drifted just under 120
+    # and closed the second round while 0.2 and 0.25 s ticks did not.
+    rng = np.random.default_rng(1)
+    times = np.sort(rng.uniform(0.0, 120.0, 3000))
+    arrivals = Arrivals.build(times, np.zeros(3000, dtype=np.int64), ("a",), 120.0)
+    config = SimConfig(period_s=period_s, round_s=60.0, round_target_samples=100)
+    record = simulate(arrivals, SMALL, specs(arrivals), make_policy("inference-first"), config)
+    assert len(record.round_samples) == 2
+    assert summarize(record)["rounds_met"] == 2
+    assert record.periods["t_s"][-1] == pytest.approx(120.0 - period_s)  # ticks land on j * period_s
