@@ -87,6 +87,7 @@ class Agent:
         self._channel: Any = None  # edge_client.round_channel.RoundChannelServer when federated
         self._rounds = RoundSlot()
         self._own_model_dir: Path | None = None  # the temp dir create() made; removed on stop
+        self._last_tick_s = time.monotonic()  # when the last control period ended
 
     # -- construction -------------------------------------------------------------------------
 
@@ -129,6 +130,7 @@ class Agent:
         from edge_client.agent_link import open_agent_link
 
         self._link, self._broker, url = open_agent_link(self.config, self._on_message)
+        self._link.on_reconnected = lambda: self._publish_status("online")
         self._publish_status("online")
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
@@ -160,7 +162,8 @@ class Agent:
 
     def _execute(self) -> None:
         period = self.config.period_s
-        next_tick = time.monotonic() + period  # the first period is a warm-up without training
+        self._last_tick_s = time.monotonic()
+        next_tick = self._last_tick_s + period  # the first period is a warm-up without training
         every = self.config.publish_every_s
         next_publish = time.monotonic() + every if every > 0 else math.inf
         self.counters.round_start_s = time.monotonic()
@@ -218,11 +221,20 @@ class Agent:
         return report
 
     def _abort(self) -> None:
-        """After a failure: stop the threads and let go of everything, without draining."""
+        """After a failure: stop the threads and let go of everything, without draining.
+
+        The clean disconnect makes the broker drop the last will, so say "offline" first:
+        a dead agent must not stay "online" on the dashboard."""
         self._stop.set()
         if self._channel is not None:
             self._channel.stop()
         self._rounds.cancel("the device agent failed")
+        if self._link is not None:
+            try:
+                self._publish_status("offline", extra={"error": "the agent failed"})
+                self._link.flush(timeout=2.0)
+            except Exception as exc:  # the link may be what failed
+                log.warning("could not publish the offline status: %s", exc)
         self._release()
 
     def _release(self) -> None:
@@ -249,7 +261,11 @@ class Agent:
         started = time.thread_time()
         cfg, c = self.config, self.counters
         counts = self.queues.take_period_counts()
-        self.rates.update(counts.arrivals, cfg.period_s)
+        # The counts cover the time since the last tick, not the nominal period: a tick late
+        # behind a long batch, or early for a new round, would otherwise read as a burst or a lull.
+        elapsed = max(now - self._last_tick_s, 1e-3)
+        self._last_tick_s = now
+        self.rates.update(counts.arrivals, elapsed)
         if self._rounds.active is not None:
             for k, n in enumerate(counts.arrivals):
                 self._rounds.active.arrivals[k] += int(n)

@@ -13,9 +13,8 @@ from edge_client.mqtt import (
     MQTT_V5,
     MQTT_V311,
     Message,
-    MqttConnectError,
     MqttLink,
-    MqttSecurityError,
+    MqttProtocolVersionError,
     Will,
     connect,
 )
@@ -50,13 +49,13 @@ def open_agent_link(
 
     try:
         # MQTT 5 lets requesters use Response Topic / Correlation Data; the embedded broker
-        # (and older brokers) speak 3.1.1 only, so fall back to it. Not after a TLS failure:
-        # the protocol version cannot cure a wrong certificate or password.
+        # (and older brokers) speak 3.1.1 only, so fall back to it, but only when the broker
+        # refuses the version: after a timeout on a slow broker a silent downgrade would
+        # leave MQTT 5 requesters without replies for the agent's lifetime.
         try:
             return link(MQTT_V311 if broker is not None else MQTT_V5), broker, url
-        except MqttSecurityError:
-            raise
-        except MqttConnectError:
+        except MqttProtocolVersionError:
+            log.warning("broker %s speaks MQTT 3.1.1 only: requests must carry reply_to", url)
             return link(MQTT_V311), broker, url
     except BaseException:
         if broker is not None:

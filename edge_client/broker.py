@@ -48,6 +48,10 @@ START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
 # Per-client queue bound in Mosquitto: a stalled subscriber must not grow the broker unboundedly.
 MAX_QUEUED_MESSAGES = 1000
+# The largest packet the broker takes: a telemetry snapshot may be up to 1 MiB (the decoder's
+# limit), requests 16 KiB. Larger publishes are refused at the broker, before a subscriber
+# such as a Pi's agent has to receive them whole and then drop them.
+MAX_PACKET_BYTES = 2 * 1024 * 1024
 _AUTO_PORT_TRIES = 3
 # A minimal MQTT 3.1.1 CONNECT (clean session, keepalive 60 s, empty client id) and the
 # CONNACK that accepts it: proves the port is an MQTT broker, not just any listener.
@@ -204,6 +208,7 @@ def _mosquitto_conf(port: int, tls: MosquittoTls | None = None, tls_port: int = 
         "allow_anonymous true",
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        f"max_packet_size {MAX_PACKET_BYTES}",
         "set_tcp_nodelay true",  # small request/reply packets: no Nagle delay
         "log_dest stderr",
         "log_type error",

@@ -42,6 +42,7 @@ __all__ = [
     "Message",
     "MqttConnectError",
     "MqttLink",
+    "MqttProtocolVersionError",
     "MqttSecurityError",
     "Will",
     "connect",
@@ -67,6 +68,10 @@ class MqttConnectError(DartflError):
 
 class MqttSecurityError(MqttConnectError, ConfigError):
     """TLS or the login failed in a way retrying cannot fix: the settings are wrong (exit 2)."""
+
+
+class MqttProtocolVersionError(MqttConnectError):
+    """The broker refused the MQTT protocol version (an MQTT 3.1.1-only broker and MQTT 5)."""
 
 
 # What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
@@ -144,6 +149,8 @@ class MqttLink:
         self._acked: dict[int, bool] = {}  # mid -> all granted, for subscribe() waiters
         self._closed = False
         self._last_sent: paho.MQTTMessageInfo | None = None
+        # Called on paho's thread each time the link is ready again after a reconnect.
+        self.on_reconnected: Callable[[], None] | None = None
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_subscribe = self._handle_subscribe
@@ -168,6 +175,7 @@ class MqttLink:
             hint, kind = "", MqttConnectError
             if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
                 hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+                kind = MqttProtocolVersionError
             elif str(reason).lower() in _AUTH_REFUSALS:
                 hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
                 kind = MqttSecurityError
@@ -215,9 +223,18 @@ class MqttLink:
 
     def _mark_ready(self) -> None:
         with self._cond:
+            again = self._ever_ready
             self._ready = self._ever_ready = True
             self._cond.notify_all()
         self._client.on_log = None
+        if again and self.on_reconnected is not None:
+            # paho's thread; publishing from here only queues. A broker that restarted without
+            # persistence lost the retained status, and after a dropped link the last will
+            # "offline" is retained while the device serves again: the owner republishes.
+            try:
+                self.on_reconnected()
+            except Exception:
+                log.exception("%s: on_reconnected failed", self._label)
 
     def _handle_connect_fail(self, client: paho.Client, userdata: Any) -> None:
         error = sys.exc_info()[1]

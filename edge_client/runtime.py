@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import shutil
 import threading
 import time
@@ -62,6 +63,7 @@ class ModelRuntime:
         )
         trainer = Trainer(model, tasks, seed=config.seed)
         model_dir.mkdir(parents=True, exist_ok=True)
+        _remove_old_versions(model_dir)
         export_onnx(model, model_dir / "v1", version=1)
         engine = InferenceEngine(model_dir / "v1", threads=config.inference_threads)
         return cls(config, tasks, model, trainer, engine, model_dir)
@@ -223,3 +225,11 @@ def _crossing_microbatch_s(trainer: Any, m: int, shares: Sequence[float], weight
     if lead > 0:
         trainer.train_microbatch(lead, shares, weights)
     return float(trainer.train_microbatch(m, shares, weights).duration_s)
+
+
+def _remove_old_versions(model_dir: Path) -> None:
+    """Delete the model versions (`v<N>` folders) an earlier agent left in `model_dir`, so a
+    restarted agent can reuse its --model-dir; the agent exports its versions there afresh."""
+    for old in model_dir.iterdir():
+        if old.is_dir() and re.fullmatch(r"v\d+", old.name):
+            shutil.rmtree(old)

@@ -23,8 +23,9 @@ from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import get_profile
 from edge_client import protocol
 from edge_client.agent import Agent, AgentConfig
-from edge_client.broker import BrokerHandle
+from edge_client.broker import BrokerHandle, free_port, start_mosquitto
 from edge_client.mqtt import MQTT_V5, MQTT_V311, Message, connect
+from edge_client.queues import QueuedRequest
 from tests.edge_client import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
@@ -228,6 +229,10 @@ def test_a_stopped_agent_removes_its_temp_model_dir_but_keeps_a_given_one(
     given = start_agent(broker.url, model_dir=tmp_path / "models")
     given.stop()
     assert (tmp_path / "models" / "v1").is_dir()
+    # A restarted agent reuses its --model-dir ("v1 already exists" refused it).
+    again = start_agent(broker.url, model_dir=tmp_path / "models")
+    again.stop()
+    assert (tmp_path / "models" / "v1").is_dir()
 
 
 def test_an_agent_that_cannot_connect_removes_its_temp_model_dir(temp_root: Path) -> None:
@@ -311,3 +316,76 @@ def test_replay_with_a_spawned_agent_loses_nothing(capsys: pytest.CaptureFixture
     assert out["replies"] == out["requests"]
     assert out["train_samples"] > 0
     assert out["agent_report"]["requests"] == out["requests"]
+
+
+def _retained_status(url: str, device: str, timeout_s: float = 20.0) -> dict[str, Any]:
+    """The retained status of `device`, waiting for one to exist."""
+    got: queue.Queue[dict[str, Any]] = queue.Queue()
+    topic = protocol.status_topic(device)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        name = f"status-{uuid.uuid4().hex[:6]}"
+        on_message = lambda m: got.put(json.loads(m.payload))  # noqa: E731
+        with (
+            connect(url, name, on_message=on_message, subscriptions=[(topic, 1)]),
+            contextlib.suppress(queue.Empty),
+        ):
+            return got.get(timeout=1.0)
+    raise AssertionError(f"no retained status of {device} within {timeout_s} s")
+
+
+def test_the_online_status_comes_back_after_the_broker_restarts() -> None:
+    # A broker restarted without persistence lost the retained "online" (and the cost
+    # profile that `edge replay --target-load` reads): the agent republishes it on reconnect.
+    port = free_port()
+    with start_mosquitto(port) as broker:
+        running = start_agent(broker.url)
+        device = running.agent.config.device_id
+        assert _retained_status(broker.url, device)["state"] == "online"
+    try:
+        with start_mosquitto(port) as again:
+            status = _retained_status(again.url, device)
+            assert status["state"] == "online" and "profile" in status
+            running.stop()
+    finally:
+        running.agent.request_stop()
+
+
+def test_an_agent_that_fails_says_offline_before_it_disconnects(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Its clean disconnect makes the broker drop the last will: without an explicit "offline"
+    # a dead agent stayed "online" on the dashboard.
+    running = start_agent(broker.url)
+    device = running.agent.config.device_id
+
+    def broken(max_batch: int) -> int:
+        raise RuntimeError("the model broke")
+
+    monkeypatch.setattr(running.agent, "_serve_batch", broken)
+    client = Client(broker.url)
+    try:
+        client.send(device, "digits", "q1")
+        running.thread.join(timeout=30)
+        assert not running.thread.is_alive()
+    finally:
+        client.link.close()
+    status = _retained_status(broker.url, device)
+    assert status["state"] == "offline" and status["error"] == "the agent failed"
+
+
+def test_arrival_rates_count_the_time_since_the_last_tick() -> None:
+    # A tick that comes late (behind a long batch) saw the arrivals of more than a period;
+    # dividing by the nominal period read them as a burst.
+    config = AgentConfig(device_id="rates", max_train_per_task=100, period_s=0.25)
+    agent = Agent.create(config, get_profile("x86-1core"))
+    try:
+        for i in range(10):
+            assert agent.queues.offer(
+                QueuedRequest(f"r{i}", 0, "test/reply", np.zeros((28, 28), np.uint8), 0.0)
+            )
+        agent._last_tick_s = 100.0
+        agent._tick(101.0)  # one second, four nominal periods, since the last tick
+        assert agent.rates.rates_per_s[0] == pytest.approx(10.0)
+    finally:
+        agent.runtime.close()

@@ -130,3 +130,26 @@ def test_mosquitto_same_port_can_be_reused_after_stop() -> None:
         port = first.port
     with start_mosquitto(port) as second:
         assert _probe_mqtt(second.port)
+
+
+@pytest.mark.integration
+def test_mosquitto_refuses_a_publish_larger_than_its_packet_limit() -> None:
+    # A 60 MB publish reached the agent whole (+123 MiB RSS) before it was judged oversized.
+    import queue
+
+    from edge_client.broker import MAX_PACKET_BYTES
+    from edge_client.mqtt import connect
+
+    got: queue.Queue[int] = queue.Queue()
+    with (
+        start_mosquitto() as broker,
+        connect(broker.url, "sink", on_message=lambda m: got.put(len(m.payload)), subscriptions=[("t", 1)]),
+    ):
+        with connect(broker.url, "big", on_message=lambda m: None) as big:
+            big.publish("t", b"x" * (MAX_PACKET_BYTES + 1), qos=1)
+            big.flush(timeout=5.0)
+        with connect(broker.url, "small", on_message=lambda m: None) as small:
+            small.publish("t", b"y" * 1000, qos=1)
+            assert small.flush(timeout=5.0)
+        assert got.get(timeout=5.0) == 1000  # only the small one came through
+        assert got.empty()
