@@ -64,15 +64,13 @@ def build_report(agent: Agent) -> dict[str, Any]:
         "train_samples_per_task": dict(zip(cfg.tasks, c.trained_per_task, strict=True)),
         "training_busy_s": c.training_busy_s,
         "inference_busy_s": c.inference_busy_s,
-        "round": {
-            "target": cfg.round_target_samples,
+        "round": {  # the current round's own target and length (a federated round sets them)
+            "target": agent.round_target,
             "trained": c.round_trained,
             "elapsed_s": now - c.round_start_s,
-            "length_s": cfg.round_s,
+            "length_s": agent.round_s,
             "done": len(c.rounds_done),
-            "met": sum(n >= cfg.round_target_samples for n in c.rounds_done)
-            if cfg.round_target_samples
-            else None,
+            "met": sum(n >= agent.round_target for n in c.rounds_done) if agent.round_target else None,
         },
         "model_version": agent.runtime.version,
         "decision_us_p50": float(np.median(decisions)) if decisions else None,

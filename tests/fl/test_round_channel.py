@@ -19,6 +19,7 @@ from flwr.supercore.task_identity import TaskIdentity
 from dartfl.errors import ConfigError
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent, AgentConfig
+from edge_client.agent_report import build_report
 from edge_client.client_app import app
 from edge_client.fl_config import FlConfig
 from edge_client.fl_records import arrays_to_weights, weights_to_arrays
@@ -86,6 +87,8 @@ def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
     assert lrs == pytest.approx([0.03 * 0.25] * len(lrs))
     # The run's step-samples reached the agent's trainer (its own default is 32).
     assert agent.runtime.trainer.step_samples == 16
+    # Telemetry reports the federated round's length, not the agent's own --round-s (60 s).
+    assert build_report(agent)["round"]["length_s"] == CFG.round_deadline_s
     before, after = arrays_to_weights(msg.content["arrays"]), arrays_to_weights(reply.content["arrays"])
     assert set(after) == set(before)
     assert any(not np.array_equal(before[k], after[k]) for k in after)
