@@ -75,6 +75,22 @@ def test_tiles_prefer_live_data_and_put_slo_misses_first() -> None:
     assert by_name["a-ok"].round_target == 2048 and by_name["a-ok"].round_progress is not None
 
 
+def test_a_fast_device_clock_does_not_let_history_hide_a_live_offline() -> None:
+    # The device's clock runs 2 s fast; it shut down cleanly 20 s ago. Its last recorded row
+    # (device time NOW - 18) used to "win" over the live snapshot received at NOW - 20 (this
+    # host's time), and the tile said "stale" instead of "gone".
+    skew = 2.0
+    snap = synthetic.snapshot("e-fast", NOW - 20 + skew, 7)
+    history = [row_from_snapshot(snap)]
+    live = _feed(LiveSnapshot("e-fast", NOW - 20, snap, offline=True))
+    (tile,) = fleet_tiles(history, live, NOW, Liveness(10, 60))
+    assert tile.source == "live" and tile.status == "gone"
+    # A recorded row newer on the device's clock than the live one still wins.
+    newer = [row_from_snapshot(synthetic.snapshot("e-fast", NOW - 5 + skew, 8))]
+    (tile,) = fleet_tiles(newer, live, NOW, Liveness(10, 60))
+    assert tile.source == "history"
+
+
 def test_tile_html_escapes_names_and_marks_misses() -> None:
     snap = synthetic.snapshot("x", NOW, 10, load=1.4)
     snap["device"] = "<script>"
