@@ -12,6 +12,7 @@ import importlib
 import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from dartfl.errors import DartflError, InputError
 
@@ -37,6 +38,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(2, f"dartfl: error: {message} (see `{self.prog} --help`)\n")
 
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # Remember the innermost (sub)command that parsed, so that leftover arguments are
+        # reported against `dartfl sim --help`, not the top level's `dartfl --help`.
+        parsed, extras = super().parse_known_args(args, namespace)
+        if not hasattr(parsed, "_prog"):
+            parsed._prog = self.prog
+        return parsed, extras
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dartfl", description="DART-FL: co-schedule inference and federated training.")
@@ -55,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extras = parser.parse_known_args(argv)
+    if extras:
+        prog = getattr(args, "_prog", parser.prog)
+        unknown = " ".join(extras)
+        print(f"dartfl: error: unrecognized arguments: {unknown} (see `{prog} --help`)", file=sys.stderr)
+        return 2
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),
         format="%(levelname)s %(name)s: %(message)s",

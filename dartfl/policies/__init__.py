@@ -97,7 +97,9 @@ def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:
         if m is not None and m < 1:
             raise ConfigError(f"policy {spec!r}: the microbatch must be >= 1")
         policy = InferenceFirst(m, weighting)
-    elif name == "static" and arg:
+    elif name == "static":
+        if not arg:
+            raise ConfigError(f"policy {spec!r} needs its inference share in [0, 1], e.g. static:0.7")
         x = float(_number(spec, arg, float))
         if not 0.0 <= x <= 1.0:
             raise ConfigError(f"policy {spec!r}: the inference share must lie in [0, 1]")

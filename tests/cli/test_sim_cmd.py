@@ -181,3 +181,13 @@ def test_help_says_a_profile_is_required(capsys: pytest.CaptureFixture[str]) -> 
     with pytest.raises(SystemExit):
         main(["sim", "--help"])
     assert "one of --profile or --profile-file is required" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.mark.parametrize(
+    ("argv", "prog"), [(["sim", "--nope"], "dartfl sim"), (["fl", "sim", "--nope"], "dartfl fl sim")]
+)
+def test_an_unknown_flag_points_at_the_subcommands_help(
+    argv: list[str], prog: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(argv) == 2
+    assert f"unrecognized arguments: --nope (see `{prog} --help`)" in capsys.readouterr().err

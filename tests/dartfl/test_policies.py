@@ -75,6 +75,12 @@ def test_bad_policy_arguments_are_config_errors(spec: str) -> None:
         make_policy(spec)
 
 
+def test_static_without_its_share_says_what_it_needs() -> None:
+    # It said "unknown policy 'static'" and listed every policy, static:X among them.
+    with pytest.raises(ConfigError, match=r"'static' needs its inference share in \[0, 1\], e.g. static:0.7"):
+        make_policy("static")
+
+
 def test_natural_loss_weighting_and_override() -> None:
     assert make_policy("inference-first").decide(
         observation(arrival_rate_per_s=(50.0, 1.0, 1.0))
