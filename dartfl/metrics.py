@@ -2,10 +2,15 @@
 
 Latency is wait + service, from arrival to answer. A request counts towards SLO attainment
 only if it was answered within its task's SLO; rejected requests count as misses.
-Harvest efficiency compares samples trained with the fluid limit: the device spends on
-inference only what serving every request at its cheapest per-request cost needs, and
-trains the rest of the horizon at the cheapest per-sample cost. No policy that serves
-every request can exceed 1.0.
+
+Harvest efficiency is samples trained over the fluid limit: the samples the device could have
+trained in the time it ran, had it spent on inference only what serving every request at its
+cheapest per-request cost needs and trained the rest at the cheapest per-sample cost. The time
+it ran is the horizon, or longer when work went on after it (`RunRecord.end_s`): a simulated
+device drains its queue after the horizon and finishes the step in flight, and both the
+inference served late and the step's samples count. So no run that serves every request can
+exceed 1.0 (a rejected request costs nothing, so a run that rejects can). With a fluid limit of
+0 (the requests alone need the whole run) harvest is undefined: NaN, null in JSON.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["RunRecord", "burst_recovery_s", "fluid_trainable_samples", "summarize"]
+__all__ = ["RunRecord", "burst_recovery_s", "fluid_trainable_samples", "harvest_efficiency", "summarize"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -44,10 +49,22 @@ class RunRecord:
     periods: dict[str, FloatArray] = field(default_factory=dict)  # per control period series
     round_samples: tuple[int, ...] = ()  # samples trained in each finished FL round
     round_target_samples: int = 0
+    end_s: float | None = None  # when the device's last work ended, if after the horizon
+
+    @property
+    def run_s(self) -> float:
+        """The device time the fluid limit counts: the horizon, or up to the last work's end."""
+        return max(self.horizon_s, self.end_s or 0.0)
 
 
-def fluid_trainable_samples(horizon_s: float, inference_min_s: float, cheapest_sample_s: float) -> float:
-    return max(0.0, horizon_s - inference_min_s) / cheapest_sample_s
+def fluid_trainable_samples(run_s: float, inference_min_s: float, cheapest_sample_s: float) -> float:
+    """Samples a device trains in `run_s` if inference takes only `inference_min_s` of it."""
+    return max(0.0, run_s - inference_min_s) / cheapest_sample_s
+
+
+def harvest_efficiency(trained: float, trainable: float) -> float:
+    """Samples trained over the fluid limit; NaN (null in JSON) when the limit is 0."""
+    return trained / trainable if trainable > 0 else float("nan")
 
 
 def _pct(values: FloatArray, q: float) -> float:
@@ -97,7 +114,7 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
         block["train_samples"] = run.trained_per_task[k]
         per_task[name] = block
     total_trained = int(sum(run.trained_per_task))
-    trainable = fluid_trainable_samples(run.horizon_s, run.inference_min_s, run.cheapest_sample_s)
+    trainable = fluid_trainable_samples(run.run_s, run.inference_min_s, run.cheapest_sample_s)
     result: dict[str, Any] = {"policy": run.policy}
     result.update(
         _latency_block(latency[done], int(in_slo.sum()), int(run.arrival_s.size), int(run.rejected.sum()))
@@ -109,7 +126,7 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
             "train_samples_per_task": dict(zip(run.task_names, run.trained_per_task, strict=True)),
             "training_compute_s": run.training_busy_s,
             "fluid_trainable_samples": trainable,
-            "harvest_efficiency": total_trained / trainable if trainable > 0 else 0.0,
+            "harvest_efficiency": harvest_efficiency(total_trained, trainable),
             "max_backlog": run.max_backlog,
             "decision_us_p50": _pct(run.decision_us, 50),
             "decision_us_p99": _pct(run.decision_us, 99),

@@ -268,6 +268,8 @@ def simulate(
             for name, count in zip(names, arrivals.counts_per_task().tolist(), strict=True)
         )
     )
+    # The queue drains after the horizon and the step in flight finishes: the run lasts until then.
+    last_answer = float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0
     periods = {key: np.asarray(v, dtype=np.float64) for key, v in rec.items()}
     periods["task_shares"] = np.asarray(rec_shares, dtype=np.float64).reshape(-1, k_tasks)
     return RunRecord(
@@ -289,4 +291,5 @@ def simulate(
         periods=periods,
         round_samples=tuple(round_samples),
         round_target_samples=cfg.round_target_samples,
+        end_s=max(horizon, last_answer, last_step_end),
     )

@@ -182,16 +182,17 @@ def simulate_fleet(
         )
         policy.update(obs)
         alloc = policy.decide(obs)
-    state.finish()
+    overrun = state.finish(dev.max_batch)
     if on_progress is not None:
         on_progress(1.0)
     totals = arrivals.totals()
     inference_min = (totals * dev.cheapest).sum(axis=0)
     horizon = arrivals.horizon_s
+    # The fluid limit counts the device's time up to its last work (dartfl.metrics).
     trainable = np.array(
         [
-            fluid_trainable_samples(horizon, float(i), float(c))
-            for i, c in zip(inference_min, dev.cheapest_sample, strict=True)
+            fluid_trainable_samples(horizon + float(extra), float(i), float(c))
+            for extra, i, c in zip(overrun, inference_min, dev.cheapest_sample, strict=True)
         ]
     )
     requests = totals.sum(axis=0)

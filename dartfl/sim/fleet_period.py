@@ -127,14 +127,19 @@ class FleetState:
             training_misses=task_zeros(),
         )
 
-    def finish(self) -> None:
-        """The horizon is over: the step in flight still completes (as in the event simulator)."""
+    def finish(self, max_batch: IntArray) -> FloatArray:
+        """The horizon is over: as in the event simulator, the step in flight still completes
+        and the queue drains at full speed, in full batches. Returns how long that takes."""
+        batches = np.ceil(self.queue / max_batch.astype(np.float64) - 1e-9)
+        drain: FloatArray = (self.fixed * batches + self.per * self.queue).sum(axis=0)
+        overrun: FloatArray = self.carry_s + drain
         self.trained += self.carry_m
         self.trained_per_task += self.carry_task
         self.training_busy += self.carry_s
         self.carry_s = np.zeros_like(self.carry_s)
         self.carry_m = np.zeros_like(self.carry_m)
         self.carry_task = np.zeros_like(self.carry_task)
+        return overrun
 
 
 def _div(num: FloatArray, den: FloatArray) -> FloatArray:

@@ -14,6 +14,7 @@ import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
+from dartfl.metrics import harvest_efficiency
 
 __all__ = ["FleetArrivals", "FleetConfig", "FleetResult", "FloatArray", "IntArray", "bin_arrivals"]
 
@@ -117,6 +118,10 @@ def bin_arrivals(arrivals: Arrivals, period_s: float, num_periods: int) -> IntAr
     return counts
 
 
+def _finite_or_none(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
 @dataclass(frozen=True, eq=False)
 class FleetResult:
     """Per-device outcomes of one policy (arrays of shape (devices,) unless noted).
@@ -155,8 +160,11 @@ class FleetResult:
 
     @property
     def harvest_efficiency(self) -> FloatArray:
+        """Per device; NaN where the fluid limit is 0 (undefined, as in `dartfl.metrics`)."""
         out: FloatArray = np.where(
-            self.fluid_trainable > 0, self.trained_samples / np.maximum(self.fluid_trainable, 1e-300), 0.0
+            self.fluid_trainable > 0,
+            self.trained_samples / np.maximum(self.fluid_trainable, 1e-300),
+            math.nan,
         )
         return out
 
@@ -169,7 +177,7 @@ class FleetResult:
             "queued_end": float(self.queued_end[index]),
             "slo_attainment": float(self.slo_attainment[index]),
             "train_samples": float(self.trained_samples[index]),
-            "harvest_efficiency": float(self.harvest_efficiency[index]),
+            "harvest_efficiency": _finite_or_none(float(self.harvest_efficiency[index])),
             "max_backlog": float(self.max_backlog[index]),
             "mean_latency_s": float(self.mean_latency_s[index]),
         }
@@ -186,9 +194,9 @@ class FleetResult:
             "rejected": float(self.rejected.sum()),
             "slo_attainment": float(self.slo_met.sum() / total) if total else 1.0,
             "train_samples": float(self.trained_samples.sum()),
-            "harvest_efficiency": float(self.trained_samples.sum() / self.fluid_trainable.sum())
-            if self.fluid_trainable.sum() > 0
-            else 0.0,
+            "harvest_efficiency": harvest_efficiency(
+                float(self.trained_samples.sum()), float(self.fluid_trainable.sum())
+            ),
             "max_backlog": float(self.max_backlog.max()) if self.num_devices else 0.0,
         }
         spreads = (
@@ -199,9 +207,10 @@ class FleetResult:
             ("mean_latency_s", self.mean_latency_s),
         )
         for name, values in spreads:
-            out[f"{name}_mean"] = float(values.mean()) if values.size else math.nan
+            defined = values[~np.isnan(values)]  # a device without a fluid limit has no harvest
+            out[f"{name}_mean"] = float(defined.mean()) if defined.size else math.nan
             for q in (5, 50, 95):
-                out[f"{name}_p{q}"] = float(np.percentile(values, q)) if values.size else math.nan
+                out[f"{name}_p{q}"] = float(np.percentile(defined, q)) if defined.size else math.nan
         out["devices_below_99pct_slo"] = int((slo < 0.99).sum())
         if self.rounds_met.size:
             out["rounds"] = self.rounds

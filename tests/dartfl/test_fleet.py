@@ -348,3 +348,44 @@ def test_both_simulators_close_the_same_rounds_and_meet_the_same(target: int) ->
     assert exact["rounds"] == fleet.rounds == 2
     assert fleet.rounds_met[0] * fleet.rounds == exact["rounds_met"]
     assert fleet.aggregates()["rounds"] == 2
+
+
+@pytest.mark.parametrize("spec", ["dart", "inference-first:4"])
+def test_harvest_counts_the_drain_and_the_last_step_after_the_horizon_as_the_exact_simulator(
+    spec: str,
+) -> None:
+    # 300 requests 0.2 s before the horizon: most are still queued then. Both simulators used
+    # to count only the horizon and report 1.145 (dart); the run lasts until the queue drains.
+    late = Arrivals.build(np.full(300, 9.8), np.arange(300) % 3, NAMES, 10.0)
+    tasks = [TaskSpec(n, 0.25) for n in NAMES]
+    profile = get_profile("pi4")
+    exact = summarize(simulate(late, profile, tasks, make_policy(spec)))
+    fleet = simulate_fleet(FleetArrivals.from_arrivals([late], 0.25), profile, tasks, make_fleet_policy(spec))
+    assert fleet.queued_end[0] > 200
+    assert fleet.harvest_efficiency[0] <= 1.0 and exact["harvest_efficiency"] <= 1.0
+    assert fleet.harvest_efficiency[0] == pytest.approx(exact["harvest_efficiency"], abs=0.005)
+
+
+def test_a_device_whose_requests_need_the_whole_run_has_no_harvest() -> None:
+    # Device 0 is idle; device 1 gets 1000 requests per task and period, far past its capacity.
+    counts = np.zeros((8, 3, 2), dtype=np.int32)
+    counts[:, :, 1] = 1000
+    tasks = [TaskSpec(n, 0.25, queue_capacity=64) for n in NAMES]
+    result = simulate_fleet(
+        FleetArrivals(counts, NAMES, 0.25), get_profile("pi4"), tasks, make_fleet_policy("static:0.5")
+    )
+    assert result.fluid_trainable[1] == 0.0 and result.trained_samples[1] > 0
+    assert math.isnan(result.harvest_efficiency[1])  # was 0.0
+    assert result.device(1)["harvest_efficiency"] is None
+    agg = result.aggregates()
+    assert agg["harvest_efficiency"] == pytest.approx(
+        result.trained_samples.sum() / result.fluid_trainable[0]
+    )
+    assert agg["harvest_efficiency_p5"] == agg["harvest_efficiency_p95"] == result.harvest_efficiency[0]
+    alone = simulate_fleet(
+        FleetArrivals(counts[:, :, 1:], NAMES, 0.25),
+        get_profile("pi4"),
+        tasks,
+        make_fleet_policy("static:0.5"),
+    )
+    assert math.isnan(alone.aggregates()["harvest_efficiency"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,7 @@ from dartfl.arrivals import Arrivals
 from dartfl.metrics import summarize
 from dartfl.policies import make_policy
 from dartfl.sim import SimConfig, simulate
+from dartfl.store import to_jsonable
 from dartfl.types import DeviceProfile, InferenceCost, TaskSpec, TrainingCost
 
 SMALL = DeviceProfile(
@@ -204,3 +207,27 @@ def test_every_round_that_ends_by_the_horizon_closes_whatever_the_control_period
     assert len(record.round_samples) == 2
     assert summarize(record)["rounds_met"] == 2
     assert record.periods["t_s"][-1] == pytest.approx(120.0 - period_s)  # ticks land on j * period_s
+
+
+@pytest.mark.parametrize("spec", ["inference-first", "dart"])
+def test_work_done_after_the_horizon_counts_in_the_run_so_harvest_stays_at_most_one(spec: str) -> None:
+    # 200 requests 50 ms before the horizon: the step running then overruns it and the queue
+    # drains after it. Counting only the horizon, the late inference was free: harvest 1.047.
+    late = Arrivals.build(np.full(200, 9.95), np.zeros(200, dtype=np.int64), ("a",), 10.0)
+    record = simulate(late, SMALL, specs(late), make_policy(spec))
+    m = summarize(record)
+    assert m["rejected"] == 0 and record.end_s is not None and record.end_s > 10.5
+    assert 0.95 < m["harvest_efficiency"] <= 1.0
+    assert m["fluid_trainable_samples"] == pytest.approx(
+        (record.end_s - record.inference_min_s) / SMALL.training.cheapest_per_sample_s()
+    )
+
+
+def test_harvest_is_undefined_when_the_requests_alone_need_the_whole_run() -> None:
+    # 1000 requests at once into a queue of 100: serving them all would take 2.7 s of a 1 s run,
+    # so the fluid limit is 0, yet the device trains while the 100 it kept wait their turn.
+    burst = Arrivals.build(np.zeros(1000), np.zeros(1000, dtype=np.int64), ("a",), 1.0)
+    m = summarize(simulate(burst, SMALL, specs(burst, capacity=100), make_policy("static:0.5")))
+    assert m["fluid_trainable_samples"] == 0.0 and m["train_samples"] > 0
+    assert math.isnan(m["harvest_efficiency"])  # was 0.0
+    assert to_jsonable(m)["harvest_efficiency"] is None
