@@ -59,9 +59,10 @@ class WorkloadSummary:
 def binned_counts(
     arrivals: Arrivals, bin_s: float, *, whole_bins_only: bool = False
 ) -> tuple[FloatArray, IntArray]:
-    """(bin start times, counts[task, bin]) over [0, duration_s) in bins of bin_s seconds.
+    """(bin start times, counts[task, bin]) over [0, duration_s] in bins of bin_s seconds.
 
-    The last bin may be partial unless whole_bins_only, which drops it.
+    The last bin may be partial unless whole_bins_only, which drops it. An arrival exactly at
+    duration_s (a trace's duration is its last arrival) counts in the bin that ends there.
     """
     if not (math.isfinite(bin_s) and bin_s > 0):
         raise ConfigError(f"bin width must be a finite number of seconds > 0, got {bin_s!r}")
@@ -73,6 +74,8 @@ def binned_counts(
         )
     bins = math.floor(span) if whole_bins_only else max(1, math.ceil(span))
     index = np.floor(arrivals.times_s / bin_s).astype(np.int64)
+    at_end = arrivals.times_s >= arrivals.duration_s
+    index[at_end] = max(0, math.ceil(span) - 1)
     keep = index < bins
     flat = arrivals.tasks[keep] * bins + index[keep]
     counts = np.bincount(flat, minlength=arrivals.num_tasks * bins).reshape(arrivals.num_tasks, bins)

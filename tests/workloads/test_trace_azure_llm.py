@@ -102,7 +102,7 @@ def test_bundled_trace_has_all_19366_requests_over_an_hour() -> None:
 
 
 def test_bundled_trace_matches_an_independent_reading() -> None:
-    # Read the CSV the way ../shared/checks/contract.py does: microseconds, ContextTokens % K.
+    # Read the CSV the way the project's public acceptance check does: microseconds, ContextTokens % K.
     resource = resources.files("workloads.data").joinpath("azure_llm_conv_2023.csv")
     with resources.as_file(resource) as path, open(path, newline="") as handle:
         rows = list(csv.reader(handle))[1:]

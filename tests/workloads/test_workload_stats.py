@@ -37,6 +37,17 @@ def test_binned_counts_per_task_and_partial_last_bin() -> None:
     assert whole.shape == (2, 2)
 
 
+def test_an_arrival_exactly_at_the_end_counts_in_the_last_bin() -> None:
+    # A trace's duration is its last arrival: at 10.0 s with 1-s bins it fell past the last
+    # bin, so `inspect` reported 7 requests but per-second figures from 2.
+    times = np.array([0.5, 1.5, 10.0, 10.0, 10.0, 10.0, 10.0])
+    arrivals = Arrivals(times, np.zeros(7, dtype=np.int64), ("a",), 10.0)
+    starts, counts = binned_counts(arrivals, 1.0)
+    assert len(starts) == 10 and counts.sum() == 7 and counts[0, -1] == 5
+    assert summarize(arrivals).max_per_s == 5
+    assert binned_counts(arrivals, 1.0, whole_bins_only=True)[1].sum() == 7
+
+
 def test_too_many_bins_is_an_error_instead_of_a_huge_allocation() -> None:
     # Unix-time offsets: 1-s bins over 54 years would be a 25 GiB array.
     arrivals = Arrivals(np.array([1.6e9]), np.array([0]), ("a",), 1.7e9)
