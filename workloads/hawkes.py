@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads._common import FloatArray, check_horizon, require
+from dartfl.errors import ConfigError
+from workloads._common import MAX_REQUESTS, FloatArray, check_horizon, require
 
 __all__ = ["hawkes_times"]
 
@@ -33,6 +34,13 @@ def hawkes_times(
     require("hawkes", "kernel-s", kernel_s, kernel_s > 0, "> 0 seconds")
     immigrant_rate = rate_per_s * (1.0 - branching)
     burn_in = _BURN_IN_RELAXATIONS * kernel_s / (1.0 - branching)
+    simulated = rate_per_s * (burn_in + duration_s)  # the burn-in's events are made, then dropped
+    if simulated > MAX_REQUESTS:
+        raise ConfigError(
+            f"hawkes: branching {branching:g} with kernel-s {kernel_s:g} needs a {burn_in:.3g}-s burn-in "
+            f"to start in steady state, about {simulated:.3g} simulated requests at {rate_per_s:g} req/s, "
+            f"more than the {MAX_REQUESTS:,} this tool holds; lower the branching or the kernel"
+        )
     n = int(rng.poisson(immigrant_rate * (burn_in + duration_s)))
     generation = rng.uniform(-burn_in, duration_s, n)
     kept = [generation]

@@ -192,3 +192,13 @@ def test_non_positive_duration_or_rate_is_rejected(name: str, duration: float, r
 def test_absurd_request_volume_is_refused_before_allocating() -> None:
     with pytest.raises(ConfigError, match="lower the rate or the duration"):
         _times("poisson", 86_400.0 * 365, 1000.0)
+
+
+def test_hawkes_near_criticality_refuses_a_burn_in_it_cannot_hold() -> None:
+    # Branching 0.99999 needs a 5e5-s burn-in: ~5e8 simulated events at 1000 req/s, far past
+    # the request limit, which only looked at the rate times the duration.
+    from workloads.hawkes import hawkes_times
+
+    with pytest.raises(ConfigError, match="burn-in"):
+        hawkes_times(10.0, 1000.0, np.random.default_rng(0), branching=0.99999)
+    assert hawkes_times(10.0, 50.0, np.random.default_rng(0), branching=0.9).size > 0
