@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,7 +47,13 @@ def main() -> None:
     parser.add_argument("--workload", default="pareto-onoff")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="dartfl-edge-bench-"))
+    with tempfile.TemporaryDirectory(prefix="dartfl-edge-bench-") as folder:
+        report = _measure(args, Path(folder))
+    print(json.dumps(report, indent=1))
+
+
+def _measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    """Profile the model, make the trace, replay it on real agents and simulate it."""
     profile_path = tmp / "profile.toml"
     model = ["--width", f"{args.width:g}"]
     subprocess.run(
@@ -93,7 +100,7 @@ def main() -> None:
         "p99_latency_ratio": d_sim["p99_latency_s"] / d_real["p99_latency_s"],
         "train_samples_ratio": d_sim["train_samples"] / max(1, d_real["train_samples"]),
     }
-    print(json.dumps(report, indent=1))
+    return report
 
 
 if __name__ == "__main__":
