@@ -126,7 +126,7 @@ def simulate_fleet(
         raise ConfigError(f"got {len(profiles)} device profiles for {n_dev} devices")
     dev = _device_arrays(profiles, tasks)
     tau = cfg.period_s
-    state = FleetState.start(dev, tau)
+    state = FleetState.start(dev, tau, arrivals.horizon_s)
     policy.reset()
     alpha_slow = -math.expm1(-tau / cfg.rate_time_constant_s)
     rates = np.zeros_like(dev.fixed)

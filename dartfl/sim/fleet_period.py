@@ -41,6 +41,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 _BIG_S = 1e9  # a latency that never meets an SLO, kept finite so means stay finite
+_RHO_MAX = 1e9  # growth of the drain rounds when inference gets (almost) no share
 
 
 @dataclass(frozen=True, eq=False)
@@ -64,6 +65,7 @@ class FleetState:
     """Every device's executor state and running totals; per-task arrays are (tasks, devices)."""
 
     tau: float
+    horizon_s: float
     fixed: FloatArray
     per: FloatArray
     slo: FloatArray
@@ -90,7 +92,7 @@ class FleetState:
     training_misses: FloatArray  # last period: the misses of requests that arrived during a step
 
     @classmethod
-    def start(cls, dev: DeviceArrays, tau: float) -> FleetState:
+    def start(cls, dev: DeviceArrays, tau: float, horizon_s: float) -> FleetState:
         k, d = dev.fixed.shape
 
         def zeros() -> FloatArray:
@@ -101,6 +103,7 @@ class FleetState:
 
         return cls(
             tau=tau,
+            horizon_s=horizon_s,
             fixed=dev.fixed,
             per=dev.per,
             slo=dev.slo,
@@ -202,6 +205,23 @@ def _turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> tu
     turn = work + (before * work[None, :, :]).sum(axis=1)
     spread = (before * (1.0 - before) * (work * work)[None, :, :]).sum(axis=1)
     return _div(turn, total), np.sqrt(_div(spread, total * total))
+
+
+def _drain_rounds(
+    work0: FloatArray, lam1: FloatArray, share: FloatArray, cap: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The rounds of batches of a drain at `share`: u0, u1, u2 and their growth rho.
+
+    Round 0 serves the queue's work `work0`; what arrives meanwhile (work lam1 per second)
+    forms round 1, rho = lam1 / share times as long, and so on. Every length is capped at
+    `cap`, the longest a wait can last, so a share of 0 gives finite lengths, never
+    inf - inf = NaN.
+    """
+    rho = np.minimum(_time_to(lam1, share), _RHO_MAX)
+    u0 = np.minimum(_time_to(work0, share), cap)
+    u1 = np.minimum(rho * u0, cap)
+    u2 = np.minimum(rho * u1, cap)
+    return u0, u1, u2, rho
 
 
 def _round_work(n: FloatArray, fixed: FloatArray, per: FloatArray, batch: FloatArray) -> FloatArray:
@@ -365,14 +385,18 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     slo = st.slo
     one = fixed + per
     kappa, kappa_sd = _turn_fraction(q + lam * tau, fixed, per)
-    xs = np.maximum(share1, 1e-300)
-    r0 = (v + lam1 * carry_rem) / xs  # the first round after the carried step
+    # No wait outlasts the run: training stops at the horizon and the queue drains at full
+    # speed, behind at most a step. So with an inference share of 0 a wait is long, not inf.
+    cap = (st.horizon_s - st.now_s) + np.maximum(carry, s) + v + lam1 * tau
+    # Nor does a round outgrow full queues (the excess is rejected): a request waits at most
+    # the rest of one such round and its turn in the next.
+    full_round = _time_to((st.capacity * cq).sum(axis=0), share1)
+    round_cap = np.minimum(cap, full_round)
+    wait_cap = np.minimum(cap, (1.0 + kappa) * full_round + carry_rem)
+    r0 = np.minimum(_time_to(v + lam1 * carry_rem, share1), round_cap)  # the round after the carried step
     # Draining: the queue is a round of batches; what arrives meanwhile forms the next round,
     # rho times as long, and so on (rho < 1: the drain ends; rho >= 1: the backlog grows).
-    rho1 = lam1 / xs
-    u0 = v / xs
-    u1 = rho1 * u0
-    u2 = rho1 * u1
+    u0, u1, u2, rho1 = _drain_rounds(v, lam1, share1, round_cap)
     part_a = np.minimum(t1, u0)
     part_b = np.minimum(t1 - part_a, u1)
     # A cycle's inference time: drain rounds 0 and 1, then the later rounds (or the busy floor).
@@ -418,6 +442,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     for weight, lo, hi, spread, during_step in lat:
         if not weight.any():
             continue  # no device has arrivals in this phase this period
+        lo, hi = np.minimum(lo, wait_cap), np.minimum(hi, wait_cap)
         hit = _blurred_uniform_cdf(slo, lo, hi, spread)
         p_slo += weight * hit
         if during_step:

@@ -211,7 +211,7 @@ class FleetResult:
             out[f"{name}_mean"] = float(defined.mean()) if defined.size else math.nan
             for q in (5, 50, 95):
                 out[f"{name}_p{q}"] = float(np.percentile(defined, q)) if defined.size else math.nan
-        out["devices_below_99pct_slo"] = int((slo < 0.99).sum())
+        out["devices_below_99pct_slo"] = int((~(slo >= 0.99)).sum())  # an unknown (NaN) one too
         if self.rounds_met.size:
             out["rounds"] = self.rounds
             out["rounds_met_mean"] = float(self.rounds_met.mean())

@@ -389,3 +389,56 @@ def test_a_device_whose_requests_need_the_whole_run_has_no_harvest() -> None:
         make_fleet_policy("static:0.5"),
     )
     assert math.isnan(alone.aggregates()["harvest_efficiency"])
+
+
+# -- overloads and starved inference against the exact simulator ------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "target", "load", "duration_s"),
+    [("static:0", 0, 0.3, 10.0), ("static:1e-6", 0, 0.3, 10.0), ("dart", 1500, 0.5, 60.0)],
+)
+def test_an_inference_share_of_zero_gives_finite_estimates_close_to_the_exact_simulator(
+    spec: str, target: int, load: float, duration_s: float
+) -> None:
+    # Share 0 (static:0, or DART behind on its round target) serves nothing while it trains.
+    # Round lengths were v / 1e-300 = inf and inf - inf = NaN: SLO attainment NaN (not counted
+    # as under 99 %) and a mean latency of ~1e9 s. Now a wait lasts at most until the queue
+    # drains after the horizon, as in the exact simulator.
+    arrivals = _poisson_device(load, duration_s, seed=3)
+    tasks = [TaskSpec(n, 0.25) for n in NAMES]
+    profile = get_profile("pi4")
+    config = SimConfig(round_target_samples=target)
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), config))
+    fleet = simulate_fleet(
+        FleetArrivals.from_arrivals([arrivals], 0.25),
+        profile,
+        tasks,
+        make_fleet_policy(spec),
+        FleetConfig(round_target_samples=target),
+    )
+    assert abs(fleet.slo_attainment[0] - exact["slo_attainment"]) <= 0.02  # both about 0.01-0.04
+    assert 1.0 < fleet.mean_latency_s[0] < 2 * duration_s
+    assert fleet.aggregates()["devices_below_99pct_slo"] == 1
+
+
+def test_a_device_whose_slo_attainment_is_unknown_counts_as_below_99_percent() -> None:
+    one = np.ones(2)
+    result = FleetResult(
+        policy="p",
+        task_names=("a",),
+        horizon_s=1.0,
+        requests=np.array([10, 10]),
+        rejected=0 * one,
+        completed=10 * one,
+        queued_end=0 * one,
+        slo_met=np.array([10.0, math.nan]),
+        trained_samples=one,
+        trained_per_task=np.ones((2, 1)),
+        training_busy_s=one,
+        inference_busy_s=one,
+        fluid_trainable=one,
+        max_backlog=one,
+        mean_latency_s=one,
+    )
+    assert result.aggregates()["devices_below_99pct_slo"] == 1
