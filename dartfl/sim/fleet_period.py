@@ -22,7 +22,10 @@ Latency: a request waits for the rest of the non-preemptible stretch it arrives 
 a round of batches), then for its task's turn in the next round (`_turn_fraction`). Within a
 phase that wait is linear in the arrival time, so each phase contributes a uniform latency
 distribution, blurred by the Poisson noise of the work ahead; SLO attainment is the
-arrival-weighted sum of their CDFs at the SLO. docs/fleet.md lists the approximations.
+arrival-weighted sum of their CDFs at the SLO. When the backlog grows the drain's rounds grow
+with it, from at least one batch even if the queue was empty (`_drain_rounds`,
+`_growing_rounds_latency`), and every wait is capped by the run and by full queues.
+docs/fleet.md lists the approximations.
 """
 
 from __future__ import annotations
@@ -208,20 +211,44 @@ def _turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> tu
 
 
 def _drain_rounds(
-    work0: FloatArray, lam1: FloatArray, share: FloatArray, cap: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """The rounds of batches of a drain at `share`: u0, u1, u2 and their growth rho.
+    work0: FloatArray, lam1: FloatArray, share: FloatArray, t1: FloatArray, cap: FloatArray
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
+    """The rounds of batches of a drain at `share`: u0, u1, u2, their growth rho and l_end.
 
     Round 0 serves the queue's work `work0`; what arrives meanwhile (work lam1 per second)
-    forms round 1, rho = lam1 / share times as long, and so on. Every length is capped at
-    `cap`, the longest a wait can last, so a share of 0 gives finite lengths, never
-    inf - inf = NaN.
+    forms round 1, rho = lam1 / share times as long, and so on. Round i starts at
+    S_i = u0 (rho^i - 1) / (rho - 1) and lasts u0 rho^i = u0 + (rho - 1) S_i: the round that
+    starts at time t lasts u0 + (rho - 1) t. Averaged over the round, u0 + (rho - 1) t is
+    (rho + 1) / 2 times the round's length, so the round under way at t lasts about
+    2 (u0 + (rho - 1) t) / (rho + 1): l_end, at the drain's end t1, once rounds grow.
+    Every length is capped at `cap`, the longest a wait can last, so a share of 0 gives
+    finite lengths, never inf - inf = NaN.
     """
     rho = np.minimum(_time_to(lam1, share), _RHO_MAX)
     u0 = np.minimum(_time_to(work0, share), cap)
     u1 = np.minimum(rho * u0, cap)
     u2 = np.minimum(rho * u1, cap)
-    return u0, u1, u2, rho
+    l_end = np.minimum(np.maximum(u2, 2.0 * (u0 + (rho - 1.0) * t1) / (rho + 1.0)), cap)
+    return u0, u1, u2, rho, l_end
+
+
+def _growing_rounds_latency(
+    l_start: FloatArray, l_end: FloatArray, turn: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """A uniform [lo, hi] with the mean and variance of the wait in rounds that grow.
+
+    An arrival in a round of length L waits the rest of it, then its turn of the next round
+    (`turn` = kappa rho of L): L V with V uniform on [turn, 1 + turn]. Rounds grow linearly in
+    time, so L is uniform on [l_start, l_end]. With l_end = l_start this is exactly
+    [turn L, (1 + turn) L], the wait in rounds of one length.
+    """
+    mean_l = (l_start + l_end) / 2.0
+    mean_v = turn + 0.5
+    # Var(L V) = Var(L) E[V^2] + E[L]^2 Var(V), both uniforms of variance width^2 / 12.
+    var = (np.square(l_end - l_start) * (mean_v * mean_v + 1.0 / 12.0) + mean_l * mean_l) / 12.0
+    mean = mean_l * mean_v
+    half = np.sqrt(3.0 * var)
+    return np.maximum(mean - half, 0.0), mean + half
 
 
 def _round_work(n: FloatArray, fixed: FloatArray, per: FloatArray, batch: FloatArray) -> FloatArray:
@@ -396,7 +423,11 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     r0 = np.minimum(_time_to(v + lam1 * carry_rem, share1), round_cap)  # the round after the carried step
     # Draining: the queue is a round of batches; what arrives meanwhile forms the next round,
     # rho times as long, and so on (rho < 1: the drain ends; rho >= 1: the backlog grows).
-    u0, u1, u2, rho1 = _drain_rounds(v, lam1, share1, round_cap)
+    # A drain that does not finish (an overload) starts with at least one batch even from an
+    # empty queue: the first request is served at once and the rest pile up behind it.
+    work0 = np.where(drained, v, np.maximum(v, first))
+    u0, u1, u2, rho1, l_end = _drain_rounds(work0, lam1, share1, t1, round_cap)
+    lo_grow, hi_grow = _growing_rounds_latency(u2, l_end, kappa * rho1)
     part_a = np.minimum(t1, u0)
     part_b = np.minimum(t1 - part_a, u1)
     # A cycle's inference time: drain rounds 0 and 1, then the later rounds (or the busy floor).
@@ -419,7 +450,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
         (e0 / tau, carry_rem + kappa * r0, carry + kappa * r0, blur(carry, r0), True),
         (part_a / tau, kappa * u1, u0 + kappa * u1, blur(u0, u1), False),
         (part_b / tau, kappa * u2, u1 + kappa * u2, blur(u1, u2), False),
-        ((t1 - part_a - part_b) / tau, kappa * rho1 * u2, u2 + kappa * rho1 * u2, blur(u2, u2), False),
+        ((t1 - part_a - part_b) / tau, lo_grow, hi_grow, blur((u2 + l_end) / 2.0, (u2 + l_end) / 2.0), False),
         # Full steps after an empty queue: they wait the rest of the step, then round 0.
         ((train2 - in_flight) / tau, kappa * d0, s + kappa * d0, blur(s, d0), True),
         # The step just begun: its arrivals came early in it, so they wait most of it.
