@@ -218,7 +218,7 @@ def _print_table(results: list[dict[str, Any]]) -> None:
             f"{r['demand_weighted_accuracy']:.4f}",
             f"{r['slo_attainment']:.4f}",
             f"{r['slo_attainment_inference_only']:.4f}",
-            f"{r['harvest_efficiency']:.3f}",
+            "-" if r["harvest_efficiency"] is None else f"{r['harvest_efficiency']:.3f}",
         ]
         print(" | ".join(cells))
 

@@ -317,8 +317,11 @@ def _print_table(
             f"{100 * r['slo_attainment']:.2f}%",
             f"{100 * r['slo_attainment_p5']:.1f}% / {100 * r['slo_attainment_p50']:.1f}%",
             str(r["devices_below_99pct_slo"]),
-            f"{r['harvest_efficiency']:.3f}",
-            " / ".join(f"{r[f'harvest_efficiency_p{q}']:.2f}" for q in (5, 50, 95)),
+            "-" if r["harvest_efficiency"] is None else f"{r['harvest_efficiency']:.3f}",
+            " / ".join(
+                "-" if r[f"harvest_efficiency_p{q}"] is None else f"{r[f'harvest_efficiency_p{q}']:.2f}"
+                for q in (5, 50, 95)
+            ),
             f"{r['train_samples']:.3g}",
             f"{r['rejected']:.0f}",
         )

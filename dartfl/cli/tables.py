@@ -43,7 +43,7 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
             _ms(r["p99_latency_s"]),
             str(r["rejected"]),
             str(r["train_samples"]),
-            f"{r['harvest_efficiency']:.3f}",
+            "-" if r["harvest_efficiency"] is None else f"{r['harvest_efficiency']:.3f}",
             str(r["max_backlog"]),
             "-" if r["decision_us_p50"] is None else f"{r['decision_us_p50']:.1f}",
         )

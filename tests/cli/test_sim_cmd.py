@@ -191,3 +191,12 @@ def test_an_unknown_flag_points_at_the_subcommands_help(
 ) -> None:
     assert main(argv) == 2
     assert f"unrecognized arguments: --nope (see `{prog} --help`)" in capsys.readouterr().err
+
+
+def test_the_table_shows_an_undefined_harvest_as_a_dash(capsys: pytest.CaptureFixture[str]) -> None:
+    # Requests that alone need the whole run leave no fluid training time: harvest is
+    # undefined (null in JSON), and the table crashed formatting it.
+    argv = ["sim", "--profile", "pi4", "--workload", "poisson", "--rate", "2000", "--duration-s", "5"]
+    assert main([*argv, "--policy", "static:0.5", "--no-plot", "--no-store"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "static:0.5" in line)
+    assert "-" in row.split()
