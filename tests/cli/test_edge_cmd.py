@@ -131,7 +131,7 @@ def test_replay_fails_at_once_when_the_spawned_agent_dies(capsys: pytest.Capture
     assert time.monotonic() - started < 60
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("dartfl: error: the spawned agent exited with code 2: ")
-    assert err[-1].endswith("unrecognized arguments: --no-such-flag (see `dartfl --help`)")
+    assert err[-1].endswith("unrecognized arguments: --no-such-flag (see `dartfl edge run --help`)")
 
 
 @pytest.mark.integration
