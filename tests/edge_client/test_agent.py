@@ -356,18 +356,32 @@ def test_an_agent_that_fails_says_offline_before_it_disconnects(
 ) -> None:
     # Its clean disconnect makes the broker drop the last will: without an explicit "offline"
     # a dead agent stayed "online" on the dashboard.
-    running = start_agent(broker.url)
-    device = running.agent.config.device_id
+    config = AgentConfig(
+        device_id=f"dev-{uuid.uuid4().hex[:6]}", broker_url=broker.url, max_train_per_task=300
+    )
+    agent = Agent.create(config, get_profile("x86-1core"))
+    device = config.device_id
 
     def broken(max_batch: int) -> int:
         raise RuntimeError("the model broke")
 
-    monkeypatch.setattr(running.agent, "_serve_batch", broken)
+    monkeypatch.setattr(agent, "_serve_batch", broken)
+    agent.start()
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            agent.run()
+        except RuntimeError as exc:
+            failure.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
     client = Client(broker.url)
     try:
         client.send(device, "digits", "q1")
-        running.thread.join(timeout=30)
-        assert not running.thread.is_alive()
+        thread.join(timeout=30)
+        assert not thread.is_alive() and str(failure[0]) == "the model broke"  # run() re-raises
     finally:
         client.link.close()
     status = _retained_status(broker.url, device)
