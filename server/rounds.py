@@ -23,6 +23,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -139,124 +140,151 @@ def summarize_history(
 def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None) -> dict[str, Any]:
     """Run (or resume) the federated rounds; returns the run summary."""
     evaluator = evaluator or Evaluator(cfg)
-    weights = evaluator.initial_weights()
-    history: list[dict[str, Any]] = []
-    totals: dict[str, float] = {}
-    store_run: int | None = None
-    start = 1
-    if cfg.checkpoint_dir and (ckpt := latest_checkpoint(cfg.checkpoint_dir)) is not None:
-        _check_resumable(cfg, ckpt.state, ckpt.server_round)
-        try:
-            check_weights(weights, ckpt.weights)
-        except DartflError as exc:
-            raise ConfigError(
-                f"the checkpoint in {cfg.checkpoint_dir} does not fit this model ({exc}); "
-                "use another checkpoint-dir"
-            ) from None
-        weights, history, totals = ckpt.weights, ckpt.state["history"], ckpt.state["totals"]
-        store_run = ckpt.state.get("store_run")
-        start = ckpt.server_round + 1
-        log.warning("resuming from the checkpoint of round %d in %s", ckpt.server_round, cfg.checkpoint_dir)
+    run = _resume(cfg, evaluator.initial_weights())
     store = _open_store(cfg)
-    if store is not None and store_run is not None and store.get_run(store_run) is None:
+    if store is not None and run.store_run is not None and store.get_run(run.store_run) is None:
         store.close()
         raise ConfigError(
-            f"the checkpoint in {cfg.checkpoint_dir} records into run {store_run} of {cfg.store}, which has "
-            "no such run; resume with the run store it started with, or use another checkpoint-dir"
+            f"the checkpoint in {cfg.checkpoint_dir} records into run {run.store_run} of {cfg.store}, which "
+            "has no such run; resume with the run store it started with, or use another checkpoint-dir"
         )
-    if store is not None and store_run is None:
-        store_run = store.start_run("fl", cfg.run_label or f"fl {cfg.policy}", cfg.to_run_config())
-    run_config = _resume_config(cfg)
+    if store is not None and run.store_run is None:
+        run.store_run = store.start_run("fl", cfg.run_label or f"fl {cfg.policy}", cfg.to_run_config())
     empty_rounds = 0
     try:
-        for server_round in range(start, cfg.num_server_rounds + 1):
-            needed = cfg.min_available_nodes if server_round == start else cfg.min_train_nodes
-            nodes = _wait_for_nodes(grid, needed, cfg.node_wait_s)
-            t0 = time.monotonic()
-            content = RecordDict(
-                {"arrays": weights_to_arrays(weights), "config": _round_config(cfg, server_round)}
-            )
-            messages = [
-                Message(content, dst_node_id=node, message_type=MessageType.TRAIN, group_id=str(server_round))
-                for node in nodes
-            ]
-            replies = list(grid.send_and_receive(messages, timeout=cfg.round_timeout_s))
-            updates, client_metrics = _usable_updates(replies, weights, cfg, server_round)
-            aggregated = len(updates) >= cfg.min_train_nodes
-            if aggregated:
-                weights = aggregate(weights, updates)
-            else:
-                log.warning(
-                    "round %d: %d update(s), fewer than min-train-nodes: weights kept",
-                    server_round,
-                    len(updates),
-                )
-            empty_rounds = 0 if updates else empty_rounds + 1
+        for server_round in range(run.start, cfg.num_server_rounds + 1):
+            entry = _play_round(grid, cfg, evaluator, run, server_round)
+            empty_rounds = 0 if entry["replies"] else empty_rounds + 1
             if empty_rounds >= _MAX_EMPTY_ROUNDS:
                 raise DartflError(
-                    f"{empty_rounds} rounds in a row without one usable update ({len(replies)} of "
-                    f"{len(messages)} node(s) replied in round {server_round}); check the nodes' logs, "
-                    f"and that round-timeout-s ({cfg.round_timeout_s:g} s) leaves the nodes time for "
-                    f"round-deadline-s ({cfg.round_deadline_s:g} s) plus their start-up"
+                    f"{empty_rounds} rounds in a row without one usable update (round {server_round}: "
+                    f"{entry['replies'] + entry['rejected']} of {entry['nodes_sent']} node(s) replied); "
+                    f"check the nodes' logs, and that round-timeout-s ({cfg.round_timeout_s:g} s) leaves "
+                    f"the nodes time for round-deadline-s ({cfg.round_deadline_s:g} s) plus their start-up"
                 )
-            round_s = time.monotonic() - t0
-            accuracy = evaluator.accuracy(weights)
-            for m in client_metrics:
-                for key, value in m.items():
-                    # Samples of a round whose weights were kept never reached the model.
-                    trained = key == "num-examples" or key.startswith("samples-")
-                    if (key in _COUNTERS or key.startswith(("samples-", "requests-"))) and (
-                        aggregated or not trained
-                    ):
-                        totals[key] = totals.get(key, 0.0) + value
-            demand = {t: totals.get(f"requests-{t}", 0.0) for t in cfg.task_names}
-            slowest = max((m.get("client-wall-s", 0.0) for m in client_metrics), default=0.0)
-            entry = {
-                "round": server_round,
-                "nodes_sent": len(messages),
-                "replies": len(updates),
-                "rejected": len(replies) - len(updates),
-                "aggregated": aggregated,
-                "accuracy_per_task": accuracy,
-                "mean_accuracy": float(np.mean(list(accuracy.values()))),
-                "demand_weighted_accuracy": demand_weighted(accuracy, demand),
-                "round_s": round_s,
-                "slowest_client_s": slowest,
-                "slowest_train_s": max((m.get("train-wall-s", 0.0) for m in client_metrics), default=0.0),
-                "overhead_s": round_s - slowest,
-                "samples": int(sum(u.total_samples for u in updates)),
-                "train_loss_per_task": _fleet_task_loss(client_metrics, cfg.task_names),
-            }
-            history.append(entry)
-            log.info("round %d: %s", server_round, json.dumps(entry))
             if cfg.checkpoint_dir:
-                state = {
-                    "policy": cfg.policy,
-                    "tasks": list(cfg.task_names),
-                    "run_config": run_config,
-                    "history": history,
-                    "totals": totals,
-                    "store_run": store_run,
-                }
-                save_checkpoint(cfg.checkpoint_dir, server_round, weights, state)
-            summary = summarize_history(cfg, history, totals)
-            _record(store, store_run, cfg.policy, summary)
+                save_checkpoint(cfg.checkpoint_dir, server_round, run.weights, run.checkpoint_state(cfg))
+            summary = summarize_history(cfg, run.history, run.totals)
+            _record(store, run.store_run, cfg.policy, summary)
             if cfg.results_file:
                 _write_json(Path(cfg.results_file), summary)
 
-        summary = summarize_history(cfg, history, totals)
-        if not _record(store, store_run, cfg.policy, summary, status="ok") and cfg.results_file:
+        summary = summarize_history(cfg, run.history, run.totals)
+        if not _record(store, run.store_run, cfg.policy, summary, status="ok") and cfg.results_file:
             log.error("the run's results are in %s", cfg.results_file)
         if cfg.results_file:
             _write_json(Path(cfg.results_file), summary)
         return summary
     except BaseException:
-        if store is not None and store_run is not None:
-            _record(store, store_run, cfg.policy, None, status="failed")
+        _record(store, run.store_run, cfg.policy, None, status="failed")
         raise
     finally:
         if store is not None:
             store.close()
+
+
+@dataclass
+class _RunState:
+    """What a run carries from round to round, and what its checkpoint holds."""
+
+    weights: dict[str, np.ndarray]
+    history: list[dict[str, Any]] = field(default_factory=list)
+    totals: dict[str, float] = field(default_factory=dict)
+    store_run: int | None = None
+    start: int = 1  # the first round to play
+
+    def checkpoint_state(self, cfg: FlConfig) -> dict[str, Any]:
+        return {
+            "policy": cfg.policy,
+            "tasks": list(cfg.task_names),
+            "run_config": _resume_config(cfg),
+            "history": self.history,
+            "totals": self.totals,
+            "store_run": self.store_run,
+        }
+
+
+def _resume(cfg: FlConfig, initial: dict[str, np.ndarray]) -> _RunState:
+    """A fresh run, or the one the latest checkpoint holds if it was written with these settings."""
+    if not cfg.checkpoint_dir or (ckpt := latest_checkpoint(cfg.checkpoint_dir)) is None:
+        return _RunState(initial)
+    _check_resumable(cfg, ckpt.state, ckpt.server_round)
+    try:
+        check_weights(initial, ckpt.weights)
+    except DartflError as exc:
+        raise ConfigError(
+            f"the checkpoint in {cfg.checkpoint_dir} does not fit this model ({exc}); "
+            "use another checkpoint-dir"
+        ) from None
+    log.warning("resuming from the checkpoint of round %d in %s", ckpt.server_round, cfg.checkpoint_dir)
+    return _RunState(
+        ckpt.weights,
+        ckpt.state["history"],
+        ckpt.state["totals"],
+        ckpt.state.get("store_run"),
+        ckpt.server_round + 1,
+    )
+
+
+def _play_round(
+    grid: GridPort, cfg: FlConfig, evaluator: Evaluator, run: _RunState, server_round: int
+) -> dict[str, Any]:
+    """Send the round, aggregate the usable updates into `run`, evaluate; returns the round's
+    history entry (also appended to `run.history`)."""
+    needed = cfg.min_available_nodes if server_round == run.start else cfg.min_train_nodes
+    nodes = _wait_for_nodes(grid, needed, cfg.node_wait_s)
+    t0 = time.monotonic()
+    config = _round_config(cfg, server_round)
+    content = RecordDict({"arrays": weights_to_arrays(run.weights), "config": config})
+    messages = [
+        Message(content, dst_node_id=node, message_type=MessageType.TRAIN, group_id=str(server_round))
+        for node in nodes
+    ]
+    replies = list(grid.send_and_receive(messages, timeout=cfg.round_timeout_s))
+    updates, client_metrics = _usable_updates(replies, run.weights, cfg, server_round)
+    aggregated = len(updates) >= cfg.min_train_nodes
+    if aggregated:
+        run.weights = aggregate(run.weights, updates)
+    else:
+        log.warning(
+            "round %d: %d update(s), fewer than min-train-nodes: weights kept", server_round, len(updates)
+        )
+    round_s = time.monotonic() - t0
+    accuracy = evaluator.accuracy(run.weights)
+    _add_counters(run.totals, client_metrics, aggregated)
+    demand = {t: run.totals.get(f"requests-{t}", 0.0) for t in cfg.task_names}
+    slowest = max((m.get("client-wall-s", 0.0) for m in client_metrics), default=0.0)
+    entry = {
+        "round": server_round,
+        "nodes_sent": len(messages),
+        "replies": len(updates),
+        "rejected": len(replies) - len(updates),
+        "aggregated": aggregated,
+        "accuracy_per_task": accuracy,
+        "mean_accuracy": float(np.mean(list(accuracy.values()))),
+        "demand_weighted_accuracy": demand_weighted(accuracy, demand),
+        "round_s": round_s,
+        "slowest_client_s": slowest,
+        "slowest_train_s": max((m.get("train-wall-s", 0.0) for m in client_metrics), default=0.0),
+        "overhead_s": round_s - slowest,
+        "samples": int(sum(u.total_samples for u in updates)),
+        "train_loss_per_task": _fleet_task_loss(client_metrics, cfg.task_names),
+    }
+    run.history.append(entry)
+    log.info("round %d: %s", server_round, json.dumps(entry))
+    return entry
+
+
+def _add_counters(totals: dict[str, float], client_metrics: list[dict[str, float]], aggregated: bool) -> None:
+    """Add the round's counters to the run's totals. The samples of a round whose weights were
+    kept never reached the model, so they do not count; its requests and SLO do."""
+    for metrics in client_metrics:
+        for key, value in metrics.items():
+            if not (key in _COUNTERS or key.startswith(("samples-", "requests-"))):
+                continue
+            trained = key == "num-examples" or key.startswith("samples-")
+            if aggregated or not trained:
+                totals[key] = totals.get(key, 0.0) + value
 
 
 def _usable_updates(
