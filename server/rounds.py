@@ -195,9 +195,7 @@ class _RunState:
 
     def checkpoint_state(self, cfg: FlConfig) -> dict[str, Any]:
         return {
-            "policy": cfg.policy,
-            "tasks": list(cfg.task_names),
-            "run_config": _resume_config(cfg),
+            "run_config": _resume_config(cfg),  # holds the policy and the tasks too
             "history": self.history,
             "totals": self.totals,
             "store_run": self.store_run,

@@ -16,6 +16,7 @@ from dartfl.store import RunStore
 from edge_client.client_app import app as client_app
 from edge_client.fl_config import FlConfig
 from edge_client.fl_records import arrays_to_weights, weights_to_arrays
+from server.checkpoint import save_checkpoint
 from server.evaluation import Evaluator
 from server.local_grid import LocalGrid
 from server.rounds import _record, run_rounds
@@ -185,3 +186,18 @@ def test_a_store_that_cannot_be_written_does_not_stop_training(caplog: pytest.Lo
     assert _record(LockedStore(), 7, "dart", {"rounds": 1}) is False
     assert "cannot record run 7 (database is locked)" in caplog.text
     assert _record(None, None, "dart", {"rounds": 1}) is True
+
+
+def test_a_checkpoint_from_before_settings_were_saved_is_checked_on_policy_and_tasks(tmp_path: Path) -> None:
+    # Such a checkpoint holds only the policy and the tasks: those must still match.
+    cfg = FlConfig(num_server_rounds=2, checkpoint_dir=str(tmp_path / "ckpt"), **SMALL)
+    old_state = {"policy": "dart", "tasks": list(cfg.task_names), "history": [], "totals": {}}
+    save_checkpoint(tmp_path / "ckpt", 1, Evaluator(cfg).initial_weights(), old_state)
+    other = FlConfig(
+        num_server_rounds=2, checkpoint_dir=str(tmp_path / "ckpt"), policy="inference-first", **SMALL
+    )
+    with pytest.raises(ConfigError, match=r"policy: 'dart' -> 'inference-first'"):
+        run_rounds(_grid(other), other)
+    grid = _grid(cfg)
+    assert run_rounds(grid, cfg)["rounds"] == 1  # round 2 only: round 1 came from the checkpoint
+    assert {m.metadata.group_id for m in grid.sent} == {"2"}
