@@ -36,15 +36,22 @@ class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with a one-line reason (argparse prints usage + reason by default)."""
 
     def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(2, f"dartfl: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, _usage_error(self.prog, message))
 
     def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
         # Remember the innermost (sub)command that parsed, so that leftover arguments are
         # reported against `dartfl sim --help`, not the top level's `dartfl --help`.
         parsed, extras = super().parse_known_args(args, namespace)
-        if not hasattr(parsed, "_prog"):
-            parsed._prog = self.prog
+        if not hasattr(parsed, _PROG):
+            setattr(parsed, _PROG, self.prog)
         return parsed, extras
+
+
+_PROG = "_innermost_prog"  # popped in main(): commands record their namespace in the run store
+
+
+def _usage_error(prog: str, message: str) -> str:
+    return f"dartfl: error: {message} (see `{prog} --help`)\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,10 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args, extras = parser.parse_known_args(argv)
+    prog = vars(args).pop(_PROG, parser.prog)
     if extras:
-        prog = getattr(args, "_prog", parser.prog)
-        unknown = " ".join(extras)
-        print(f"dartfl: error: unrecognized arguments: {unknown} (see `{prog} --help`)", file=sys.stderr)
+        print(_usage_error(prog, f"unrecognized arguments: {' '.join(extras)}"), end="", file=sys.stderr)
         return 2
     logging.basicConfig(
         level=logging.WARNING - 10 * min(args.verbose, 2),

@@ -124,6 +124,7 @@ def test_table_output_records_the_run_and_writes_the_plot(
     with RunStore(store) as runs:
         (info,) = runs.list_runs()
         assert info.kind == "sim"
+        assert info.config["profile"] == "pi4" and not any(k.startswith("_") for k in info.config)
         results = runs.results(info.run_id)
         assert set(results) == {"dart", "inference-first:4"}
         decisions = runs.decisions(info.run_id, "dart")
