@@ -81,9 +81,10 @@ class Recorder:
     def flush(self) -> int:
         """Write what is buffered; returns how many new rows went into the store.
 
-        A store that is busy (locked past its timeout) keeps the rows buffered for the next
-        flush. A batch the store refuses for its content is written row by row, so one bad
-        snapshot costs itself, not the batch or the recorder."""
+        A store that cannot be written now (locked past its timeout, disk full) keeps the rows
+        buffered for the next flush, ahead of what arrived since, within the buffer's bound. A
+        batch the store refuses for its content is written row by row, so one bad snapshot
+        costs itself, not the batch or the recorder."""
         with self._lock:
             rows = list(self._buffer)
             self._buffer.clear()
@@ -92,14 +93,23 @@ class Recorder:
         try:
             written = self.store.add_telemetry(rows)
         except sqlite3.OperationalError as exc:
-            log.warning("run store busy (%s): %d snapshots kept for the next flush", exc, len(rows))
-            with self._lock:
-                self._buffer.extendleft(reversed(rows))  # older than anything buffered since
+            log.warning("cannot write the run store now (%s): %d snapshots kept for later", exc, len(rows))
+            self._requeue(rows)
             return 0
         except (sqlite3.Error, ValueError, OverflowError, UnicodeError):
             written = self._write_one_by_one(rows)
         self.written += written
         return written
+
+    def _requeue(self, rows: list[TelemetryRow]) -> None:
+        """Put unwritten rows back before the ones buffered since; past the bound the oldest go."""
+        with self._lock:
+            merged = rows + list(self._buffer)
+            dropped = max(0, len(merged) - (self._buffer.maxlen or len(merged)))
+            self._buffer.clear()
+            self._buffer.extend(merged[dropped:])
+        if dropped:
+            log.warning("recorder buffer full: dropped the %d oldest snapshots", dropped)
 
     def _write_one_by_one(self, rows: list[TelemetryRow]) -> int:
         written = 0

@@ -4,6 +4,7 @@ its memory: messages are fed to `handle` directly (the broker port is closed on 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -83,3 +84,28 @@ def test_the_live_feed_keeps_at_most_max_devices(monkeypatch: pytest.MonkeyPatch
         assert len(live._offline_since) == 3
     finally:
         live.close()
+
+
+def test_a_store_that_cannot_be_written_keeps_the_rows_oldest_first_within_the_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The retry used deque.extendleft on the bounded buffer, which pushed the NEWEST rows out.
+    monkeypatch.setattr("dashboard.recorder.MAX_BUFFERED", 4)
+    recorder = Recorder(tmp_path / "runs.sqlite", f"mqtt://127.0.0.1:{free_port()}")
+    real_add = recorder.store.add_telemetry
+    try:
+        for i in (1, 2):
+            recorder.handle(_telemetry(f"pi-{i}"))
+
+        def locked(rows: list[TelemetryRow]) -> int:
+            for i in (3, 4, 5):  # arrive while the failed write is under way
+                recorder.handle(_telemetry(f"pi-{i}"))
+            raise sqlite3.OperationalError("database is locked")
+
+        monkeypatch.setattr(recorder.store, "add_telemetry", locked)
+        assert recorder.flush() == 0
+        assert [row.device for row in recorder._buffer] == ["pi-2", "pi-3", "pi-4", "pi-5"]
+        monkeypatch.setattr(recorder.store, "add_telemetry", real_add)
+        assert recorder.flush() == 4
+    finally:
+        recorder.close()
