@@ -130,7 +130,7 @@ class Agent:
         from edge_client.agent_link import open_agent_link
 
         self._link, self._broker, url = open_agent_link(self.config, self._on_message)
-        self._link.on_reconnected = lambda: self._publish_status("online")
+        self._link.on_reconnected = self._republish_online
         self._publish_status("online")
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
@@ -206,7 +206,7 @@ class Agent:
                 ),
                 r.correlation_data,
             )
-        self.stats.count(rejected=len(leftovers))
+        self.stats.rejected_now(time.monotonic(), len(leftovers))
         report = self.report()
         report["drained"] = drained
         report["rejected_at_shutdown"] = len(leftovers)
@@ -453,6 +453,11 @@ class Agent:
         if self._link is not None:
             topic = protocol.telemetry_topic(self.config.device_id)
             self._link.publish(topic, protocol.encode_telemetry(self.report()), qos=1)
+
+    def _republish_online(self) -> None:
+        """After a reconnect (paho's thread); not once stopping, when "offline" must stand."""
+        if not self._stop.is_set():
+            self._publish_status("online")
 
     def _publish_status(self, state: str, extra: dict[str, Any] | None = None) -> None:
         """The retained status: online/offline plus the cost profile (and the final report)."""

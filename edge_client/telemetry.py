@@ -31,16 +31,15 @@ class RequestStats:
             self.replies += 1
             self._events.append((now_s, latency_s, met))
 
-    def rejected_now(self, now_s: float) -> None:
-        """A request rejected at `now_s` (queue full, shutting down): a miss in the window."""
+    def rejected_now(self, now_s: float, n: int = 1) -> None:
+        """`n` requests rejected at `now_s` (queue full, shutting down): misses in the window."""
         with self._lock:
-            self.rejected += 1
-            self._events.append((now_s, None, False))
+            self.rejected += n
+            self._events.extend([(now_s, None, False)] * n)
 
-    def count(self, *, requests: int = 0, rejected: int = 0, errors: int = 0) -> None:
+    def count(self, *, requests: int = 0, errors: int = 0) -> None:
         with self._lock:
             self.requests += requests
-            self.rejected += rejected
             self.errors += errors
 
     def window(self, now_s: float) -> dict[str, float | int | None]:

@@ -403,3 +403,26 @@ def test_arrival_rates_count_the_time_since_the_last_tick() -> None:
         assert agent.rates.rates_per_s[0] == pytest.approx(10.0)
     finally:
         agent.runtime.close()
+
+
+def test_a_reconnect_while_stopping_does_not_say_online_again() -> None:
+    # The reconnect hook republished "online" unconditionally: a link that came back during
+    # the shutdown flush overwrote the "offline" a stopped agent had just published.
+    config = AgentConfig(device_id="stopping", max_train_per_task=100)
+    agent = Agent.create(config, get_profile("x86-1core"))
+    published: list[bytes] = []
+
+    class Link:
+        def publish(self, topic: str, payload: bytes, qos: int = 1, *, retain: bool = False) -> bool:
+            published.append(payload)
+            return True
+
+    try:
+        agent._link = Link()
+        agent._republish_online()
+        assert json.loads(published[-1])["state"] == "online"
+        agent.request_stop()
+        agent._republish_online()
+        assert len(published) == 1
+    finally:
+        agent.runtime.close()

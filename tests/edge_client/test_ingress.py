@@ -77,5 +77,7 @@ def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
 def test_a_window_of_only_rejections_has_attainment_zero_and_no_percentiles() -> None:
     stats = RequestStats()
     stats.rejected_now(5.0)
+    stats.rejected_now(5.0, 3)  # the queue's leftovers at shutdown, at once
     window = stats.window(5.0)
+    assert window["rejected"] == 4 and len(stats._events) == 4
     assert window["slo_attainment"] == 0.0 and window["p50_ms"] is None
