@@ -262,7 +262,8 @@ class Agent:
         cfg, c = self.config, self.counters
         counts = self.queues.take_period_counts()
         # The counts cover the time since the last tick, not the nominal period: a tick late
-        # behind a long batch, or early for a new round, would otherwise read as a burst or a lull.
+        # behind a long batch, or early for a new round, would otherwise skew the smoothed
+        # rates. (DART's own burst term still divides this period's count by period_s.)
         elapsed = max(now - self._last_tick_s, 1e-3)
         self._last_tick_s = now
         self.rates.update(counts.arrivals, elapsed)
