@@ -15,7 +15,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from dartfl.errors import DartflError, ProtocolError
 from edge_client import protocol
@@ -31,6 +31,7 @@ STATUS_SUBSCRIPTION = f"{protocol.ROOT}/+/status"
 RETRY_S = 2.0  # between connection attempts while the broker is unreachable
 HISTORY_PER_DEVICE = 600  # snapshots kept in memory per device (10 min at 1 Hz)
 MAX_DEVICES = 10_000  # devices the live view keeps; a fleet larger than this needs the recorder
+_V = TypeVar("_V")
 
 
 class Subscriber:
@@ -161,8 +162,7 @@ class LiveFeed:
                     if status.online:
                         self._offline_since.pop(status.device, None)
                     else:
-                        self._offline_since[status.device] = now
-                        _forget_oldest(self._offline_since, MAX_DEVICES)
+                        _put_newest(self._offline_since, status.device, now)
                 return
             snapshot = protocol.decode_telemetry(message.payload, message.topic)
         except ProtocolError as exc:
@@ -170,12 +170,9 @@ class LiveFeed:
             return
         device = snapshot["device"]
         with self._lock:
-            if device not in self._latest and len(self._latest) >= MAX_DEVICES:
-                # Memory stays bounded whatever names arrive: the longest-silent device goes.
-                oldest = min(self._latest.values(), key=lambda snap: snap.received_s).device
-                del self._latest[oldest]
-                self._history.pop(oldest, None)
-            self._latest[device] = LiveSnapshot(device, now, snapshot)
+            gone = _put_newest(self._latest, device, LiveSnapshot(device, now, snapshot))
+            if gone is not None:
+                self._history.pop(gone, None)
             self._history.setdefault(device, deque(maxlen=HISTORY_PER_DEVICE)).append(snapshot)
 
     def state(self) -> FeedState:
@@ -199,7 +196,14 @@ class LiveFeed:
         self.subscriber.close()
 
 
-def _forget_oldest(times: dict[str, float], limit: int) -> None:
-    """Drop the entries with the oldest times until at most `limit` are left."""
-    while len(times) > limit:
-        del times[min(times, key=times.__getitem__)]
+def _put_newest(recent: dict[str, _V], key: str, value: _V) -> str | None:
+    """Store `value` as the newest entry (dicts keep insertion order, so the first key is the
+    longest silent); past MAX_DEVICES entries drop that one and return its key. Memory stays
+    bounded whatever names arrive, at O(1) a message."""
+    recent.pop(key, None)
+    recent[key] = value
+    if len(recent) <= MAX_DEVICES:
+        return None
+    oldest = next(iter(recent))
+    del recent[oldest]
+    return oldest

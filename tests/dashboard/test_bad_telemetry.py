@@ -82,6 +82,9 @@ def test_the_live_feed_keeps_at_most_max_devices(monkeypatch: pytest.MonkeyPatch
         assert set(live.state().devices) == {"pi-2", "pi-3", "pi-4"}
         assert live.history("pi-0") == []
         assert len(live._offline_since) == 3
+        live.handle(_telemetry("pi-2"))  # heard again: now the most recent, pi-3 the most silent
+        live.handle(_telemetry("pi-9"))
+        assert set(live.state().devices) == {"pi-2", "pi-4", "pi-9"}
     finally:
         live.close()
 
