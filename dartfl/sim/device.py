@@ -31,7 +31,7 @@ from dartfl.estimators import EwmaRates
 from dartfl.executor import ShareGate, most_urgent
 from dartfl.metrics import RunRecord
 from dartfl.policies.base import Policy
-from dartfl.sim.rounds import ROUND_TOLERANCE_S, rounds_ended_by
+from dartfl.sim.rounds import ROUND_TOLERANCE_S, next_round_end, rounds_ended_by
 from dartfl.sim.split import SampleSplitter
 from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
 
@@ -138,12 +138,11 @@ def simulate(
     backlog_total = max_backlog = 0
     round_samples: list[int] = []  # samples trained in each finished round
     round_trained = 0
+    t_round = next_round_end(0, cfg.round_s, horizon)
 
     while True:
         t_arr = times[i] if i < n else math.inf
         t_tick = next_tick if next_tick < horizon - ROUND_TOLERANCE_S else math.inf
-        t_round = (len(round_samples) + 1) * cfg.round_s
-        t_round = t_round if t_round <= horizon + ROUND_TOLERANCE_S else math.inf
         now = min(busy_until, t_arr, t_tick, t_round)
         if now == math.inf:
             break
@@ -170,10 +169,11 @@ def simulate(
 
         # Every FL round that has ended closes, with the steps done by its end (the last round
         # too: it ends at the horizon, where no control tick falls).
-        while len(round_samples) < rounds_ended_by(now, cfg.round_s, horizon):
-            round_samples.append(round_trained)
-            round_trained = 0
-        round_start = len(round_samples) * cfg.round_s
+        if now >= t_round - ROUND_TOLERANCE_S:
+            while len(round_samples) < rounds_ended_by(now, cfg.round_s, horizon):
+                round_samples.append(round_trained)
+                round_trained = 0
+            t_round = next_round_end(len(round_samples), cfg.round_s, horizon)
 
         # 2. Arrivals up to now join their queue, or are rejected when it is full.
         while i < n and times[i] <= now:
@@ -191,6 +191,7 @@ def simulate(
 
         # 3. Control period boundary: observe, update, decide.
         if t_tick == now:
+            round_start = len(round_samples) * cfg.round_s
             rates.update(arrivals_since, cfg.period_s)
             obs = Observation(
                 now_s=now,

@@ -31,7 +31,7 @@ from dartfl.metrics import fluid_trainable_samples
 from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
 from dartfl.sim.fleet_types import FleetArrivals, FleetConfig, FleetResult, FloatArray, bin_arrivals
-from dartfl.sim.rounds import rounds_ended_by
+from dartfl.sim.rounds import next_round_end, rounds_ended_by
 from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = [
@@ -89,7 +89,7 @@ class _FleetRounds:
         """Book one period's training, closing the rounds that end inside it."""
         booked = 0.0  # fraction of the period already booked
         while len(self.closed) < rounds_ended_by(start_s + period_s, self.round_s, self.horizon_s):
-            end_s = (len(self.closed) + 1) * self.round_s
+            end_s = next_round_end(len(self.closed), self.round_s, self.horizon_s)
             upto = min(max((end_s - start_s) / period_s, booked), 1.0)
             self.trained += gained * (upto - booked)
             booked = upto

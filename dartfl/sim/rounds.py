@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["ROUND_TOLERANCE_S", "rounds_ended_by"]
+__all__ = ["ROUND_TOLERANCE_S", "next_round_end", "rounds_ended_by"]
 
 ROUND_TOLERANCE_S = 1e-9  # an end within this of a time counts as reached (float products)
 
@@ -19,3 +19,9 @@ def rounds_ended_by(t_s: float, round_s: float, horizon_s: float) -> int:
     """How many rounds have ended by `t_s`; none ends after the horizon."""
     until = min(t_s, horizon_s) + ROUND_TOLERANCE_S
     return max(0, math.floor(until / round_s))
+
+
+def next_round_end(closed: int, round_s: float, horizon_s: float) -> float:
+    """When the round after the `closed` ones ends; inf if that is past the horizon."""
+    end = (closed + 1) * round_s
+    return end if end <= horizon_s + ROUND_TOLERANCE_S else math.inf
