@@ -182,7 +182,7 @@ def simulate_fleet(
         )
         policy.update(obs)
         alloc = policy.decide(obs)
-    overrun = state.finish(dev.max_batch)
+    overrun = state.finish(alloc.max_batch)  # as in dartfl.sim.device: the last allocation's batches
     if on_progress is not None:
         on_progress(1.0)
     totals = arrivals.totals()

@@ -135,7 +135,8 @@ class FleetState:
 
     def finish(self, max_batch: IntArray) -> FloatArray:
         """The horizon is over: as in the event simulator, the step in flight still completes
-        and the queue drains at full speed, in full batches. Returns how long that takes."""
+        and the queue drains at full speed, in batches of `max_batch` (the last allocation's).
+        Returns how long that takes."""
         batches = np.ceil(self.queue / max_batch.astype(np.float64) - 1e-9)
         drain: FloatArray = (self.fixed * batches + self.per * self.queue).sum(axis=0)
         overrun: FloatArray = self.carry_s + drain
