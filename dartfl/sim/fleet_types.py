@@ -118,10 +118,6 @@ def bin_arrivals(arrivals: Arrivals, period_s: float, num_periods: int) -> IntAr
     return counts
 
 
-def _finite_or_none(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
 @dataclass(frozen=True, eq=False)
 class FleetResult:
     """Per-device outcomes of one policy (arrays of shape (devices,) unless noted).
@@ -169,7 +165,8 @@ class FleetResult:
         return out
 
     def device(self, index: int) -> dict[str, Any]:
-        """One device's outcome as a JSON-ready dict."""
+        """One device's outcome as plain numbers (NaN where undefined, as in `aggregates`;
+        `dartfl.store.to_jsonable` turns it into JSON null)."""
         return {
             "requests": int(self.requests[index]),
             "rejected": float(self.rejected[index]),
@@ -177,7 +174,7 @@ class FleetResult:
             "queued_end": float(self.queued_end[index]),
             "slo_attainment": float(self.slo_attainment[index]),
             "train_samples": float(self.trained_samples[index]),
-            "harvest_efficiency": _finite_or_none(float(self.harvest_efficiency[index])),
+            "harvest_efficiency": float(self.harvest_efficiency[index]),
             "max_backlog": float(self.max_backlog[index]),
             "mean_latency_s": float(self.mean_latency_s[index]),
         }
@@ -207,7 +204,7 @@ class FleetResult:
             ("mean_latency_s", self.mean_latency_s),
         )
         for name, values in spreads:
-            defined = values[~np.isnan(values)]  # a device without a fluid limit has no harvest
+            defined = values[~np.isnan(values)]  # undefined: no fluid limit, or no request
             out[f"{name}_mean"] = float(defined.mean()) if defined.size else math.nan
             for q in (5, 50, 95):
                 out[f"{name}_p{q}"] = float(np.percentile(defined, q)) if defined.size else math.nan
