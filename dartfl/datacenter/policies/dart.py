@@ -28,7 +28,7 @@ from dartfl.datacenter.policies.base import DcPolicy
 from dartfl.datacenter.types import DcAllocation, DcObservation
 from dartfl.errors import ConfigError
 
-__all__ = ["DcDartConfig", "DcDartPolicy", "drift_plus_penalty", "predicted_rates"]
+__all__ = ["DcDartConfig", "DcDartPolicy", "drift_plus_penalty", "predicted_rates", "steering_buffer"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -167,18 +167,25 @@ def drift_plus_penalty(
     the buffer, and a deep one under a loose staleness bound means rollout is running ahead,
     not a backlog to drain at any cost. Unbounded, kappa * backlog >= 1 turns J into a pure
     preference for one side and walks the split to an extreme (measured at eta = 6).
-
-    A short buffer pulls towards a batch ready when the trainer finishes, which needs a split
-    where rollout keeps up with training. Where none does (at eta = 0 the bound admits nothing
-    while a step trains, so rollout and training take turns), the buffer is short at every
-    split and its level only marks the phase of that cycle: it does not pull. Pulling there
-    walked the split towards rollout, away from the best cycle, and back with each cycle.
     """
     backlog = min(1.0, max(-1.0, (buffer_groups - batch_groups) / batch_groups))
-    if backlog < 0 and not np.any(rollout >= train):
-        backlog = 0.0
     result: FloatArray = np.minimum(rollout, train) - kappa * backlog * (rollout - train)
     return result
+
+
+def steering_buffer(buffer_groups: float, batch_groups: int, rollout: FloatArray, train: FloatArray) -> float:
+    """The buffer level the simulator's DART steers by.
+
+    A short buffer pulls towards a batch ready when the trainer finishes, which needs a split
+    where rollout keeps up. Where this model's admission cycle lets none (at eta 0 the bound
+    admits nothing while a step trains: rollout and training take turns), the buffer is short
+    at every split and its level only marks the cycle's phase, so it counts as one batch (no
+    pull): pulling walked the split towards rollout and back with each cycle. The Ray
+    controller's model has no such cycle, so it steers by the buffer as it is.
+    """
+    if buffer_groups < batch_groups and not np.any(rollout >= train):
+        return float(batch_groups)
+    return float(buffer_groups)
 
 
 class DcDartPolicy(DcPolicy):
@@ -261,7 +268,8 @@ class DcDartPolicy(DcPolicy):
         rollout, train = predicted_rates(obs, candidates, length)
         rollout, train = rollout * self.rollout_gain, train * self.train_gain
         throughput = np.minimum(rollout, train)
-        score = drift_plus_penalty(rollout, train, obs.buffer_groups, obs.batch_groups, cfg.kappa)
+        buffer = steering_buffer(obs.buffer_groups, obs.batch_groups, rollout, train)
+        score = drift_plus_penalty(rollout, train, buffer, obs.batch_groups, cfg.kappa)
         best = int(np.argmax(score))
         target = int(candidates[best])
         step = max(tp, int(cfg.max_move * obs.gpus) // tp * tp)

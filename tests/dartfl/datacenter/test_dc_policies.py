@@ -9,7 +9,7 @@ import pytest
 
 from dartfl.datacenter import DcObservation, LogNormalLengths, make_dc_policy, model_spec, weight_sync_range_s
 from dartfl.datacenter.policies import DcDartPolicy, predicted_rates, split_gpus
-from dartfl.datacenter.policies.dart import drift_plus_penalty
+from dartfl.datacenter.policies.dart import drift_plus_penalty, steering_buffer
 from dartfl.errors import ConfigError
 
 
@@ -129,10 +129,12 @@ def test_dart_rollout_model_takes_turns_with_training_at_eta_0() -> None:
 
 def test_dart_a_short_buffer_does_not_pull_when_no_split_keeps_up_with_training() -> None:
     rollout, train = np.array([1.0, 2.0, 1.5]), np.array([4.0, 3.0, 2.0])
-    score = drift_plus_penalty(rollout, train, buffer_groups=0, batch_groups=64, kappa=0.2)
+    buffer = steering_buffer(0.0, 64, rollout, train)
+    score = drift_plus_penalty(rollout, train, buffer_groups=buffer, batch_groups=64, kappa=0.2)
     assert np.array_equal(score, np.minimum(rollout, train))  # the best cycle, not the most rollout
     keeps_up = np.array([1.0, 2.0, 3.5])
-    pulled = drift_plus_penalty(keeps_up, train, buffer_groups=0, batch_groups=64, kappa=0.2)
+    buffer = steering_buffer(0.0, 64, keeps_up, train)
+    pulled = drift_plus_penalty(keeps_up, train, buffer_groups=buffer, batch_groups=64, kappa=0.2)
     assert pulled[2] > np.minimum(keeps_up, train)[2]  # a split that keeps up is pulled towards
 
 

@@ -61,3 +61,10 @@ def test_rates_and_controller_reject_impossible_values() -> None:
         MeasuredRates(decode_step_s=0.0, train_token_s=0.001, mean_length=5.0)
     with pytest.raises(ConfigError, match="workers"):
         _controller(1)
+
+
+@pytest.mark.parametrize("eta", [1, 2])
+def test_an_empty_buffer_pulls_a_worker_into_rollout_when_decoding_is_slow(eta: int) -> None:
+    # The simulator's eta-0 rule (an empty buffer does not pull when no split keeps up) sat in
+    # the shared scoring and held the Ray layout here, where rollout is simply too slow.
+    assert _controller(3, eta=eta).decide(1, _rates(decode_step_s=0.1), buffer_groups=0.0) == 2
