@@ -73,8 +73,12 @@ def wait_for_status(
     want: str = "online",
     timeout_s: float = 60.0,
     security: MqttSecurity | None = None,
+    check: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Block until the device's retained status says `want`; return that status message."""
+    """Block until the device's retained status says `want`; return that status message.
+
+    `check` is called about once a second while waiting and may raise to stop the wait (say,
+    the agent process it waits for has exited), on the one broker connection."""
     from edge_client.mqtt import connect
 
     got: dict[str, Any] = {}
@@ -96,11 +100,15 @@ def wait_for_status(
         subscriptions=[(protocol.status_topic(device), 1)],
         security=security,
     )
+    deadline = time.monotonic() + timeout_s
     try:
-        if not ready.wait(timeout_s):
-            raise DartflError(
-                f"device {device!r} did not report {want!r} on {broker_url} within {timeout_s:.0f} s"
-            )
+        while not ready.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
+            if check is not None:
+                check()
+            if time.monotonic() >= deadline:
+                raise DartflError(
+                    f"device {device!r} did not report {want!r} on {broker_url} within {timeout_s:.0f} s"
+                )
     finally:
         link.close()
     return got

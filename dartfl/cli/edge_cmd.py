@@ -15,7 +15,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -33,7 +32,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
 AGENT_ONLINE_TIMEOUT_S = 120.0  # loading data and building the model, on a slow device
-AGENT_POLL_S = 1.0  # how often a spawned agent still starting is checked for having died
 # Numeric flags by the range they must lie in, as dests (the flag is --dest-with-dashes).
 # Checked here so the error names the flag the user typed: AgentConfig speaks in its own
 # fields and units (--slo-ms -5 would be "slo-s must be > 0, got -0.005").
@@ -203,7 +201,6 @@ def _run(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     import platform
-    import tempfile
 
     from dartfl.cli.plots import check_output_path
     from dartfl.profiles import profile_to_toml
@@ -286,31 +283,28 @@ def _wait_for_spawned_agent(
     """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
     from edge_client.replay import wait_for_status
 
-    deadline = time.monotonic() + AGENT_ONLINE_TIMEOUT_S
-    while agent.poll() is None:
-        try:
-            return wait_for_status(url, device, "online", timeout_s=AGENT_POLL_S)
-        except DartflError:
-            if time.monotonic() >= deadline:
-                raise DartflError(
-                    f"the spawned agent did not come online within {AGENT_ONLINE_TIMEOUT_S:.0f} s; "
-                    "its log is above"
-                ) from None
-    error = ConfigError if agent.returncode == 2 else DartflError  # 2: it rejected its flags
-    raise error(f"the spawned agent exited with code {agent.returncode}: {_last_line(agent_log)}")
+    def still_running() -> None:
+        if agent.poll() is not None:
+            error = ConfigError if agent.returncode == 2 else DartflError  # 2: it rejected its flags
+            raise error(f"the spawned agent exited with code {agent.returncode}: {_last_line(agent_log)}")
+
+    return wait_for_status(url, device, "online", timeout_s=AGENT_ONLINE_TIMEOUT_S, check=still_running)
+
+
+def _agent_stderr(agent_log: IO[bytes]) -> str:
+    agent_log.seek(0)
+    return agent_log.read().decode(errors="replace")
 
 
 def _last_line(agent_log: IO[bytes]) -> str:
     """The last thing an exited agent wrote to stderr: normally why it stopped."""
-    agent_log.seek(0)
-    lines = agent_log.read().decode(errors="replace").strip().splitlines()
+    lines = _agent_stderr(agent_log).strip().splitlines()
     return lines[-1].strip() if lines else "it wrote nothing to stderr"
 
 
 def _echo_agent_log(agent_log: IO[bytes]) -> None:
     """Pass on what the spawned agent wrote to stderr (kept apart from the progress bar)."""
-    agent_log.seek(0)
-    text = agent_log.read().decode(errors="replace")
+    text = _agent_stderr(agent_log)
     if text:
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
 

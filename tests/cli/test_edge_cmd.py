@@ -108,12 +108,17 @@ def test_replay_checks_its_flags_before_starting_a_broker_or_an_agent(
 def test_waiting_for_a_spawned_agent_stops_when_it_exits(
     monkeypatch: pytest.MonkeyPatch, code: int, error: type[Exception]
 ) -> None:
+    waits = []
+
     def never_online(*_args: Any, **kwargs: Any) -> dict[str, Any]:
-        time.sleep(kwargs["timeout_s"])
+        waits.append(kwargs["timeout_s"])  # one wait, on one broker connection
+        deadline = time.monotonic() + kwargs["timeout_s"]
+        while time.monotonic() < deadline:
+            kwargs["check"]()
+            time.sleep(0.1)
         raise DartflError("did not report 'online'")
 
     monkeypatch.setattr("edge_client.replay.wait_for_status", never_online)
-    monkeypatch.setattr(edge_cmd, "AGENT_POLL_S", 0.1)
     script = f"import sys; sys.stderr.write('loading\\nbad flag --x\\n'); sys.exit({code})"
     with tempfile.TemporaryFile() as agent_log:
         agent = subprocess.Popen([sys.executable, "-c", script], stderr=agent_log)
@@ -121,6 +126,7 @@ def test_waiting_for_a_spawned_agent_stops_when_it_exits(
         with pytest.raises(error, match=f"^the spawned agent exited with code {code}: bad flag --x$"):
             edge_cmd._wait_for_spawned_agent(agent, agent_log, "mqtt://127.0.0.1:9", "edge-1")
     assert time.monotonic() - started < 30  # not the 120 s an agent may take to come online
+    assert waits == [edge_cmd.AGENT_ONLINE_TIMEOUT_S]  # not a reconnect every second
 
 
 @pytest.mark.integration
