@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.sim_cmd import add_store_arguments
-from dartfl.cli.workload_args import check_seed
+from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError
 
 DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "dart")
@@ -88,7 +88,7 @@ def register(sub: Any) -> None:
         "--switch-cost-s", type=float, help="dead time of a GPU changing role (default: by model size)"
     )
     g.add_argument("--period-s", type=float, default=10.0, help="allocator control period (default 10 s)")
-    s.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    s.add_argument("--seed", type=seed_arg, default=1, help="random seed (default 1)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     _add_plot_arguments(s, "dartfl-dc.png", "GPU roles, buffer and staleness")
     add_store_arguments(s)
@@ -103,7 +103,7 @@ def register(sub: Any) -> None:
     r.add_argument("--engine", choices=("ray",), default="ray", help="execution engine (ray)")
     r.add_argument("--workers", type=int, default=3, help="worker actors (default 3)")
     _add_run_arguments(r, 30, "training steps per policy", "sync dart")
-    r.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    r.add_argument("--seed", type=seed_arg, default=1, help="random seed (default 1)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     _add_plot_arguments(r, "dartfl-dc-run.png", "worker roles, buffer, staleness and reward")
     add_store_arguments(r)
@@ -196,7 +196,6 @@ def run_sim(args: argparse.Namespace) -> int:
     from dartfl.datacenter.sweep import sweep_static
     from dartfl.store import to_jsonable
 
-    check_seed(args.seed)
     config = _config(args)
     plot_path = _plot_path(args)
     lengths = _lengths(args)
@@ -231,7 +230,6 @@ def run_real(args: argparse.Namespace) -> int:
     from dartfl.datacenter.ray_engine import RayRunConfig, run_ray
     from dartfl.store import to_jsonable
 
-    check_seed(args.seed)
     specs = args.policies or ["sync", "dart"]
     cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
     plot_path = _plot_path(args)

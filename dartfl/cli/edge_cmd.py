@@ -21,7 +21,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.sim_cmd import add_store_arguments
-from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, check_seed
+from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, seed_arg
 from dartfl.errors import ConfigError, DartflError
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-train", type=int, default=3000, help="training samples loaded per task (default 3000)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_arg, default=0)
 
 
 def _agent_arguments(p: argparse.ArgumentParser) -> None:
@@ -134,7 +134,6 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
 def _check_model_flags(args: argparse.Namespace) -> None:
     _check_range(args, _MODEL_COUNTS, lambda v: v >= 1, "an integer >= 1")
     _check_range(args, ("width",), lambda v: math.isfinite(v) and v > 0, "> 0")
-    check_seed(args.seed)
 
 
 def _check_agent_flags(args: argparse.Namespace) -> None:

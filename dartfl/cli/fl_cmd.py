@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.sim_cmd import add_store_arguments
+from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError, DartflError
 from dartfl.paths import default_store_path
 
@@ -62,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument(
         "--loss-weights", choices=("uniform", "demand"), help="override every policy's loss weighting"
     )
-    sim.add_argument("--seed", type=int, default=1)
+    sim.add_argument("--seed", type=seed_arg, default=1)
     sim.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
     )

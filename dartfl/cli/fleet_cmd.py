@@ -22,7 +22,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from dartfl.cli.sim_cmd import add_store_arguments
-from dartfl.cli.workload_args import WORKLOAD_NAMES, parse_tasks
+from dartfl.cli.workload_args import WORKLOAD_NAMES, parse_tasks, seed_arg
 from dartfl.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -125,7 +125,7 @@ def register(sub: Any) -> None:
         "--tasks", default="digits,fashion,uci-digits", help="task names (default digits,fashion,uci-digits)"
     )
     g.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of task popularity (default 0)")
-    g.add_argument("--seed", type=int, default=1, help="random seed (default 1)")
+    g.add_argument("--seed", type=seed_arg, default=1, help="random seed (default 1)")
     d = p.add_argument_group("device")
     d.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
     d.add_argument("--profile-file", help="device profile TOML (see docs/profiles.md)")
@@ -167,8 +167,6 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
     if args.queue_capacity < 1:
         raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
-    if args.seed < 0:
-        raise ConfigError(f"--seed must be an integer >= 0, got {args.seed}")
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
 

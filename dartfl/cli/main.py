@@ -71,7 +71,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args, extras = parser.parse_known_args(argv)
+    try:
+        args, extras = parser.parse_known_args(argv)
+    except SystemExit as done:  # --help, or a flag argparse refused: an exit code like the rest
+        return done.code if isinstance(done.code, int) else 0
     prog = vars(args).pop(_PROG, parser.prog)
     if extras:
         print(_usage_error(prog, f"unrecognized arguments: {' '.join(extras)}"), end="", file=sys.stderr)

@@ -27,10 +27,10 @@ __all__ = [
     "add_generator_arguments",
     "add_workload_arguments",
     "arrivals_from_args",
-    "check_seed",
     "generated_arrivals",
     "parse_params",
     "parse_tasks",
+    "seed_arg",
     "workload_config",
 ]
 
@@ -180,7 +180,11 @@ def _add_shape_arguments(
         help="generator parameter, repeatable, e.g. --param burst=20 (see docs/workloads.md)",
     )
     group.add_argument(
-        "--seed", type=int, default=DEFAULT_SEED, action=_Store, help=f"random seed (default {DEFAULT_SEED})"
+        "--seed",
+        type=seed_arg,
+        default=DEFAULT_SEED,
+        action=_Store,
+        help=f"random seed (default {DEFAULT_SEED})",
     )
 
 
@@ -316,14 +320,19 @@ def workload_config(args: argparse.Namespace) -> dict[str, Any]:
     return config
 
 
-def check_seed(seed: int) -> int:
-    """--seed as numpy's generators take it (they raise a bare ValueError for a negative one)."""
-    if seed < 0:
-        raise ConfigError(f"--seed must be an integer >= 0, got {seed}")
-    return seed
+def seed_arg(text: str) -> int:
+    """The argparse type of every --seed: an integer >= 0, as numpy's generators take it (they
+    raise a bare ValueError for a negative one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {text}")
+    return value
 
 
 def _rng(seed: int) -> np.random.Generator:
     import numpy as np
 
-    return np.random.default_rng(check_seed(seed))
+    return np.random.default_rng(seed)

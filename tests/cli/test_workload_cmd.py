@@ -105,7 +105,7 @@ def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
         (["workload", "generate", "gamma", "--param", "cv=-1"], "gamma parameter cv must be > 0"),
         (["workload", "generate", "poisson", "--rate", "0"], "rate_per_s must be a finite number > 0"),
         (["workload", "generate", "poisson", "--tasks", "a,,b"], "--tasks must be a comma-separated list"),
-        (["workload", "generate", "poisson", "--seed", "-3"], "--seed must be an integer >= 0"),
+        (["workload", "generate", "poisson", "--seed", "-3"], "--seed: must be an integer >= 0"),
         # A header-only file, which sim and inspect then reject as having no requests.
         (["workload", "generate", "poisson", "--rate", "1e-9"], "poisson drew no requests at --rate 1e-09"),
     ],
