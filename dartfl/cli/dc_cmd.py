@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.output_paths import plot_path as checked_plot_path
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError
@@ -130,19 +131,6 @@ def _add_plot_arguments(parser: argparse.ArgumentParser, default: str, shows: st
     parser.set_defaults(default_plot=Path(default))
 
 
-def _plot_path(args: argparse.Namespace) -> Path | None:
-    """--plot, else the default file unless --json (whose output is for scripts), --no-plot: none.
-
-    Checked here, before the run, so that a bad name does not cost the run.
-    """
-    from dartfl.cli.plots import check_image_path
-
-    if args.no_plot:
-        return None
-    path: Path | None = args.plot if args.plot else (None if args.json else args.default_plot)
-    return None if path is None else check_image_path(path, "--plot")
-
-
 def _need_action(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     parser.print_help(sys.stderr)
     return 2
@@ -197,7 +185,7 @@ def run_sim(args: argparse.Namespace) -> int:
     from dartfl.store import to_jsonable
 
     config = _config(args)
-    plot_path = _plot_path(args)
+    plot_path = checked_plot_path(args, args.default_plot)
     lengths = _lengths(args)
     specs = args.policies or list(DEFAULT_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
@@ -232,7 +220,7 @@ def run_real(args: argparse.Namespace) -> int:
 
     specs = args.policies or ["sync", "dart"]
     cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
-    plot_path = _plot_path(args)
+    plot_path = checked_plot_path(args, args.default_plot)
     runs = run_ray(cfg, specs)
     summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None if args.no_store else _record(args, summaries, [])

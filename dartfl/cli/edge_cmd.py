@@ -201,7 +201,7 @@ def _run(args: argparse.Namespace) -> int:
 def _profile(args: argparse.Namespace) -> int:
     import platform
 
-    from dartfl.cli.plots import check_output_path
+    from dartfl.cli.output_paths import check_output_path
     from dartfl.profiles import profile_to_toml
     from edge_client.agent import AgentConfig
     from edge_client.runtime import ModelRuntime

@@ -198,6 +198,8 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _print_table(results: list[dict[str, Any]]) -> None:
+    from dartfl.cli.tables import cell
+
     tasks = list(results[0]["accuracy_per_task"]) if results else []
     head = [
         "policy",
@@ -219,7 +221,7 @@ def _print_table(results: list[dict[str, Any]]) -> None:
             f"{r['demand_weighted_accuracy']:.4f}",
             f"{r['slo_attainment']:.4f}",
             f"{r['slo_attainment_inference_only']:.4f}",
-            "-" if r["harvest_efficiency"] is None else f"{r['harvest_efficiency']:.3f}",
+            cell(r["harvest_efficiency"], ".3f"),
         ]
         print(" | ".join(cells))
 

@@ -293,6 +293,8 @@ def _print_table(
     from rich.console import Console
     from rich.table import Table
 
+    from dartfl.cli.tables import cell
+
     table = Table(
         title=f"fleet of {args.devices} devices x {args.duration_s:g} s, profile {profile.name}, "
         f"load {args.target_load:g} +-{args.load_jitter:g}, SLO {args.slo_ms:g} ms ({wall_s:.1f} s wall)"
@@ -315,11 +317,8 @@ def _print_table(
             f"{100 * r['slo_attainment']:.2f}%",
             f"{100 * r['slo_attainment_p5']:.1f}% / {100 * r['slo_attainment_p50']:.1f}%",
             str(r["devices_below_99pct_slo"]),
-            "-" if r["harvest_efficiency"] is None else f"{r['harvest_efficiency']:.3f}",
-            " / ".join(
-                "-" if r[f"harvest_efficiency_p{q}"] is None else f"{r[f'harvest_efficiency_p{q}']:.2f}"
-                for q in (5, 50, 95)
-            ),
+            cell(r["harvest_efficiency"], ".3f"),
+            " / ".join(cell(r[f"harvest_efficiency_p{q}"], ".2f") for q in (5, 50, 95)),
             f"{r['train_samples']:.3g}",
             f"{r['rejected']:.0f}",
         )

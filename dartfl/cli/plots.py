@@ -2,58 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from dartfl.errors import ConfigError
 from dartfl.metrics import RunRecord
-
-# What matplotlib writes with no extra packages; anything else fails in savefig, after the work.
-IMAGE_SUFFIXES = (".png", ".pdf", ".svg", ".svgz", ".jpg", ".jpeg", ".tif", ".tiff", ".webp", ".eps", ".ps")
-
-
-def check_image_path(path: Path, flag: str) -> Path:
-    """`check_output_path` for a plot: the suffix must also name a format matplotlib writes."""
-    check_output_path(path, flag, "plot.png")
-    if path.suffix.lower() not in IMAGE_SUFFIXES:
-        formats = ", ".join(s[1:] for s in IMAGE_SUFFIXES)
-        raise ConfigError(
-            f"{flag} {path}: the file name must end in an image format ({formats}), "
-            f"e.g. {path.with_suffix('.png')}"
-        )
-    return path
-
-
-def check_output_path(path: Path, flag: str, example_name: str) -> Path:
-    """Fail with the reason before any work if `path` cannot be written later.
-
-    The commands measure or simulate first and write last; a bad name found only then
-    throws the work away. example_name is the file name suggested inside a directory.
-    """
-    if path.is_dir():
-        raise ConfigError(
-            f"{flag} {path} is a directory; give a file name inside it, e.g. {path / example_name}"
-        )
-    folder = _nearest_existing(path.parent)
-    if not folder.is_dir():
-        raise ConfigError(f"{flag} {path}: {folder} is a file, so no directory can be made there")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag} {path}: cannot write into {folder}; pick a writable directory")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise ConfigError(f"{flag} {path} exists and is read-only; remove it or pick another name")
-    return path
-
-
-def _nearest_existing(folder: Path) -> Path:
-    """`folder` or its closest ancestor that exists (the writer creates the ones in between)."""
-    folder = folder.absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent
-    return folder
 
 
 def pyplot() -> Any:

@@ -72,12 +72,10 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dartfl.cli.plots import check_image_path
+    from dartfl.cli.output_paths import plot_path as checked_plot_path
     from dartfl.cli.simulation import device_setup, run_policies
 
-    plot_path = _plot_path(args)
-    if plot_path is not None:
-        check_image_path(plot_path, "--plot")
+    plot_path = checked_plot_path(args, Path("dartfl-sim.png"))
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
     specs = args.policies or list(DEFAULT_POLICIES)
@@ -114,10 +112,3 @@ def run(args: argparse.Namespace) -> int:
         if plot_path is not None:
             print(f"plot: {plot_path}")
     return 0
-
-
-def _plot_path(args: argparse.Namespace) -> Path | None:
-    """--plot, else the default file unless --json (whose output is for scripts); --no-plot: none."""
-    if args.no_plot:
-        return None
-    return args.plot if args.plot else (None if args.json else Path("dartfl-sim.png"))

@@ -9,8 +9,13 @@ from dartfl.arrivals import Arrivals
 from dartfl.types import DeviceProfile
 
 
+def cell(value: float | None, spec: str) -> str:
+    """A number for a table cell; "-" for an undefined one (JSON null)."""
+    return "-" if value is None else format(value, spec)
+
+
 def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1e3:.1f}"
+    return cell(None if value is None else value * 1e3, ".1f")
 
 
 def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, profile: DeviceProfile) -> None:
@@ -43,9 +48,9 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
             _ms(r["p99_latency_s"]),
             str(r["rejected"]),
             str(r["train_samples"]),
-            "-" if r["harvest_efficiency"] is None else f"{r['harvest_efficiency']:.3f}",
+            cell(r["harvest_efficiency"], ".3f"),
             str(r["max_backlog"]),
-            "-" if r["decision_us_p50"] is None else f"{r['decision_us_p50']:.1f}",
+            cell(r["decision_us_p50"], ".1f"),
         )
     console = Console()
     if not console.is_terminal:

@@ -69,7 +69,7 @@ def _load(args: argparse.Namespace) -> Arrivals:
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from dartfl.cli.plots import check_output_path
+    from dartfl.cli.output_paths import check_output_path
     from workloads.traces.time_task import write_time_task_csv
 
     check_output_path(args.output, "-o", f"{args.name}.csv")
@@ -121,7 +121,8 @@ def _inspect(args: argparse.Namespace) -> int:
 def _plot(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from dartfl.cli.plots import check_image_path, pyplot
+    from dartfl.cli.output_paths import check_image_path
+    from dartfl.cli.plots import pyplot
 
     check_image_path(args.output, "-o")
     plt = pyplot()

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dartfl.cli.main import main
-from dartfl.cli.plots import check_image_path, check_output_path
+from dartfl.cli.output_paths import check_image_path, check_output_path
 from dartfl.errors import ConfigError
 
 

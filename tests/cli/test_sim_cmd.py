@@ -200,3 +200,10 @@ def test_the_table_shows_an_undefined_harvest_as_a_dash(capsys: pytest.CaptureFi
     assert main([*argv, "--policy", "static:0.5", "--no-plot", "--no-store"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "static:0.5" in line)
     assert "-" in row.split()
+
+
+def test_the_fleet_table_shows_an_undefined_harvest_as_a_dash(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["fleet", "--devices", "2", "--duration-s", "5", "--profile", "pi4", "--target-load", "20"]
+    assert main([*argv, "--policy", "static:0.5", "--no-store"]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if "static:0.5" in line)
+    assert "- / - / -" in row  # the harvest percentiles of devices without a fluid limit
