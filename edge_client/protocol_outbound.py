@@ -5,7 +5,7 @@ its retained online/offline status (decoded strictly by the dashboard)."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,8 @@ from edge_client.protocol_wire import (
     _parse_object,
     _reply_fail,
     _short,
+    status_topic,
+    telemetry_topic,
 )
 
 __all__ = [
@@ -183,24 +185,32 @@ def _jsonable(value: Any, where: str) -> Any:
     )
 
 
+# Unix seconds a device may report: 0 to the year 2286. Far beyond, a dashboard's date
+# arithmetic overflows; such a clock is broken anyway.
+_MAX_UNIX_S = 1e10
+
+
+def _unix_s(value: Any) -> float | None:
+    """`value` as Unix seconds a device may report, else None (both sides of the wire)."""
+    t = _finite(value.item() if isinstance(value, np.generic) else value)
+    return t if t is not None and 0.0 <= t <= _MAX_UNIX_S else None
+
+
 def encode_telemetry(fields: Mapping[str, Any]) -> bytes:
     """One telemetry snapshot (fields in docs/protocol.md); `device` and `t` are required."""
     _check_name("device", fields.get("device", ""))
     t = fields.get("t")
-    if _finite(t.item() if isinstance(t, np.generic) else t) is None:
-        raise InputError(f"telemetry field 't' must be finite unix seconds, got {_short(t)}")
+    if _unix_s(t) is None:
+        raise InputError(f"telemetry field 't' must be unix seconds (0 to 1e10), got {_short(t)}")
     if fields.get("v", PROTOCOL_VERSION) != PROTOCOL_VERSION:
         raise InputError(f"telemetry field 'v' must be {PROTOCOL_VERSION}, got {_short(fields['v'])}")
     obj = _jsonable(dict(fields), "telemetry")
     return _dumps({"v": PROTOCOL_VERSION, **obj})
 
 
-# Unix seconds a device may report: 0 to the year 2286. Far beyond, a dashboard's date
-# arithmetic overflows; such a clock is broken anyway.
-_MAX_UNIX_S = 1e10
-
-
-def _decode_device_message(payload: bytes, topic: str | None) -> dict[str, Any]:
+def _decode_device_message(
+    payload: bytes, topic: str | None, topic_of: Callable[[str], str]
+) -> dict[str, Any]:
     fail = _Fail(None, None)
     obj = _parse_object(payload, 1 << 20, fail)
     _check_version(obj, fail)
@@ -213,12 +223,12 @@ def _decode_device_message(payload: bytes, topic: str | None) -> dict[str, Any]:
         _check_name("device", device)
     except InputError as exc:
         _reply_fail("bad-field", str(exc))
-    if topic is not None and topic.split("/")[2:3] != [device]:
+    if topic is not None and topic != topic_of(device):
         # A device publishes only about itself: a mismatch is a misconfigured or spoofing client.
         _reply_fail("bad-field", f"device {_short(device)} published on another's topic {_short(topic)}")
     if "t" in obj and obj["t"] is not None:
-        t = _finite(obj["t"])
-        if t is None or not 0.0 <= t <= _MAX_UNIX_S:
+        t = _unix_s(obj["t"])
+        if t is None:
             _reply_fail("bad-field", f"field 't' must be unix seconds, got {_short(obj['t'])}")
         obj["t"] = t
     return obj
@@ -227,7 +237,7 @@ def _decode_device_message(payload: bytes, topic: str | None) -> dict[str, Any]:
 def decode_telemetry(payload: bytes, topic: str | None = None) -> dict[str, Any]:
     """The telemetry object; raises ProtocolError, and nothing else, for any input. With the
     message's `topic`, the snapshot's device must be the topic's device."""
-    obj = _decode_device_message(payload, topic)
+    obj = _decode_device_message(payload, topic, telemetry_topic)
     if obj.get("t") is None:
         _reply_fail("missing-field", "telemetry field 't' is missing")
     return obj
@@ -254,7 +264,7 @@ def encode_status(
 
 
 def decode_status(payload: bytes, topic: str | None = None) -> DeviceStatus:
-    obj = _decode_device_message(payload, topic)
+    obj = _decode_device_message(payload, topic, status_topic)
     state = obj.get("state")
     if state not in ("online", "offline"):
         _reply_fail("bad-field", f"status field 'state' must be online or offline, got {_short(state)}")

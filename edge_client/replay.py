@@ -171,7 +171,7 @@ def replay(
                     if inbox.answered == n:
                         inbox.all_done.set()
         elif topic == protocol.telemetry_topic(device):
-            inbox.telemetry.append(protocol.decode_telemetry(payload))
+            inbox.telemetry.append(protocol.decode_telemetry(payload, topic))
 
     link = connect(
         broker_url,

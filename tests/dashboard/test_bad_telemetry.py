@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dartfl.errors import ProtocolError
+from dartfl.errors import InputError, ProtocolError
 from dartfl.store import RunStore, TelemetryRow
 from dashboard import feed as feed_module
 from dashboard import synthetic
@@ -49,6 +49,13 @@ def test_a_device_may_only_publish_about_itself() -> None:
     assert protocol.decode_telemetry(body, "dartfl/v1/pi-1/telemetry")["device"] == "pi-1"
     with pytest.raises(ProtocolError, match="another's topic"):
         protocol.decode_telemetry(body, "dartfl/v1/pi-2/telemetry")
+    with pytest.raises(ProtocolError, match="another's topic"):  # the topic of another kind
+        protocol.decode_telemetry(body, "dartfl/v1/pi-1/status")
+
+
+def test_an_encoder_refuses_the_times_a_decoder_would() -> None:
+    with pytest.raises(InputError, match="unix seconds"):
+        protocol.encode_telemetry({"device": "pi-1", "t": 1e300})
 
 
 def test_the_recorder_survives_bad_snapshots_and_keeps_the_good_ones(tmp_path: Path) -> None:
