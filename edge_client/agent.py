@@ -27,7 +27,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -40,7 +39,7 @@ import numpy as np
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates, ServiceTimeProfiler
 from dartfl.executor import ShareGate, most_urgent
-from dartfl.policies import make_policy, natural_loss_weighting
+from dartfl.policies import make_policy
 from dartfl.types import Allocation, DeviceProfile, Observation
 from edge_client import protocol
 from edge_client.agent_config import AgentConfig
@@ -86,7 +85,7 @@ class Agent:
         self.round_target = config.round_target_samples
         self._channel: Any = None  # edge_client.round_channel.RoundChannelServer when federated
         self._rounds = RoundSlot()
-        self._own_model_dir: Path | None = None  # the temp dir create() made; removed on stop
+        self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._last_tick_s = time.monotonic()  # when the last control period ended
 
     # -- construction -------------------------------------------------------------------------
@@ -96,11 +95,13 @@ class Agent:
         """Build the model (in config.model_dir, else a temp dir the agent removes when it stops)."""
         from edge_client.runtime import ModelRuntime
 
-        make_policy(config.policy, config.loss_weighting)  # a bad spec fails before the slow part
-        own_dir: Path | None = None
+        own_dir = None
         model_dir = config.model_dir
         if model_dir is None:
-            model_dir = own_dir = Path(tempfile.mkdtemp(prefix=f"dartfl-{config.device_id}-"))
+            own_dir = tempfile.TemporaryDirectory(
+                prefix=f"dartfl-{config.device_id}-", ignore_cleanup_errors=True
+            )
+            model_dir = Path(own_dir.name)
         try:
             runtime = ModelRuntime.build(config, model_dir)
             if profile is None:
@@ -108,7 +109,8 @@ class Agent:
                 log.info("calibrated costs: %s", profile)
             agent = cls(config, runtime, profile)
         except BaseException:
-            _remove_dir(own_dir)
+            if own_dir is not None:
+                own_dir.cleanup()
             raise
         agent._own_model_dir = own_dir
         return agent
@@ -244,7 +246,8 @@ class Agent:
         if self._broker is not None:
             self._broker.stop()
         self.runtime.close()
-        _remove_dir(self._own_model_dir)
+        if self._own_model_dir is not None:
+            self._own_model_dir.cleanup()
 
     # -- ingress (paho's thread) --------------------------------------------------------------
 
@@ -381,7 +384,7 @@ class Agent:
             self.config.round_s,
             self.config.tasks,
             policy=self.config.policy,
-            loss_weighting=self.config.loss_weighting or natural_loss_weighting(self.config.policy),
+            loss_weighting=self.config.weighting,
         )
         return self._rounds.run(job, self._stop)
 
@@ -478,8 +481,3 @@ class Agent:
                 self._publish_telemetry()
             except Exception:  # a broken link must not kill the device; paho reconnects
                 log.exception("telemetry publish failed")
-
-
-def _remove_dir(folder: Path | None) -> None:
-    if folder is not None:
-        shutil.rmtree(folder, ignore_errors=True)

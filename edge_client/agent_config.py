@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dartfl.errors import ConfigError
+from dartfl.policies import make_policy, natural_loss_weighting
 from edge_client.mqtt_security import MqttSecurity
 
 __all__ = ["AgentConfig"]
@@ -54,3 +55,9 @@ class AgentConfig:
             raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
         if not self.tasks:
             raise ConfigError("the agent needs at least one task")
+        make_policy(self.policy, self.loss_weighting)  # a bad spec fails before the model is built
+
+    @property
+    def weighting(self) -> str:
+        """The loss weighting in force: the explicit one, else the policy's natural one."""
+        return self.loss_weighting or natural_loss_weighting(self.policy)

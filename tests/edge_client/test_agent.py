@@ -251,9 +251,9 @@ def test_an_agent_that_cannot_connect_removes_its_temp_model_dir(temp_root: Path
 def test_an_agent_that_cannot_be_built_leaves_no_temp_dir(
     temp_root: Path, overrides: dict[str, Any], problem: str
 ) -> None:
-    config = AgentConfig(max_train_per_task=100, **overrides)
+    # A bad policy spec is refused with the config, before any directory or model exists.
     with pytest.raises(ConfigError, match=problem):
-        Agent.create(config, get_profile("x86-1core"))
+        Agent.create(AgentConfig(max_train_per_task=100, **overrides), get_profile("x86-1core"))
     assert list(temp_root.glob("dartfl-*")) == []
 
 
