@@ -192,9 +192,7 @@ class Agent:
 
     def _shutdown(self) -> dict[str, Any]:
         self.queues.close()  # new requests are now rejected with `shutting-down`
-        if self._channel is not None:
-            self._channel.stop()
-        self._rounds.cancel("the device agent is shutting down")
+        self._stop_rounds("the device agent is shutting down")
         deadline = time.monotonic() + self.config.drain_s
         drained = 0
         while self.queues.total() and time.monotonic() < deadline:
@@ -213,30 +211,29 @@ class Agent:
         report["drained"] = drained
         report["rejected_at_shutdown"] = len(leftovers)
         self._publish_telemetry()
-        self._publish_status("offline", extra={"report": report})
-        if self._link is not None:
-            try:
-                self._link.flush(timeout=10.0)  # the drained answers must reach the broker first
-            except (RuntimeError, ValueError, OSError) as exc:  # the broker went away first
-                log.warning("could not flush replies before disconnecting: %s", exc)
-        self._release()
+        self._go_offline({"report": report}, flush_s=10.0)  # the drained answers go out first
         return report
 
     def _abort(self) -> None:
-        """After a failure: stop the threads and let go of everything, without draining.
-
-        The clean disconnect makes the broker drop the last will, so say "offline" first:
-        a dead agent must not stay "online" on the dashboard."""
+        """After a failure: stop the threads and let go of everything, without draining."""
         self._stop.set()
+        self._stop_rounds("the device agent failed")
+        self._go_offline({"error": "the agent failed"}, flush_s=2.0)
+
+    def _stop_rounds(self, reason: str) -> None:
         if self._channel is not None:
             self._channel.stop()
-        self._rounds.cancel("the device agent failed")
+        self._rounds.cancel(reason)
+
+    def _go_offline(self, extra: dict[str, Any], flush_s: float) -> None:
+        """Say "offline" (the clean disconnect makes the broker drop the last will, and a
+        stopped agent must not stay "online"), let what is queued reach the broker, release."""
         if self._link is not None:
             try:
-                self._publish_status("offline", extra={"error": "the agent failed"})
-                self._link.flush(timeout=2.0)
-            except Exception as exc:  # the link may be what failed
-                log.warning("could not publish the offline status: %s", exc)
+                self._publish_status("offline", extra=extra)
+                self._link.flush(timeout=flush_s)
+            except Exception as exc:  # the broker, or the link itself, went away first
+                log.warning("could not say offline and flush before disconnecting: %s", exc)
         self._release()
 
     def _release(self) -> None:
