@@ -39,11 +39,10 @@ def _count(value: object) -> int | None:
 
 
 def _total(value: object) -> int | None:
-    """A per-task mapping of counts summed, or a plain count."""
+    """A per-task mapping of counts summed, or a plain count; as plausible as each count."""
     if isinstance(value, Mapping):
-        counts = [_count(v) for v in value.values()]
-        known = [c for c in counts if c is not None]
-        return sum(known) if known else None
+        known = [c for c in map(_count, value.values()) if c is not None]
+        return _count(sum(known)) if known else None
     return _count(value)
 
 

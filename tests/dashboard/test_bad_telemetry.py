@@ -119,3 +119,12 @@ def test_a_store_that_cannot_be_written_keeps_the_rows_oldest_first_within_the_b
         assert recorder.flush() == 4
     finally:
         recorder.close()
+
+
+def test_a_total_past_what_sqlite_holds_is_unknown_not_a_lost_row() -> None:
+    # Each task's count was bounded, their sum was not: two of 2**52 overflowed the store.
+    from dashboard.telemetry import row_from_snapshot
+
+    row = row_from_snapshot({"device": "pi-1", "t": 1.0, "backlog": {"a": 2**52, "b": 2**52}})
+    assert row.backlog is None
+    assert row_from_snapshot({"device": "pi-1", "t": 1.0, "backlog": {"a": 3, "b": 4}}).backlog == 7
