@@ -8,6 +8,7 @@ runs that these functions read are documented in docs/dashboard.md.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,16 +132,15 @@ def fleet_tiles(
 ) -> list[DeviceTile]:
     """One tile per device, from the live feed where it has the device, else from the newest
     recorded row. Devices missing their SLO come first, then by liveness and name."""
-    tiles: dict[str, DeviceTile] = {}
-    recorded_t = {}
-    for row in history:
-        tiles[row.device] = _tile(row, row.t_s, "history", now_s, liveness, slo_target=slo_target)
-        recorded_t[row.device] = row.t_s
+    tiles = {
+        row.device: _tile(row, row.t_s, "history", now_s, liveness, slo_target=slo_target) for row in history
+    }
+    recorded_t = {row.device: row.t_s for row in history}
     for name, snap in (live.devices if live is not None else {}).items():
-        # Which is newer is decided on the device's own clock, the one both carry: its skew
-        # against this host's clock must not let an old recorded row hide the live state.
-        live_t = number(snap.snapshot.get("t"))
-        if name in recorded_t and live_t is not None and recorded_t[name] > live_t:
+        # Which is newer is decided on the device's own clock, the one both carry (the
+        # decoder guarantees `t`): its skew against this host's clock must not let an old
+        # recorded row hide the live state.
+        if recorded_t.get(name, -math.inf) > snap.snapshot["t"]:
             continue  # the recorder saw something newer than this process did
         row = row_from_snapshot(snap.snapshot)
         tiles[name] = _tile(
