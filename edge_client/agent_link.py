@@ -13,8 +13,9 @@ from edge_client.mqtt import (
     MQTT_V5,
     MQTT_V311,
     Message,
+    MqttConnectError,
     MqttLink,
-    MqttProtocolVersionError,
+    MqttSecurityError,
     Will,
     connect,
 )
@@ -49,13 +50,18 @@ def open_agent_link(
 
     try:
         # MQTT 5 lets requesters use Response Topic / Correlation Data; the embedded broker
-        # (and older brokers) speak 3.1.1 only, so fall back to it, but only when the broker
-        # refuses the version: after a timeout on a slow broker a silent downgrade would
-        # leave MQTT 5 requesters without replies for the agent's lifetime.
+        # (and older brokers) speak 3.1.1 only, so fall back to it. Not after a TLS or login
+        # failure: the protocol version cannot cure a wrong certificate or password. The
+        # embedded amqtt broker does not refuse an MQTT 5 CONNECT, it drops the connection,
+        # which looks like any other failure; so any other failure falls back, loudly.
         try:
             return link(MQTT_V311 if broker is not None else MQTT_V5), broker, url
-        except MqttProtocolVersionError:
-            log.warning("broker %s speaks MQTT 3.1.1 only: requests must carry reply_to", url)
+        except MqttSecurityError:
+            raise
+        except MqttConnectError as exc:
+            log.warning(
+                "MQTT 5 to %s failed (%s); using MQTT 3.1.1, so requests must carry reply_to", url, exc
+            )
             return link(MQTT_V311), broker, url
     except BaseException:
         if broker is not None:

@@ -42,7 +42,6 @@ __all__ = [
     "Message",
     "MqttConnectError",
     "MqttLink",
-    "MqttProtocolVersionError",
     "MqttSecurityError",
     "Will",
     "connect",
@@ -68,10 +67,6 @@ class MqttConnectError(DartflError):
 
 class MqttSecurityError(MqttConnectError, ConfigError):
     """TLS or the login failed in a way retrying cannot fix: the settings are wrong (exit 2)."""
-
-
-class MqttProtocolVersionError(MqttConnectError):
-    """The broker refused the MQTT protocol version (an MQTT 3.1.1-only broker and MQTT 5)."""
 
 
 # What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
@@ -175,7 +170,6 @@ class MqttLink:
             hint, kind = "", MqttConnectError
             if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
                 hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
-                kind = MqttProtocolVersionError
             elif str(reason).lower() in _AUTH_REFUSALS:
                 hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
                 kind = MqttSecurityError
