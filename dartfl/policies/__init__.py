@@ -17,7 +17,7 @@ from dartfl.policies.dart import DartConfig, DartPolicy
 from dartfl.policies.inference_first import InferenceFirst
 from dartfl.policies.inference_only import InferenceOnly
 from dartfl.policies.proportional import Proportional
-from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES
+from dartfl.policies.shares import LOSS_WEIGHTINGS
 from dartfl.policies.static import StaticShare
 from dartfl.policies.threshold import Threshold
 
@@ -47,14 +47,21 @@ def natural_loss_weighting(spec: str) -> str:
     return "demand" if spec.split(":", 1)[0].strip() == "dart" else "uniform"
 
 
-def _number(spec: str, text: str, kind: Callable[[str], float | int]) -> float | int:
+def _number(spec: str, text: str, kind: Callable[[str], Any]) -> Any:
     try:
         return kind(text)
     except ValueError:
         raise ConfigError(f"policy {spec!r}: {text!r} is not a valid {kind.__name__}") from None
 
 
-DART_KEYS = {"v": "v", "margin": "slack_margin", "budget": "miss_budget", "memory": "burst_memory_s"}
+# spec key -> (DartConfig field, how the text is read)
+DART_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "v": ("v", float),
+    "margin": ("slack_margin", float),
+    "budget": ("miss_budget", float),
+    "memory": ("burst_memory_s", float),
+    "shares": ("task_shares", str.strip),  # DartConfig checks it is one of TASK_SHARES
+}
 
 
 def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
@@ -67,18 +74,14 @@ def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
         for item in arg.split(","):
             key, _, text = item.partition("=")
             key = key.strip()
-            if key == "shares":
-                shares = text.strip()
-                if shares not in TASK_SHARES:
-                    valid = ", ".join(TASK_SHARES)
-                    raise ConfigError(f"policy {spec!r}: shares must be one of {valid}, got {shares!r}")
-                values["task_shares"] = shares
-                continue
             if key not in DART_KEYS:
-                valid = ", ".join([*DART_KEYS, "shares"])
-                raise ConfigError(f"policy {spec!r}: unknown key {key!r}; valid: {valid}")
-            values[DART_KEYS[key]] = float(_number(spec, text, float))
-    return DartConfig(loss_weighting=weighting, **values)
+                raise ConfigError(f"policy {spec!r}: unknown key {key!r}; valid: {', '.join(DART_KEYS)}")
+            field, read = DART_KEYS[key]
+            values[field] = _number(spec, text, read)
+    try:
+        return DartConfig(loss_weighting=weighting, **values)
+    except ConfigError as exc:
+        raise ConfigError(f"policy {spec!r}: {exc}") from None
 
 
 def make_policy(spec: str, loss_weighting: str | None = None) -> Policy:

@@ -217,7 +217,10 @@ def test_dart_uniform_task_shares_train_every_task_alike_and_schedule_as_before(
         demand.microbatch,
         demand.max_batch,
     )
-    with pytest.raises(ConfigError, match="shares must be one of demand, uniform"):
+    with pytest.raises(
+        ConfigError,
+        match=r"policy 'dart:shares=loss': unknown dart task shares 'loss'; valid: demand, uniform",
+    ):
         make_policy("dart:shares=loss")
 
 
