@@ -477,3 +477,39 @@ def test_an_overload_that_starts_from_an_empty_queue_misses_its_slo_as_in_the_ex
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy("inference-only")
     )
     assert abs(fleet.slo_attainment[0] - exact["slo_attainment"]) <= 0.06
+
+
+def test_with_small_queues_a_wait_stays_within_a_full_round_as_in_the_exact_simulator() -> None:
+    # Queues of 16 under 1.5x overload: the excess is rejected, so no wait outgrows a round of
+    # full queues. Without that bound the fleet's mean latency came out ~5x the exact one.
+    arrivals = _poisson_device(1.5, 10.0, seed=3)
+    tasks = [TaskSpec(n, 0.25, queue_capacity=16) for n in NAMES]
+    profile = get_profile("pi4")
+    record = simulate(arrivals, profile, tasks, make_policy("static:0.1"))
+    done = ~np.isnan(record.finish_s)
+    exact_mean = float((record.finish_s - record.arrival_s)[done].mean())  # 1.14 s
+    fleet = simulate_fleet(
+        FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy("static:0.1")
+    )
+    assert exact_mean / 2 < fleet.mean_latency_s[0] < 2 * exact_mean  # 1.93 s
+
+
+@pytest.mark.parametrize("target", [250, 300])
+def test_a_period_that_straddles_a_round_end_is_shared_between_the_rounds(target: int) -> None:
+    # 0.4 s periods, 1 s rounds: every other period ends mid-round. Booking a straddling
+    # period whole into one round made rounds of 2 and 3 periods (9 of 20 met at 300 samples,
+    # the exact simulator 19); shared by time, each round gets its 2.5 periods.
+    arrivals = _poisson_device(0.3, 20.0, seed=5)
+    tasks = [TaskSpec(n, 0.25) for n in NAMES]
+    profile = get_profile("x86-1core")
+    rounds = {"period_s": 0.4, "round_s": 1.0, "round_target_samples": target}
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-first"), SimConfig(**rounds)))
+    fleet = simulate_fleet(
+        FleetArrivals.from_arrivals([arrivals], 0.4),
+        profile,
+        tasks,
+        make_fleet_policy("inference-first"),
+        FleetConfig(**rounds),
+    )
+    assert exact["rounds"] == fleet.rounds == 20
+    assert fleet.rounds_met[0] * fleet.rounds == exact["rounds_met"] == 19
