@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
+import numpy as np
+import numpy.typing as npt
+
 from dartfl.types import Allocation, Observation
 
-__all__ = ["Policy"]
+__all__ = ["FutureAwarePolicy", "Policy"]
 
 
 class Policy(ABC):
@@ -28,3 +31,25 @@ class Policy(ABC):
 
     def reset(self) -> None:  # noqa: B027 - stateless policies need nothing
         """Forget all state, as if newly built (the simulator calls it before each run)."""
+
+
+class FutureAwarePolicy(Policy):
+    """A reference that also sees the arrivals to come: only a simulator can offer them.
+
+    Before each training step on an empty queue the simulator asks `choose_microbatch` for
+    the step size, given the future arrival times; a real device refuses such a policy.
+    """
+
+    @abstractmethod
+    def choose_microbatch(
+        self,
+        now_s: float,
+        future_times_s: npt.NDArray[np.float64],
+        slo_s: float,
+        batch_fixed_s: float,
+        per_request_s: float,
+        microbatch_fixed_s: float,
+        per_sample_s: float,
+        max_microbatch: int,
+    ) -> int:
+        """Training samples for a step that starts now (0: leave the device idle)."""

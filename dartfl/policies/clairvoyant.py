@@ -12,16 +12,14 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from dartfl.policies.base import Policy
+from dartfl.policies.base import FutureAwarePolicy
 from dartfl.policies.shares import loss_weights, uniform_shares
 from dartfl.types import Allocation, Observation
 
 __all__ = ["Clairvoyant"]
 
 
-class Clairvoyant(Policy):
-    needs_future = True
-
+class Clairvoyant(FutureAwarePolicy):
     def __init__(self, loss_weighting: str = "uniform") -> None:
         self.name = "clairvoyant"
         self.loss_weighting = loss_weighting
@@ -32,8 +30,8 @@ class Clairvoyant(Policy):
             1.0, shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, obs.max_batch
         )
 
-    @staticmethod
     def choose_microbatch(
+        self,
         now_s: float,
         future_times_s: npt.NDArray[np.float64],
         slo_s: float,

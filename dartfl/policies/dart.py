@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
+from dartfl.registry import Knob
 from dartfl.types import Allocation, Observation
 
-__all__ = ["DartConfig", "DartPolicy", "training_deficit"]
+__all__ = ["DART_KNOBS", "DartConfig", "DartPolicy", "training_deficit"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,16 @@ class DartConfig:
             raise ConfigError(
                 f"unknown loss weighting {self.loss_weighting!r}; valid: {', '.join(LOSS_WEIGHTINGS)}"
             )
+
+
+# The spec keys of `dart:key=value,...` (dartfl.registry); DartConfig checks the values.
+DART_KNOBS = (
+    Knob("v", float, "worth of one trained sample in SLO misses"),
+    Knob("margin", float, "SLO fraction kept in reserve", field="slack_margin"),
+    Knob("budget", float, "long-run fraction of requests DART may add as misses", field="miss_budget"),
+    Knob("memory", float, "seconds a past burst's rate is remembered", field="burst_memory_s"),
+    Knob("shares", str, "training shares: demand or uniform", field="task_shares"),
+)
 
 
 # The pace line reaches the round's target at this fraction of the round, so that a device

@@ -30,7 +30,7 @@ from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
 from dartfl.executor import ShareGate, most_urgent
 from dartfl.metrics import RunRecord
-from dartfl.policies.base import Policy
+from dartfl.policies.base import FutureAwarePolicy, Policy
 from dartfl.sim.rounds import ROUND_TOLERANCE_S, next_round_end, rounds_ended_by
 from dartfl.sim.split import SampleSplitter
 from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
@@ -102,7 +102,7 @@ def simulate(
     b_profile = profile.max_batch
     train = profile.training
     a_t, c_t = train.microbatch_fixed_s, train.per_sample_s
-    clairvoyant = bool(getattr(policy, "needs_future", False))
+    clairvoyant = policy if isinstance(policy, FutureAwarePolicy) else None
 
     times = arrivals.times_s.tolist()
     task_of = arrivals.tasks.tolist()
@@ -252,8 +252,8 @@ def simulate(
             busy_until = now + duration
         elif training_open:
             m = alloc.microbatch
-            if clairvoyant and backlog_total == 0:
-                m = policy.choose_microbatch(  # type: ignore[attr-defined]
+            if clairvoyant is not None and backlog_total == 0:
+                m = clairvoyant.choose_microbatch(
                     now, arrivals.times_s[i:], min(slo), max(fixed), max(per), a_t, c_t, train.max_microbatch
                 )
             if m > 0:

@@ -6,8 +6,8 @@ scalar policies' arithmetic operation for operation (same order, same float64 ro
 for the same observation they give the same microbatch, inference share, batch cap and task
 shares as `dartfl.policies` (a test checks it on random observations).
 
-Ports exist for `dart[:V]`, `inference-only`, `inference-first[:m]` and `static:<x>`; specs are
-parsed by `dartfl.policies.make_policy`, the one registry, and then converted.
+Ports exist for `dart`, `inference-only`, `inference-first[:m]` and `static:<x>`. Their specs
+are the scalar policies' (the same registry entries, built by the fleet ports' factories).
 """
 
 from __future__ import annotations
@@ -21,14 +21,13 @@ import numpy as np
 import numpy.typing as npt
 
 from dartfl.errors import ConfigError
-from dartfl.policies import DartConfig, DartPolicy, make_policy
+from dartfl.policies import EDGE_POLICIES, DartConfig
 from dartfl.policies.dart import PACE_LEAD
-from dartfl.policies.inference_first import InferenceFirst
-from dartfl.policies.inference_only import InferenceOnly
-from dartfl.policies.static import StaticShare
+from dartfl.registry import Registry
 from dartfl.types import Observation
 
 __all__ = [
+    "FLEET_POLICIES",
     "FLEET_POLICY_NAMES",
     "FleetAllocation",
     "FleetDart",
@@ -42,8 +41,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
-
-FLEET_POLICY_NAMES = ("dart", "inference-only", "inference-first", "static")
 
 
 @dataclass(frozen=True, eq=False)
@@ -421,21 +418,28 @@ def _demand_shares(rates: FloatArray, backlog: FloatArray, period_s: float, floo
     return result
 
 
+def _fleet_dart(**knobs: object) -> FleetDart:
+    return FleetDart(DartConfig(**knobs))  # type: ignore[arg-type]
+
+
+FLEET_POLICIES: Registry[FleetPolicy] = Registry.of(
+    "fleet policy",
+    [
+        EDGE_POLICIES.entries["dart"].ported(_fleet_dart),
+        EDGE_POLICIES.entries["inference-only"].ported(FleetInferenceOnly),
+        EDGE_POLICIES.entries["inference-first"].ported(FleetInferenceFirst),
+        EDGE_POLICIES.entries["static"].ported(FleetStatic),
+    ],
+)
+FLEET_POLICY_NAMES = FLEET_POLICIES.names
+
+
 def make_fleet_policy(spec: str) -> FleetPolicy:
-    """A fleet policy from a policy spec (`dartfl.policies` grammar); errors list the ported names."""
-    scalar = make_policy(spec)
-    if isinstance(scalar, DartPolicy):
-        fleet: FleetPolicy = FleetDart(scalar.config)
-    elif isinstance(scalar, InferenceFirst):
-        fleet = FleetInferenceFirst(scalar.microbatch)
-    elif isinstance(scalar, StaticShare):
-        fleet = FleetStatic(scalar.inference_share)
-    elif isinstance(scalar, InferenceOnly):
-        fleet = FleetInferenceOnly()
-    else:
+    """A fleet policy from its spec (the scalar grammar); errors list the ported names."""
+    name = spec.strip().partition(":")[0].strip()
+    if name in EDGE_POLICIES.names and name not in FLEET_POLICY_NAMES:
         raise ConfigError(
-            f"policy {spec!r} has no fleet port; the fleet simulator runs: dart[:V], inference-only, "
-            "inference-first[:m], static:<x>"
+            f"policy {spec.strip()!r} has no fleet port; the fleet simulator runs: "
+            + ", ".join(e.form for e in FLEET_POLICIES.entries.values())
         )
-    fleet.name = scalar.name
-    return fleet
+    return FLEET_POLICIES.build(spec)

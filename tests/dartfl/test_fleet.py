@@ -116,7 +116,7 @@ def test_fleet_baselines_decide_exactly_as_scalar_baselines(spec: str) -> None:
 def test_policies_without_a_fleet_port_are_refused_with_the_ported_names() -> None:
     with pytest.raises(ConfigError, match="inference-first"):
         make_fleet_policy("threshold")
-    with pytest.raises(ConfigError, match="unknown policy"):
+    with pytest.raises(ConfigError, match="unknown fleet policy"):
         make_fleet_policy("nonsense")
 
 
