@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F  # noqa: N812 (the conventional name)
 
 from dartfl.errors import ConfigError, InputError
-from dartfl.sim.split import SampleSplitter
+from dartfl.executor.split import SampleSplitter
 from edge_client.data import TaskData
 from edge_client.model import MultitaskCNN
 

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from dartfl.errors import ConfigError
+from dartfl.executor.rounds import next_round_end, rounds_ended_by
 from dartfl.metrics import fluid_trainable_samples
 from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
 from dartfl.sim.fleet_types import FleetArrivals, FleetConfig, FleetResult, FloatArray, bin_arrivals
-from dartfl.sim.rounds import next_round_end, rounds_ended_by
 from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = [

@@ -1,7 +1,7 @@
-"""The executor's rule for enforcing an Allocation, shared by the simulator and the real agent.
+"""The executor's rule for enforcing an Allocation on one time-shared compute resource.
 
-Both run one compute resource and call `ShareGate` whenever it falls free, so simulated and
-real devices make the same choice from the same state:
+`DeviceExecutor` asks `ShareGate` whenever the resource falls free, for the simulator and the
+real agent alike, so both make the same choice from the same state:
 - if requests wait and training may run, inference gets its share x: each training step
   earns inference x / (1 - x) of its length (x = 1 is strict priority);
 - the most urgent task (earliest deadline among queue heads) is served first;
