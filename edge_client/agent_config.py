@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dartfl.errors import ConfigError
-from dartfl.policies import make_policy, natural_loss_weighting
+from dartfl.policies import FutureAwarePolicy, make_policy, natural_loss_weighting
 from edge_client.mqtt_security import MqttSecurity
 
 __all__ = ["AgentConfig"]
@@ -55,7 +55,9 @@ class AgentConfig:
             raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
         if not self.tasks:
             raise ConfigError("the agent needs at least one task")
-        make_policy(self.policy, self.loss_weighting)  # a bad spec fails before the model is built
+        # A bad spec fails before the model is built.
+        if isinstance(make_policy(self.policy, self.loss_weighting), FutureAwarePolicy):
+            raise ConfigError(f"policy {self.policy!r} needs future arrivals: it runs in `dartfl sim` only")
 
     @property
     def weighting(self) -> str:

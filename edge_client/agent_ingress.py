@@ -10,26 +10,45 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from dartfl.errors import ProtocolError
+from dartfl.executor import Admission
 from edge_client import protocol
-from edge_client.queues import QueuedRequest, RequestQueues
 from edge_client.telemetry import RequestStats
 
 log = logging.getLogger(__name__)
 
-__all__ = ["admit_request"]
+__all__ = ["Admit", "QueuedRequest", "admit_request"]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class QueuedRequest:
+    """A decoded request waiting for service; `received_s` is the agent's monotonic clock."""
+
+    id: str
+    task: int
+    reply_to: str
+    image: npt.NDArray[np.uint8]
+    received_s: float
+    correlation_data: bytes | None = None  # MQTT 5: echoed on the reply
+
 
 # (reply topic, payload, MQTT 5 correlation data)
 Reply = Callable[[str, bytes, bytes | None], None]
+# Hands a request to the device executor (under the agent's lock): queued or refused, and why.
+Admit = Callable[[float, int, QueuedRequest], Admission]
 
 
 def admit_request(
     message: Any,
     task_index: Mapping[str, int],
     max_payload_bytes: int,
-    queues: RequestQueues,
+    admit: Admit,
     stats: RequestStats,
     reply: Reply,
 ) -> None:
@@ -62,16 +81,12 @@ def admit_request(
             reply(reply_to, error, message.correlation_data)
         log.debug("bad request on %s: %s", message.topic, exc)
     else:
+        task_id = task_index[request.task]
         queued = QueuedRequest(
-            request.id,
-            task_index[request.task],
-            request.reply_to,
-            request.image,
-            received,
-            request.correlation_data,
+            request.id, task_id, request.reply_to, request.image, received, request.correlation_data
         )
-        if not queues.offer(queued):
-            reason: protocol.RejectReason = "shutting-down" if queues.closed else "queue-full"
+        reason = admit(received, task_id, queued)
+        if reason != "queued":
             stats.rejected_now(received)
             reply(
                 request.reply_to,

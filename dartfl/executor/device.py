@@ -158,6 +158,11 @@ class DeviceExecutor(Generic[R]):
 
     # -- the control period -----------------------------------------------------------------------
 
+    @property
+    def period_arrivals(self) -> tuple[int, ...]:
+        """Arrivals per task since the last tick (rejected ones included)."""
+        return tuple(self._arrivals)
+
     def observation(self, now_s: float) -> Observation:
         costs, rounds = self.costs, self.rounds
         return Observation(

@@ -23,9 +23,9 @@ from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import get_profile
 from edge_client import protocol
 from edge_client.agent import Agent, AgentConfig
+from edge_client.agent_ingress import QueuedRequest
 from edge_client.broker import BrokerHandle, free_port, start_mosquitto
 from edge_client.mqtt import MQTT_V5, MQTT_V311, Message, connect
-from edge_client.queues import QueuedRequest
 from tests.edge_client import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
@@ -189,7 +189,7 @@ def test_full_queues_reject_and_the_rest_is_drained_on_stop(broker: BrokerHandle
         early = client.collect(52, timeout_s=10)
         assert len(early) == 52
         assert {r.status for r in early} == {"rejected"} and {r.reason for r in early} == {"queue-full"}
-        assert max(running.agent.queues.backlog()) <= 8
+        assert max(running.agent.device.backlog()) <= 8
         report = running.stop()
         drained = client.collect(8, timeout_s=10)
     finally:
@@ -205,7 +205,7 @@ def test_a_standalone_agent_serves_its_locally_trained_model(broker: BrokerHandl
         while running.agent.runtime.version < 2 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert running.agent.runtime.version >= 2  # exported in the background and swapped in
-        assert sum(running.agent.counters.trained_per_task) > 0
+        assert sum(running.agent.device.trained_per_task) > 0
     finally:
         running.stop()
 
@@ -362,10 +362,10 @@ def test_an_agent_that_fails_says_offline_before_it_disconnects(
     agent = Agent.create(config, get_profile("x86-1core"))
     device = config.device_id
 
-    def broken(max_batch: int) -> int:
+    def broken(batch: object) -> int:
         raise RuntimeError("the model broke")
 
-    monkeypatch.setattr(agent, "_serve_batch", broken)
+    monkeypatch.setattr(agent, "_serve", broken)
     agent.start()
     failure: list[BaseException] = []
 
@@ -395,12 +395,11 @@ def test_arrival_rates_count_the_time_since_the_last_tick() -> None:
     agent = Agent.create(config, get_profile("x86-1core"))
     try:
         for i in range(10):
-            assert agent.queues.offer(
-                QueuedRequest(f"r{i}", 0, "test/reply", np.zeros((28, 28), np.uint8), 0.0)
-            )
+            request = QueuedRequest(f"r{i}", 0, "test/reply", np.zeros((28, 28), np.uint8), 0.0)
+            assert agent._admit(0.0, 0, request) == "queued"
         agent._last_tick_s = 100.0
         agent._tick(101.0)  # one second, four nominal periods, since the last tick
-        assert agent.rates.rates_per_s[0] == pytest.approx(10.0)
+        assert agent.device.rates.rates_per_s[0] == pytest.approx(10.0)
     finally:
         agent.runtime.close()
 

@@ -7,23 +7,33 @@ import json
 
 import numpy as np
 
+from dartfl.executor import DeviceExecutor, RoundClock
+from dartfl.policies import make_policy
+from dartfl.profiles import get_profile
+from dartfl.types import TaskSpec
 from edge_client import protocol
-from edge_client.agent_ingress import admit_request
+from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.mqtt import Message
-from edge_client.queues import RequestQueues
 from edge_client.telemetry import RequestStats
 
 TASKS = {"digits": 0, "fashion": 1}
 REPLY = "dartfl/v1/_reply/tester"
 
 
-def _admit(message: Message, queues: RequestQueues, stats: RequestStats) -> list[tuple[str, dict]]:
+def _device(capacity: int) -> DeviceExecutor[QueuedRequest]:
+    tasks = [TaskSpec(name, 0.25, capacity) for name in TASKS]
+    return DeviceExecutor(tasks, make_policy("dart"), get_profile("pi4"), RoundClock(60.0, 0))
+
+
+def _admit(
+    message: Message, device: DeviceExecutor[QueuedRequest], stats: RequestStats
+) -> list[tuple[str, dict]]:
     sent: list[tuple[str, dict]] = []
     admit_request(
         message,
         TASKS,
         1 << 20,
-        queues,
+        device.admit,
         stats,
         lambda topic, payload, _corr: sent.append((topic, json.loads(payload))),
     )
@@ -38,10 +48,10 @@ def _request(task: str, request_id: str = "r1") -> Message:
 
 def test_an_empty_task_level_gets_an_unknown_task_reply() -> None:
     # `dartfl/v1/dev1/req/` matches the agent's `req/+`; it used to be dropped silently.
-    queues, stats = RequestQueues(2, 4, (0.25, 0.25)), RequestStats()
+    device, stats = _device(4), RequestStats()
     image = np.zeros((28, 28), dtype=np.uint8)
     message = Message("dartfl/v1/dev1/req/", protocol.encode_request("r1", image, REPLY), 1, False)
-    (topic, body), *rest = _admit(message, queues, stats)
+    (topic, body), *rest = _admit(message, device, stats)
     assert not rest and topic == REPLY
     assert body["status"] == "error" and body["code"] == "unknown-task" and body["id"] == "r1"
 
@@ -49,20 +59,20 @@ def test_an_empty_task_level_gets_an_unknown_task_reply() -> None:
 def test_a_bad_request_is_never_answered_on_a_response_topic_the_decoder_refused() -> None:
     # An MQTT 5 Response Topic naming another device's request topic: the error reply must not
     # be published there (protocol.md), even though the payload gives no other address.
-    queues, stats = RequestQueues(2, 4, (0.25, 0.25)), RequestStats()
+    device, stats = _device(4), RequestStats()
     message = Message(
         "dartfl/v1/dev1/req/digits", b"not json", 1, False, response_topic="dartfl/v1/dev2/req/digits"
     )
-    assert _admit(message, queues, stats) == []
+    assert _admit(message, device, stats) == []
     assert stats.errors == 1
     good = Message("dartfl/v1/dev1/req/digits", b"not json", 1, False, response_topic=REPLY)
-    assert [topic for topic, _ in _admit(good, queues, stats)] == [REPLY]
+    assert [topic for topic, _ in _admit(good, device, stats)] == [REPLY]
 
 
 def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
     # A device rejecting 194 of 200 requests reported SLO attainment 1.0.
-    queues, stats = RequestQueues(2, 2, (0.25, 0.25)), RequestStats()
-    replies = [_admit(_request("digits", f"r{i}"), queues, stats) for i in range(5)]
+    device, stats = _device(2), RequestStats()
+    replies = [_admit(_request("digits", f"r{i}"), device, stats) for i in range(5)]
     assert [len(r) for r in replies] == [0, 0, 1, 1, 1]  # capacity 2, then queue-full
     assert all(r[0][1]["status"] == "rejected" and r[0][1]["reason"] == "queue-full" for r in replies[2:])
     now = max(e[0] for e in stats._events)

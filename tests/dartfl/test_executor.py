@@ -1,0 +1,96 @@
+"""The one device executor: what it counts, what it observes, and which work it hands out."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dartfl.executor import DeviceExecutor, ExecutorConfig, InferenceBatch, RoundClock, TrainingStep
+from dartfl.policies import make_policy
+from dartfl.profiles import get_profile
+from dartfl.types import TaskSpec
+
+TASKS = [TaskSpec("a", 0.1, queue_capacity=2), TaskSpec("b", 0.5, queue_capacity=2)]
+
+
+def _device(spec: str = "inference-first:4", rounds: RoundClock | None = None) -> DeviceExecutor[str]:
+    return DeviceExecutor(
+        TASKS, make_policy(spec), get_profile("pi4"), rounds or RoundClock(10.0, 0), ExecutorConfig(0.25)
+    )
+
+
+def test_a_full_queue_or_a_closed_device_refuses_and_the_refusal_is_a_miss_of_the_period() -> None:
+    device = _device()
+    assert [device.admit(0.0, 0, f"r{i}") for i in range(3)] == ["queued", "queued", "queue-full"]
+    device.close()
+    assert device.admit(0.0, 1, "late") == "shutting-down"
+    obs = device.observation(0.1)
+    assert obs.backlog == (2, 0) and obs.arrivals_since_last == (3, 1)
+    assert obs.slo_misses_since_last == (1, 1) and device.max_backlog == 2
+    device.tick(0.25)
+    assert device.observation(0.3).arrivals_since_last == (0, 0)  # a tick starts a new period
+    assert device.drain() == [(0, "r0"), (0, "r1")] and device.backlog() == (0, 0)
+
+
+def test_the_most_urgent_head_is_served_first_and_late_answers_are_misses() -> None:
+    device = _device()
+    device.admit(0.00, 1, "slack")  # deadline 0.50
+    device.admit(0.05, 0, "tight")  # deadline 0.15
+    batch = device.next_work(0.05)
+    assert isinstance(batch, InferenceBatch) and batch.requests == ["tight"]
+    device.batch_done(batch, 0.30, 0.25)  # 0.25 s after it arrived: past its 0.1 s SLO
+    assert device.observation(0.3).slo_misses_since_last == (1, 0)
+    assert device.inference_busy_s == 0.25
+
+
+def test_a_miss_counts_as_training_caused_only_if_the_request_waited_behind_a_step() -> None:
+    device = _device()
+    device.tick(0.25)  # the warm-up period ends: inference-first may train now
+    step = device.next_work(0.25)
+    assert isinstance(step, TrainingStep) and step.samples == 4
+    device.admit(0.30, 0, "behind")  # arrives during the step
+    device.step_done(step, 0.50, 0.25)
+    device.admit(0.55, 0, "after")  # arrives after it
+    batch = device.next_work(0.55)
+    assert isinstance(batch, InferenceBatch)
+    device.batch_done(batch, 0.80, 0.25)  # both late
+    obs = device.observation(0.8)
+    assert obs.slo_misses_since_last == (2, 0) and obs.training_misses_since_last == (1, 0)
+    assert sum(device.trained_per_task) == 4 and device.rounds.trained == 4
+
+
+def test_periodic_rounds_close_at_their_ends_with_what_they_trained() -> None:
+    rounds = RoundClock(1.0, 100, horizon_s=2.5)
+    rounds.trained = 30
+    rounds.close_due(0.999)
+    assert rounds.closed == []
+    rounds.close_due(2.2)  # two rounds ended at 1.0 and 2.0
+    assert rounds.closed == [30, 0] and rounds.start_s == 2.0 and rounds.deadline_s == 3.0
+    assert rounds.next_end_s == math.inf  # the third would end after the horizon
+
+
+def test_external_rounds_owe_their_target_only_while_open() -> None:
+    rounds = RoundClock(60.0, 500, periodic=False)
+    assert rounds.target == 0 and rounds.next_end_s == math.inf
+    rounds.begin(5.0, 8.0, 64)
+    rounds.trained = 40
+    assert (rounds.start_s, rounds.deadline_s, rounds.target) == (5.0, 13.0, 64)
+    assert rounds.end() == 40 and rounds.target == 0 and rounds.closed == [40]
+
+
+def test_a_device_that_may_not_train_only_serves() -> None:
+    device = _device()
+    device.tick(0.25)
+    device.training_enabled = False
+    assert device.next_work(0.3) is None
+    device.training_enabled = True
+    device.train_until_s = 0.3  # past the run's horizon: drain only
+    assert device.next_work(0.3) is None
+
+
+def test_a_step_of_real_samples_is_counted_as_trained() -> None:
+    device = _device()
+    step = TrainingStep(4, (0.5, 0.5), (1.0, 1.0), 1.0, 0.0)
+    assert list(device.step_done(step, 0.1, 0.1, [3, 1])) == [3, 1]
+    assert device.trained_per_task == [3, 1] and device.last_step_end_s == pytest.approx(0.1)
