@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from dartfl.protocol import Telemetry
 from dartfl.store import DecisionPoint, RunInfo, RunStore, TelemetryPoint, TelemetryRow
 from dashboard.feed import FeedState
 from dashboard.telemetry import DeviceStatus, Liveness, number, row_from_snapshot
@@ -140,7 +141,7 @@ def fleet_tiles(
         # Which is newer is decided on the device's own clock, the one both carry (the
         # decoder guarantees `t`): its skew against this host's clock must not let an old
         # recorded row hide the live state.
-        if recorded_t.get(name, -math.inf) > snap.snapshot["t"]:
+        if recorded_t.get(name, -math.inf) > snap.snapshot.t:
             continue  # the recorder saw something newer than this process did
         row = row_from_snapshot(snap.snapshot)
         tiles[name] = _tile(
@@ -170,13 +171,11 @@ def fleet_frame(tiles: Sequence[DeviceTile]) -> pd.DataFrame:
 # -- device detail ---------------------------------------------------------------------------
 
 
-def points_from_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> list[TelemetryPoint]:
+def points_from_snapshots(snapshots: Sequence[Telemetry]) -> list[TelemetryPoint]:
     """Live snapshots (kept in memory, at most a few hundred) as one-snapshot points."""
     points = []
     for snap in snapshots:
         row = row_from_snapshot(snap)
-        shares = snap.get("task_shares")
-        trained = snap.get("train_samples_per_task")
         points.append(
             TelemetryPoint(
                 t_s=row.t_s,
@@ -191,14 +190,8 @@ def points_from_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> list[Teleme
                 slo_attainment=row.slo_attainment,
                 slo_attainment_min=row.slo_attainment,
                 train_samples=row.train_samples,
-                task_shares={k: v for k, v in (shares or {}).items() if number(v) is not None}
-                if isinstance(shares, Mapping)
-                else {},
-                train_samples_per_task={
-                    k: int(v) for k, v in (trained or {}).items() if number(v) is not None
-                }
-                if isinstance(trained, Mapping)
-                else {},
+                task_shares=dict(snap.task_shares),
+                train_samples_per_task=dict(snap.train_samples_per_task),
             )
         )
     return points

@@ -16,11 +16,11 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
+from dartfl import protocol
 from dartfl.errors import ConfigError, ProtocolError
 from dartfl.store import RunStore, TelemetryRow
 from dashboard.feed import TELEMETRY_SUBSCRIPTION, Subscriber
 from dashboard.telemetry import row_from_snapshot
-from edge_client import protocol
 from edge_client.mqtt import Message
 from edge_client.mqtt_security import MqttSecurity
 

@@ -24,7 +24,6 @@ thrown away).
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -36,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from dartfl import protocol
 from dartfl.errors import ConfigError
 from dartfl.executor import (
     Admission,
@@ -47,11 +47,11 @@ from dartfl.executor import (
     TrainingStep,
 )
 from dartfl.policies import make_policy
+from dartfl.protocol import DeviceStatus, FinalReport, Telemetry
 from dartfl.types import DeviceProfile, TaskSpec
-from edge_client import protocol
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
-from edge_client.agent_report import Counters, build_report, profile_dict
+from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import RoundJob, RoundSlot, round_job_from_meta, round_metrics
 from edge_client.telemetry import RequestStats
 
@@ -142,7 +142,7 @@ class Agent:
 
         self._link, self._broker, url = open_agent_link(self.config, self._on_message)
         self._link.on_reconnected = self._republish_online
-        self._publish_status("online")
+        self._publish_status(online=True)
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
         channel = self.config.round_channel or os.environ.get("DARTFL_ROUND_CHANNEL")
@@ -164,7 +164,7 @@ class Agent:
         with self._cond:
             self._cond.notify_all()
 
-    def run(self) -> dict[str, Any]:
+    def run(self) -> FinalReport:
         """The executor loop; returns the final report after draining and disconnecting."""
         try:
             self._execute()
@@ -200,7 +200,7 @@ class Agent:
             elif isinstance(work, TrainingStep):
                 self._train(work)
 
-    def _shutdown(self) -> dict[str, Any]:
+    def _shutdown(self) -> FinalReport:
         with self._cond:
             self.device.close()  # new requests are now rejected with `shutting-down`
         self._stop_rounds("the device agent is shutting down")
@@ -220,30 +220,30 @@ class Agent:
             )
             self._reply(r.reply_to, rejection, r.correlation_data)
         self.stats.rejected_now(time.monotonic(), len(leftovers))
-        report = self.report()
-        report["drained"] = drained
-        report["rejected_at_shutdown"] = len(leftovers)
+        report = FinalReport.of(self.report(), drained=drained, rejected_at_shutdown=len(leftovers))
         self._publish_telemetry()
-        self._go_offline({"report": report}, flush_s=10.0)  # the drained answers go out first
+        self._go_offline(flush_s=10.0, report=report)  # the drained answers go out first
         return report
 
     def _abort(self) -> None:
         """After a failure: stop the threads and let go of everything, without draining."""
         self._stop.set()
         self._stop_rounds("the device agent failed")
-        self._go_offline({"error": "the agent failed"}, flush_s=2.0)
+        self._go_offline(flush_s=2.0, error="the agent failed")
 
     def _stop_rounds(self, reason: str) -> None:
         if self._channel is not None:
             self._channel.stop()
         self._rounds.cancel(reason)
 
-    def _go_offline(self, extra: dict[str, Any], flush_s: float) -> None:
+    def _go_offline(
+        self, flush_s: float, report: FinalReport | None = None, error: str | None = None
+    ) -> None:
         """Say "offline" (the clean disconnect makes the broker drop the last will, and a
         stopped agent must not stay "online"), let what is queued reach the broker, release."""
         if self._link is not None:
             try:
-                self._publish_status("offline", extra=extra)
+                self._publish_status(online=False, report=report, error=error)
                 self._link.flush(timeout=flush_s)
             except Exception as exc:  # the broker, or the link itself, went away first
                 log.warning("could not say offline and flush before disconnecting: %s", exc)
@@ -425,8 +425,8 @@ class Agent:
         with self._overhead_lock:
             self.counters.overhead_cpu_s += cpu_s
 
-    def report(self) -> dict[str, Any]:
-        """Totals and the latest window: the telemetry payload and the final report."""
+    def report(self) -> Telemetry:
+        """Totals and the latest window: the telemetry snapshot."""
         with self._cond:
             return build_report(self.config, self.device, self.stats, self.counters, self.runtime.version)
 
@@ -438,19 +438,17 @@ class Agent:
     def _republish_online(self) -> None:
         """After a reconnect (paho's thread); not once stopping, when "offline" must stand."""
         if not self._stop.is_set():
-            self._publish_status("online")
+            self._publish_status(online=True)
 
-    def _publish_status(self, state: str, extra: dict[str, Any] | None = None) -> None:
-        """The retained status: online/offline plus the cost profile (and the final report)."""
+    def _publish_status(
+        self, *, online: bool, report: FinalReport | None = None, error: str | None = None
+    ) -> None:
+        """The retained status: online/offline, the cost profile (and the final report)."""
         if self._link is None:
             return
-        body = json.loads(
-            protocol.encode_status(self.config.device_id, online=state == "online", t=time.time())
-        )
-        body["profile"] = profile_dict(self.profile)
-        body.update(extra or {})
+        status = DeviceStatus(self.config.device_id, online, time.time(), self.profile, report, error)
         topic = protocol.status_topic(self.config.device_id)
-        self._link.publish(topic, json.dumps(body).encode(), qos=1, retain=True)
+        self._link.publish(topic, protocol.encode_status(status), qos=1, retain=True)
 
     def _telemetry_loop(self) -> None:
         while not self._stop.wait(self.config.telemetry_period_s):

@@ -16,9 +16,9 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dartfl import protocol
 from dartfl.errors import ProtocolError
 from dartfl.executor import Admission
-from edge_client import protocol
 from edge_client.telemetry import RequestStats
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from edge_client import protocol
+from dartfl import protocol
+from dartfl.protocol import DeviceStatus
 from edge_client.agent_config import AgentConfig
 from edge_client.broker import BrokerHandle, start_embedded_broker
 from edge_client.mqtt import (
@@ -43,7 +44,9 @@ def open_agent_link(
             client_id=f"dartfl-agent-{device}",
             on_message=on_message,
             subscriptions=[(protocol.request_subscription(device), protocol.REQUEST_QOS)],
-            will=Will(protocol.status_topic(device), protocol.encode_status(device, online=False)),
+            will=Will(
+                protocol.status_topic(device), protocol.encode_status(DeviceStatus(device, online=False))
+            ),
             protocol=version,
             security=config.mqtt_security,
         )

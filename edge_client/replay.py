@@ -8,7 +8,6 @@ agent's telemetry: the difference between the first and the last snapshot of the
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import threading
@@ -20,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from dartfl import protocol
 from dartfl.arrivals import Arrivals
 from dartfl.errors import DartflError
 from dartfl.metrics import RunRecord, summarize
+from dartfl.protocol import DeviceStatus, Telemetry
 from dartfl.types import DeviceProfile
-from edge_client import protocol
 from edge_client.mqtt_security import MqttSecurity
 
 log = logging.getLogger(__name__)
@@ -53,8 +53,7 @@ class _Inbox:
     finish_s: np.ndarray
     status: list[str | None]
     labels: np.ndarray
-    telemetry: list[dict[str, Any]] = field(default_factory=list)
-    status_messages: list[dict[str, Any]] = field(default_factory=list)
+    telemetry: list[Telemetry] = field(default_factory=list)
     answered: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     all_done: threading.Event = field(default_factory=threading.Event)
@@ -64,7 +63,7 @@ class _Inbox:
 class ReplayOutcome:
     summary: dict[str, Any]
     record: RunRecord
-    agent_report: dict[str, Any] | None
+    agent_report: Telemetry | None
 
 
 def wait_for_status(
@@ -74,23 +73,23 @@ def wait_for_status(
     timeout_s: float = 60.0,
     security: MqttSecurity | None = None,
     check: Callable[[], None] | None = None,
-) -> dict[str, Any]:
+) -> DeviceStatus:
     """Block until the device's retained status says `want`; return that status message.
 
     `check` is called about once a second while waiting and may raise to stop the wait (say,
     the agent process it waits for has exited), on the one broker connection."""
     from edge_client.mqtt import connect
 
-    got: dict[str, Any] = {}
+    got: list[DeviceStatus] = []
     ready = threading.Event()
 
     def on_message(message: Any) -> None:
         try:
-            body = json.loads(message.payload)
-        except ValueError:
+            status = protocol.decode_status(message.payload, message.topic)
+        except DartflError:
             return
-        if body.get("state") == want:
-            got.update(body)
+        if status.online == (want == "online"):
+            got.append(status)
             ready.set()
 
     link = connect(
@@ -111,23 +110,16 @@ def wait_for_status(
                 )
     finally:
         link.close()
-    return got
+    return got[-1]
 
 
-def profile_from_status(status: Mapping[str, Any]) -> DeviceProfile:
+def profile_from_status(status: DeviceStatus) -> DeviceProfile:
     """The cost profile an agent publishes in its status message."""
-    from dartfl.types import InferenceCost, TrainingCost
-
-    p = status["profile"]
-    return DeviceProfile(
-        name=p["name"],
-        inference=InferenceCost(p["batch_fixed_s"], p["per_request_s"]),
-        max_batch=int(p["max_batch"]),
-        training=TrainingCost(p["microbatch_fixed_s"], p["per_sample_s"], int(p["max_microbatch"])),
-        task_inference={
-            t: InferenceCost(c["batch_fixed_s"], c["per_request_s"]) for t, c in p.get("tasks", {}).items()
-        },
-    )
+    if status.profile is None:
+        raise DartflError(
+            f"device {status.device!r} publishes no cost profile in its status; pass --profile-file"
+        )
+    return status.profile
 
 
 def replay(
@@ -219,7 +211,7 @@ def replay(
     return _outcome(arrivals, sent, inbox, truth, profile, policy, slo_s, first_telemetry, last_telemetry)
 
 
-def _await_telemetry(inbox: _Inbox, timeout_s: float, newer_than: int = 0) -> dict[str, Any] | None:
+def _await_telemetry(inbox: _Inbox, timeout_s: float, newer_than: int = 0) -> Telemetry | None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if len(inbox.telemetry) > newer_than:
@@ -236,8 +228,8 @@ def _outcome(
     profile: DeviceProfile,
     policy: str,
     slo_s: float,
-    first: dict[str, Any] | None,
-    last: dict[str, Any] | None,
+    first: Telemetry | None,
+    last: Telemetry | None,
 ) -> ReplayOutcome:
     status = np.array([s or "" for s in inbox.status])
     ok = status == "ok"
@@ -247,10 +239,10 @@ def _outcome(
     training_busy = 0.0
     horizon = arrivals.duration_s
     if first is not None and last is not None:
-        horizon = float(last["t"]) - float(first["t"])  # the window the training counts cover
-        before, after = first["train_samples_per_task"], last["train_samples_per_task"]
-        trained = [int(after.get(t, 0)) - int(before.get(t, 0)) for t in names]
-        training_busy = float(last["training_busy_s"]) - float(first["training_busy_s"])
+        horizon = last.t - first.t  # the window the training counts cover
+        before, after = first.train_samples_per_task, last.train_samples_per_task
+        trained = [after.get(t, 0) - before.get(t, 0) for t in names]
+        training_busy = (last.training_busy_s or 0.0) - (first.training_busy_s or 0.0)
     inference_min = float(
         sum(
             count * profile.inference_for(t).cheapest_per_request_s(profile.max_batch)
@@ -280,13 +272,14 @@ def _outcome(
     summary["lost"] = int((status == "").sum())
     summary["accuracy"] = float((inbox.labels[ok] == truth[ok]).mean()) if ok.any() else None
     if last is not None:
-        summary["agent_decision_us_p50"] = last.get("decision_us_p50")
+        summary["agent_decision_us_p50"] = last.decision_us_p50
         summary["max_backlog"] = None  # the requester cannot see the device's queue
 
         # Everything the process spent besides inference and training compute is the
         # agent's own overhead: allocator, queueing, MQTT (paho's thread included), telemetry.
         def delta(key: str) -> float:
-            return float(last.get(key) or 0.0) - float((first or {}).get(key) or 0.0)
+            before = getattr(first, key) if first is not None else None
+            return float(getattr(last, key) or 0.0) - float(before or 0.0)
 
         cpu = delta("process_cpu_s")
         summary["agent_overhead_cpu_fraction"] = (cpu - delta("compute_cpu_s")) / cpu if cpu > 0 else None

@@ -9,10 +9,26 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RequestStats"]
+__all__ = ["RequestStats", "Window"]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The last window's latency percentiles and SLO attainment (None without events), and
+    the counters since the agent started."""
+
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    slo_attainment: float | None
+    requests: int
+    replies: int
+    rejected: int
+    errors: int
 
 
 class RequestStats:
@@ -42,21 +58,16 @@ class RequestStats:
             self.requests += requests
             self.errors += errors
 
-    def window(self, now_s: float) -> dict[str, float | int | None]:
+    def window(self, now_s: float) -> Window:
         """p50/p95/p99 latency (ms) and SLO attainment of answers in the last window."""
         with self._lock:
             while self._events and self._events[0][0] < now_s - self.window_s:
                 self._events.popleft()
             events = list(self._events)
-            counters = {
-                "requests": self.requests,
-                "replies": self.replies,
-                "rejected": self.rejected,
-                "errors": self.errors,
-            }
+            counters = (self.requests, self.replies, self.rejected, self.errors)
         latencies = [e[1] for e in events if e[1] is not None]
         p50 = p95 = p99 = None
         if latencies:
             p50, p95, p99 = (float(v) for v in np.percentile(np.array(latencies) * 1e3, [50, 95, 99]))
         attainment = sum(e[2] for e in events) / len(events) if events else None
-        return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "slo_attainment": attainment, **counters}
+        return Window(p50, p95, p99, attainment, *counters)

@@ -23,6 +23,7 @@ from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, seed_arg
 from dartfl.errors import ConfigError, DartflError
+from dartfl.protocol import DeviceStatus
 
 if TYPE_CHECKING:
     from dartfl.arrivals import Arrivals
@@ -193,7 +194,7 @@ def _run(args: argparse.Namespace) -> int:
     url = agent.start()
     print(f"dartfl edge agent {config.device_id} serving {','.join(config.tasks)} on {url}", file=sys.stderr)
     report = agent.run()
-    json.dump(report, sys.stdout, default=float)
+    json.dump(report.to_json(), sys.stdout)
     sys.stdout.write("\n")
     return 0
 
@@ -278,7 +279,7 @@ def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | No
 
 def _wait_for_spawned_agent(
     agent: subprocess.Popen[bytes], agent_log: IO[bytes], url: str, device: str
-) -> dict[str, Any]:
+) -> DeviceStatus:
     """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
     from edge_client.replay import wait_for_status
 

@@ -145,7 +145,7 @@ def test_agent_process_stops_cleanly_on_sigterm_and_reports(broker: BrokerHandle
     agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         status = wait_for_status(broker.url, "sig", "online", timeout_s=60)
-        assert status["profile"]["name"] == "x86-1core"
+        assert status.profile is not None and status.profile.name == "x86-1core"
         agent.send_signal(signal.SIGTERM)
         out, err = agent.communicate(timeout=60)
     finally:
@@ -155,7 +155,7 @@ def test_agent_process_stops_cleanly_on_sigterm_and_reports(broker: BrokerHandle
     report = json.loads(out.decode().strip().splitlines()[-1])
     assert report["device"] == "sig" and report["rejected_at_shutdown"] == 0
     offline = wait_for_status(broker.url, "sig", "offline", timeout_s=10)
-    assert offline["report"]["device"] == "sig"
+    assert offline.report is not None and offline.report.device == "sig"
 
 
 def _x86_profile(folder: Path) -> Path:

@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from dartfl import protocol
 from dartfl.store import RunStore
 from dashboard import synthetic
-from edge_client import protocol
 from edge_client.broker import BrokerHandle, free_port, start_mosquitto
 from edge_client.mqtt import connect
 
@@ -55,7 +55,7 @@ class Publisher:
         for device in DEVICES:
             self.link.publish(
                 protocol.status_topic(device),
-                protocol.encode_status(device, True, t=time.time()),
+                protocol.encode_status(protocol.DeviceStatus(device, True, time.time())),
                 protocol.STATUS_QOS,
                 retain=True,
             )

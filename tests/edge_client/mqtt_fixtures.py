@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterator
 
 import numpy as np
 
-from edge_client import protocol
+from dartfl import protocol
 from edge_client.broker import BrokerHandle, start_embedded_broker, start_mosquitto
 from edge_client.mqtt import MQTT_V311, Message, MqttLink, connect
 from edge_client.mqtt_security import MqttSecurity

@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
+from dartfl import protocol
 from dartfl.cli.main import main
 from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import get_profile
-from edge_client import protocol
 from edge_client.agent import Agent, AgentConfig
 from edge_client.agent_ingress import QueuedRequest
 from edge_client.broker import BrokerHandle, free_port, start_mosquitto
@@ -62,7 +62,7 @@ def start_agent(url: str, **overrides: Any) -> Running:
     agent = Agent.create(config, get_profile("x86-1core"))  # known costs: no calibration wait
     agent.start()
     report: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: report.update(agent.run()), daemon=True)
+    thread = threading.Thread(target=lambda: report.update(agent.run().to_json()), daemon=True)
     thread.start()
     return Running(agent, thread, report)
 

@@ -7,11 +7,11 @@ import json
 
 import numpy as np
 
+from dartfl import protocol
 from dartfl.executor import DeviceExecutor, RoundClock
 from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
 from dartfl.types import TaskSpec
-from edge_client import protocol
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.mqtt import Message
 from edge_client.telemetry import RequestStats
@@ -79,9 +79,9 @@ def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
     stats.answered(now, 0.010, True)
     stats.answered(now, 0.020, True)
     window = stats.window(now)
-    assert window["rejected"] == 3 and window["replies"] == 2
-    assert window["slo_attainment"] == 2 / 5
-    assert window["p99_ms"] is not None and window["p99_ms"] <= 20.0
+    assert window.rejected == 3 and window.replies == 2
+    assert window.slo_attainment == 2 / 5
+    assert window.p99_ms is not None and window.p99_ms <= 20.0
 
 
 def test_a_window_of_only_rejections_has_attainment_zero_and_no_percentiles() -> None:
@@ -89,5 +89,5 @@ def test_a_window_of_only_rejections_has_attainment_zero_and_no_percentiles() ->
     stats.rejected_now(5.0)
     stats.rejected_now(5.0, 3)  # the queue's leftovers at shutdown, at once
     window = stats.window(5.0)
-    assert window["rejected"] == 4 and len(stats._events) == 4
-    assert window["slo_attainment"] == 0.0 and window["p50_ms"] is None
+    assert window.rejected == 4 and len(stats._events) == 4
+    assert window.slo_attainment == 0.0 and window.p50_ms is None

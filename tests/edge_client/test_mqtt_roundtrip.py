@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from edge_client import protocol
+from dartfl import protocol
 from edge_client.broker import BrokerHandle, _probe_mqtt, free_port, start_embedded_broker, start_mosquitto
 from edge_client.mqtt import MQTT_V5, MQTT_V311, Message, MqttConnectError, Will, connect
 from tests.edge_client import mqtt_fixtures as fx
@@ -29,12 +29,13 @@ STARTERS = {"mosquitto": start_mosquitto, "amqtt": start_embedded_broker}
 # without a DISCONNECT: the broker must publish the will.
 CRASHING_DEVICE = """
 import os, sys
-from edge_client import protocol
+from dartfl import protocol
 from edge_client.mqtt import Will, connect
 url, name = sys.argv[1], sys.argv[2]
-will = Will(protocol.status_topic(name), protocol.encode_status(name, False))
+online, offline = protocol.DeviceStatus(name, True, 1.0), protocol.DeviceStatus(name, False)
+will = Will(protocol.status_topic(name), protocol.encode_status(offline))
 link = connect(url, "dev-" + name, on_message=lambda m: None, will=will)
-link.publish(protocol.status_topic(name), protocol.encode_status(name, True, t=1.0), retain=True)
+link.publish(protocol.status_topic(name), protocol.encode_status(online), retain=True)
 sys.stdin.readline()
 os._exit(1)
 """
@@ -170,10 +171,14 @@ def test_last_will_fires_on_a_crash_but_not_on_close(kind: str) -> None:
         ),
     ):
         # A clean close: the broker discards the will.
-        will = Will(protocol.status_topic("clean"), protocol.encode_status("clean", False))
+        will = Will(
+            protocol.status_topic("clean"), protocol.encode_status(protocol.DeviceStatus("clean", False))
+        )
         link = connect(broker.url, "dev-clean", on_message=lambda m: None, will=will)
         link.publish(
-            protocol.status_topic("clean"), protocol.encode_status("clean", True, t=1.0), retain=True
+            protocol.status_topic("clean"),
+            protocol.encode_status(protocol.DeviceStatus("clean", True, 1.0)),
+            retain=True,
         )
         assert statuses.get(timeout=5) == protocol.DeviceStatus("clean", True, 1.0)
         link.close()

@@ -40,7 +40,7 @@ def agent() -> Iterator[Agent]:
     agent = Agent.create(config, get_profile("x86-1core"))
     agent.start()
     report: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: report.update(agent.run()), daemon=True)
+    thread = threading.Thread(target=lambda: report.update(agent.run().to_json()), daemon=True)
     thread.start()
     try:
         yield agent
@@ -87,7 +87,7 @@ def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
     # The run's step-samples reached the agent's trainer (its own default is 32).
     assert agent.runtime.trainer.step_samples == 16
     # Telemetry reports the federated round's length, not the agent's own --round-s (60 s).
-    assert agent.report()["round"]["length_s"] == CFG.round_deadline_s
+    assert agent.report().round.length_s == CFG.round_deadline_s
     before, after = arrays_to_weights(msg.content["arrays"]), arrays_to_weights(reply.content["arrays"])
     assert set(after) == set(before)
     assert any(not np.array_equal(before[k], after[k]) for k in after)

@@ -1,15 +1,8 @@
-"""The MQTT request plane's wire protocol: topics and payloads, version 1 (docs/protocol.md).
-
-Pure (standard library + numpy): no MQTT client here, so the agent, the replayer and the
-tests share one codec, and the decoder can be fuzzed without a broker.
+"""Inference requests on the MQTT request plane, version 1 (docs/protocol.md).
 
 Decoding is total: `decode_request` raises `RequestError` (a `ProtocolError`) on any bad
 input bytes and nothing else, and carries whatever correlation id / reply topic it could
 recover so the agent can still send an error reply.
-
-The codec is split by direction: topics, limits and shared helpers in `protocol_wire`, the
-requests a device receives here, and what a device publishes (replies, telemetry, status) in
-`protocol_outbound`. This module re-exports them all: `protocol.X` is the one import path.
 """
 
 from __future__ import annotations
@@ -24,87 +17,18 @@ from typing import Any
 import numpy as np
 
 from dartfl.errors import InputError
-from edge_client.protocol_outbound import (
-    DeviceStatus,
-    Reply,
-    decode_reply,
-    decode_status,
-    decode_telemetry,
-    encode_error,
-    encode_rejection,
-    encode_reply,
-    encode_status,
-    encode_telemetry,
-)
-from edge_client.protocol_wire import (
-    _DEVICE_TOPIC_RE,
-    ERROR_CODES,
+from dartfl.protocol.jsonwire import Failure, check_version, dumps, finite, parse_object, short
+from dartfl.protocol.topics import (
+    IMAGE_BYTES,
+    IMAGE_DTYPE,
     IMAGE_SHAPE,
     MAX_ID_CHARS,
-    MAX_REPLY_TOPIC_BYTES,
     MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
-    REJECT_REASONS,
-    REPLY_QOS,
-    REQUEST_QOS,
-    STATUS_QOS,
-    TELEMETRY_QOS,
-    RequestError,
-    _check_version,
-    _dumps,
-    _Fail,
-    _finite,
-    _parse_object,
-    _short,
-    parse_request_topic,
-    reply_topic,
-    request_subscription,
-    request_topic,
-    status_topic,
-    telemetry_topic,
+    reply_topic_problem,
 )
 
-# Names outside __all__ that users read as `protocol.X` (explicit re-exports).
-from edge_client.protocol_wire import IMAGE_BYTES as IMAGE_BYTES
-from edge_client.protocol_wire import IMAGE_DTYPE as IMAGE_DTYPE
-from edge_client.protocol_wire import MAX_DETAIL_CHARS as MAX_DETAIL_CHARS
-from edge_client.protocol_wire import ROOT as ROOT
-from edge_client.protocol_wire import RejectReason as RejectReason
-from edge_client.protocol_wire import ReplyStatus as ReplyStatus
-
-__all__ = [
-    "ERROR_CODES",
-    "IMAGE_SHAPE",
-    "MAX_ID_CHARS",
-    "MAX_REPLY_TOPIC_BYTES",
-    "MAX_REQUEST_BYTES",
-    "PROTOCOL_VERSION",
-    "REJECT_REASONS",
-    "REPLY_QOS",
-    "REQUEST_QOS",
-    "STATUS_QOS",
-    "TELEMETRY_QOS",
-    "DeviceStatus",
-    "Reply",
-    "Request",
-    "RequestError",
-    "decode_reply",
-    "decode_request",
-    "decode_status",
-    "decode_telemetry",
-    "encode_error",
-    "encode_rejection",
-    "encode_reply",
-    "encode_request",
-    "encode_status",
-    "encode_telemetry",
-    "parse_request_topic",
-    "reply_topic",
-    "request_subscription",
-    "request_topic",
-    "status_topic",
-    "telemetry_topic",
-]
+__all__ = ["Request", "decode_request", "encode_request"]
 
 
 # --- requests -------------------------------------------------------------------------------
@@ -141,25 +65,6 @@ def _valid_id(value: object) -> str | None:
     return value
 
 
-def _reply_topic_problem(value: object) -> str | None:
-    """Why `value` cannot be a reply topic, or None if it can."""
-    if not isinstance(value, str):
-        return f"must be a string, got {type(value).__name__}"
-    try:
-        size = len(value.encode("utf-8"))
-    except UnicodeEncodeError:
-        return "is not valid UTF-8"
-    if not 0 < size <= MAX_REPLY_TOPIC_BYTES:
-        return f"must be 1-{MAX_REPLY_TOPIC_BYTES} UTF-8 bytes, got {size}"
-    if "+" in value or "#" in value or "\x00" in value or value.startswith("$"):
-        return "must not contain wildcards or NUL, nor start with '$'"
-    # Replies must never land on a device's own topics (a reply published to a request
-    # topic would come back to the device as a malformed request).
-    if _DEVICE_TOPIC_RE.fullmatch(value) is not None:
-        return f"must not be a device topic ({ROOT}/<device>/req/<task>, /telemetry or /status)"
-    return None
-
-
 def _correlation_id(data: bytes | None) -> str | None:
     if data is None:
         return None
@@ -186,23 +91,23 @@ def decode_request(
     """
     # 1. What the MQTT 5 properties give, so even an unparsable payload can be answered.
     prop_id = _correlation_id(correlation_data)
-    prop_reply = response_topic if _reply_topic_problem(response_topic) is None else None
-    fail = _Fail(prop_id, prop_reply)
+    prop_reply = response_topic if reply_topic_problem(response_topic) is None else None
+    fail = Failure(prop_id, prop_reply)
     # 2. Size, JSON, then recover id and reply_to before judging anything else.
-    obj = _parse_object(payload, max_bytes, fail)
+    obj = parse_object(payload, max_bytes, fail)
     fail.correlation_id = _valid_id(obj.get("id")) or prop_id
-    if _reply_topic_problem(obj.get("reply_to")) is None:
+    if reply_topic_problem(obj.get("reply_to")) is None:
         fail.reply_to = obj["reply_to"]
     # 3. Version and task: nothing else matters if either is wrong.
-    _check_version(obj, fail)
+    check_version(obj, fail)
     if not isinstance(task, str) or task not in known_tasks:
-        fail("unknown-task", f"task {_short(task)} is not served here; known tasks: {sorted(known_tasks)}")
+        fail("unknown-task", f"task {short(task)} is not served here; known tasks: {sorted(known_tasks)}")
     # 4. Addressing.
     if "id" in obj:
         if _valid_id(obj["id"]) is None:
             fail(
                 "bad-field",
-                f"field 'id' must be a string of 1-{MAX_ID_CHARS} characters, got {_short(obj['id'])}",
+                f"field 'id' must be a string of 1-{MAX_ID_CHARS} characters, got {short(obj['id'])}",
             )
         request_id: str = obj["id"]
     elif correlation_data is not None:
@@ -215,12 +120,12 @@ def decode_request(
     else:
         fail("missing-field", "field 'id' is missing (and no MQTT 5 Correlation Data)")
     if "reply_to" in obj:
-        problem = _reply_topic_problem(obj["reply_to"])
+        problem = reply_topic_problem(obj["reply_to"])
         if problem is not None:
             fail("bad-field", f"field 'reply_to' {problem}")
         reply_to: str = obj["reply_to"]
     elif response_topic is not None:
-        problem = _reply_topic_problem(response_topic)
+        problem = reply_topic_problem(response_topic)
         if problem is not None:
             fail("bad-field", f"MQTT 5 Response Topic {problem}")
         reply_to = response_topic
@@ -234,9 +139,9 @@ def decode_request(
     if not (
         isinstance(shape, list) and [type(x) for x in shape] == [int, int] and tuple(shape) == IMAGE_SHAPE
     ):
-        fail("bad-shape", f"field 'shape' must be {list(IMAGE_SHAPE)}, got {_short(shape)}")
+        fail("bad-shape", f"field 'shape' must be {list(IMAGE_SHAPE)}, got {short(shape)}")
     if obj["dtype"] != IMAGE_DTYPE:
-        fail("bad-dtype", f"field 'dtype' must be {IMAGE_DTYPE!r}, got {_short(obj['dtype'])}")
+        fail("bad-dtype", f"field 'dtype' must be {IMAGE_DTYPE!r}, got {short(obj['dtype'])}")
     data = obj["data"]
     if not isinstance(data, str):
         fail("bad-data", f"field 'data' must be a base64 string, got {type(data).__name__}")
@@ -248,15 +153,15 @@ def decode_request(
         fail("bad-data", f"field 'data' decodes to {len(raw)} bytes; expected {IMAGE_BYTES}")
     # 6. Optional requester timestamp.
     sent_at = obj.get("sent_at")
-    if sent_at is not None and _finite(sent_at) is None:
-        fail("bad-field", f"field 'sent_at' must be finite seconds, got {_short(sent_at)}")
+    if sent_at is not None and finite(sent_at) is None:
+        fail("bad-field", f"field 'sent_at' must be finite seconds, got {short(sent_at)}")
     image = np.frombuffer(raw, dtype=np.uint8).reshape(IMAGE_SHAPE)  # read-only view of `raw`
     return Request(
         id=request_id,
         task=task,
         reply_to=reply_to,
         image=image,
-        sent_at=_finite(sent_at),
+        sent_at=finite(sent_at),
         correlation_data=None if correlation_data is None else bytes(correlation_data),
     )
 
@@ -266,10 +171,10 @@ def encode_request(
 ) -> bytes:
     """The payload of a request; the task goes in the topic (`request_topic`)."""
     if _valid_id(request_id) is None:
-        raise InputError(f"request id {_short(request_id)} must be a string of 1-{MAX_ID_CHARS} characters")
-    problem = _reply_topic_problem(reply_to)
+        raise InputError(f"request id {short(request_id)} must be a string of 1-{MAX_ID_CHARS} characters")
+    problem = reply_topic_problem(reply_to)
     if problem is not None:
-        raise InputError(f"reply topic {_short(reply_to)} {problem}")
+        raise InputError(f"reply topic {short(reply_to)} {problem}")
     arr = np.asarray(image)
     if arr.dtype != np.uint8 or arr.shape != IMAGE_SHAPE:
         raise InputError(f"image has dtype {arr.dtype} shape {arr.shape}; expected uint8 {IMAGE_SHAPE}")
@@ -285,4 +190,4 @@ def encode_request(
         if not math.isfinite(sent_at):
             raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
         obj["sent_at"] = float(sent_at)
-    return _dumps(obj)
+    return dumps(obj)

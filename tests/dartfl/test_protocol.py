@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from dartfl import protocol as p
 from dartfl.errors import ConfigError, InputError, ProtocolError
-from edge_client import protocol as p
+from dartfl.profiles import get_profile
 
 TASKS = frozenset({"mnist", "fashion", "digits"})
 REPLY = "dartfl/v1/_reply/tester"
@@ -278,56 +279,87 @@ def test_decode_reply_rejects_malformed_replies(obj: dict[str, Any]) -> None:
 # --- telemetry and status -------------------------------------------------------------------
 
 
-def test_telemetry_round_trip_converts_numpy_and_non_finite_values() -> None:
-    snapshot = {
+def _snapshot(**changes: Any) -> p.Telemetry:
+    values: dict[str, Any] = {
         "device": "pi-01",
         "t": 1_700_000_000.5,
-        "backlog": {"mnist": np.int64(3)},
-        "inference_share": np.float32(0.5),
-        "latency_ms": {"p50_ms": 1.5, "p95_ms": float("nan"), "p99_ms": None},
-        "task_shares": np.array([0.25, 0.75]),
+        "tasks": ("mnist", "fashion"),
+        "backlog": {"mnist": 3, "fashion": 0},
+        "inference_share": 0.5,
+        "task_shares": {"mnist": 0.25, "fashion": 0.75},
+        "latency_ms": p.LatencyWindow(1.5, None, None),
+        "round": p.RoundProgress(target=64, trained=10, elapsed_s=1.0, length_s=8.0, done=2, met=None),
+        "profile": get_profile("pi4"),
     }
-    got = p.decode_telemetry(p.encode_telemetry(snapshot))
-    assert got["v"] == 1 and got["device"] == "pi-01" and got["t"] == 1_700_000_000.5
-    assert got["backlog"] == {"mnist": 3} and got["inference_share"] == 0.5
-    assert got["latency_ms"] == {"p50_ms": 1.5, "p95_ms": None, "p99_ms": None}
-    assert got["task_shares"] == [0.25, 0.75]
+    values.update(changes)
+    return p.Telemetry(**values)
+
+
+def test_telemetry_round_trips_through_the_wire() -> None:
+    snapshot = _snapshot()
+    got = p.decode_telemetry(p.encode_telemetry(snapshot), "dartfl/v1/pi-01/telemetry")
+    assert got == snapshot
+    wire = json.loads(p.encode_telemetry(snapshot))
+    assert wire["v"] == 1 and wire["latency_ms"] == {"p50_ms": 1.5, "p95_ms": None, "p99_ms": None}
+    report = p.FinalReport.of(snapshot, drained=5, rejected_at_shutdown=2)
+    assert p.FinalReport.from_json(report.to_json()) == report
+
+
+def test_a_decoder_ignores_fields_a_newer_device_adds_and_missing_optional_ones() -> None:
+    got = p.decode_telemetry(raw({"v": 1, "device": "pi", "t": 3, "future_field": [1, 2], "policy": None}))
+    assert got == p.Telemetry("pi", 3.0)
 
 
 @pytest.mark.parametrize(
-    "snapshot",
+    "changes",
     [
-        {"t": 1.0},
-        {"device": "pi", "t": float("nan")},
-        {"device": "pi"},
-        {"device": "pi", "t": 1, "x": object()},
+        {"t": float("nan")},
+        {"t": 9.9e9 * 2},
+        {"device": "a/b"},
+        {"inference_share": 7.5},
+        {"slo_attainment_window": -3.0},
+        {"backlog": {"mnist": -1}},
+        {"backlog": {"mnist": 1.5}},
+        {"task_shares": {"mnist": 2.0}},
+        {"train_samples": True},
+        {"policy": "x" * 300},
+        {"tasks": ("ok", "not ok")},
     ],
 )
-def test_encode_telemetry_requires_device_time_and_json_values(snapshot: dict[str, Any]) -> None:
-    with pytest.raises(InputError):
-        p.encode_telemetry(snapshot)
+def test_out_of_range_telemetry_is_refused_on_both_sides_of_the_wire(changes: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):
+        _snapshot(**changes)
+    obj = {**_snapshot().to_json(), **{k: list(v) if isinstance(v, tuple) else v for k, v in changes.items()}}
+    with pytest.raises(ProtocolError):
+        p.decode_telemetry(json.dumps(obj, allow_nan=True).encode())
 
 
-def test_decode_telemetry_requires_version_device_and_time() -> None:
+def test_decode_telemetry_requires_version_device_and_time_and_bounds_its_size() -> None:
     for obj in (
         {"device": "pi", "t": 1},
         {"v": 1, "t": 1},
         {"v": 1, "device": "pi"},
         {"v": 1, "device": "pi", "t": "x"},
+        {"v": 1, "device": "pi", "t": 1, "policy": "x" * p.MAX_DEVICE_MESSAGE_BYTES},
     ):
         with pytest.raises(ProtocolError):
             p.decode_telemetry(raw(obj))
 
 
 def test_status_round_trip_and_will_payload() -> None:
-    online = p.decode_status(p.encode_status("pi", True, t=5.0, extra={"profile": {"name": "pi4"}}))
-    assert online == p.DeviceStatus("pi", True, 5.0)
-    assert json.loads(p.encode_status("pi", True, extra={"profile": {"name": "pi4"}}))["profile"] == {
-        "name": "pi4"
-    }
-    assert p.decode_status(p.encode_status("pi", False)) == p.DeviceStatus("pi", False, None)
+    profile = get_profile("pi4")
+    online = p.decode_status(p.encode_status(p.DeviceStatus("pi", True, 5.0, profile)))
+    assert online == p.DeviceStatus("pi", True, 5.0, profile)
+    assert json.loads(p.encode_status(online))["profile"]["name"] == "pi4"
+    will = p.DeviceStatus("pi", False)
+    assert p.decode_status(p.encode_status(will)) == will
+    report = p.FinalReport("pi", 6.0, drained=3)
+    stopped = p.DeviceStatus("pi", False, 6.0, profile, report, "the agent failed")
+    assert p.decode_status(p.encode_status(stopped)) == stopped
     with pytest.raises(ProtocolError):
         p.decode_status(raw({"v": 1, "device": "pi", "state": "gone"}))
+    with pytest.raises(ProtocolError, match="profile"):
+        p.decode_status(raw({"v": 1, "device": "pi", "state": "online", "profile": {"name": "x"}}))
 
 
 # --- fuzzing: the decoders raise ProtocolError and nothing else -----------------------------

@@ -1,0 +1,138 @@
+"""What every message of the MQTT protocol shares (docs/protocol.md): the version, size limits,
+QoS levels, error codes, and the topic layout with its naming rules."""
+
+from __future__ import annotations
+
+import re
+from typing import Final, Literal
+
+from dartfl.errors import ConfigError, ProtocolError
+
+__all__ = [
+    "ERROR_CODES",
+    "IMAGE_BYTES",
+    "IMAGE_DTYPE",
+    "IMAGE_SHAPE",
+    "MAX_DETAIL_CHARS",
+    "MAX_ID_CHARS",
+    "MAX_REPLY_TOPIC_BYTES",
+    "MAX_REQUEST_BYTES",
+    "PROTOCOL_VERSION",
+    "REJECT_REASONS",
+    "REPLY_QOS",
+    "REQUEST_QOS",
+    "ROOT",
+    "STATUS_QOS",
+    "TELEMETRY_QOS",
+    "RejectReason",
+    "ReplyStatus",
+    "check_name",
+    "parse_request_topic",
+    "reply_topic",
+    "reply_topic_problem",
+    "request_subscription",
+    "request_topic",
+    "status_topic",
+    "telemetry_topic",
+]
+
+PROTOCOL_VERSION: Final = 1
+ROOT: Final = f"dartfl/v{PROTOCOL_VERSION}"
+IMAGE_SHAPE: Final = (28, 28)
+IMAGE_BYTES: Final = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
+IMAGE_DTYPE: Final = "uint8"
+MAX_REQUEST_BYTES: Final = 16384
+MAX_ID_CHARS: Final = 64
+MAX_REPLY_TOPIC_BYTES: Final = 256
+MAX_DETAIL_CHARS: Final = 256
+REQUEST_QOS: Final = 1
+REPLY_QOS: Final = 1
+TELEMETRY_QOS: Final = 1
+STATUS_QOS: Final = 1
+
+ERROR_CODES: Final = frozenset(
+    {
+        "oversized-payload",
+        "bad-json",
+        "unsupported-version",
+        "missing-field",
+        "bad-field",
+        "bad-shape",
+        "bad-dtype",
+        "bad-data",
+        "unknown-task",
+    }
+)
+RejectReason = Literal["queue-full", "shutting-down"]
+REJECT_REASONS: Final = frozenset({"queue-full", "shutting-down"})
+ReplyStatus = Literal["ok", "rejected", "error"]
+
+# Device and task names become topic levels: keep them plain so no name can be a wildcard,
+# start a `$` system topic, or collide with the `_reply` namespace.
+NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+NAME_RULE: Final = "1-64 characters from [A-Za-z0-9_.-], starting with a letter or digit"
+DEVICE_TOPIC_RE: Final = re.compile(rf"{ROOT}/[^/]*/(req/[^/]*|telemetry|status)")
+
+
+# --- topics ---------------------------------------------------------------------------------
+
+
+def check_name(kind: str, name: str) -> str:
+    """`name` if it may be a device, task or requester topic level, else ConfigError."""
+    if not isinstance(name, str) or NAME_RE.fullmatch(name) is None:
+        raise ConfigError(f"bad {kind} name {name!r}: expected {NAME_RULE}")
+    return name
+
+
+def request_topic(device: str, task: str) -> str:
+    """Where requesters publish a request for `task` on `device`."""
+    return f"{ROOT}/{check_name('device', device)}/req/{check_name('task', task)}"
+
+
+def request_subscription(device: str) -> str:
+    """The wildcard a device subscribes to for requests of all its tasks."""
+    return f"{ROOT}/{check_name('device', device)}/req/+"
+
+
+def telemetry_topic(device: str) -> str:
+    return f"{ROOT}/{check_name('device', device)}/telemetry"
+
+
+def status_topic(device: str) -> str:
+    """Retained online/offline state; the device's last will goes here."""
+    return f"{ROOT}/{check_name('device', device)}/status"
+
+
+def reply_topic(requester: str) -> str:
+    """A suggested reply topic for a requester (any topic outside `dartfl/v1/<device>/` works)."""
+    return f"{ROOT}/_reply/{check_name('requester', requester)}"
+
+
+def parse_request_topic(topic: str) -> tuple[str, str]:
+    """`dartfl/v1/<device>/req/<task>` -> (device, task); the task, even an empty one, is
+    checked later by `decode_request` (unknown-task), so a subscriber can still answer it."""
+    parts = topic.split("/") if isinstance(topic, str) else []
+    if len(parts) != 5 or parts[0] != "dartfl" or parts[1] != f"v{PROTOCOL_VERSION}" or parts[3] != "req":
+        raise ProtocolError("bad-topic", f"{topic!r} is not a request topic {ROOT}/<device>/req/<task>")
+    if not parts[2]:
+        raise ProtocolError("bad-topic", f"{topic!r} has an empty device level")
+    return parts[2], parts[4]
+
+
+def reply_topic_problem(value: object) -> str | None:
+    """Why `value` cannot be a reply topic, or None if it can."""
+    if not isinstance(value, str):
+        return f"must be a string, got {type(value).__name__}"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "is not valid UTF-8"
+    if not 0 < size <= MAX_REPLY_TOPIC_BYTES:
+        return f"must be 1-{MAX_REPLY_TOPIC_BYTES} UTF-8 bytes, got {size}"
+    if "+" in value or "#" in value or "\x00" in value or value.startswith("$"):
+        return "must not contain wildcards or NUL, nor start with '$'"
+    # Replies must never land on a device's own topics (a reply published to a request
+    # topic would come back to the device as a malformed request).
+    if DEVICE_TOPIC_RE.fullmatch(value) is not None:
+        return f"must not be a device topic ({ROOT}/<device>/req/<task>, /telemetry or /status)"
+    return None
