@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from dartfl.cli.fleet_cmd import DEFAULT_MIX, FleetWorkloads, device_counts
 from dartfl.metrics import summarize
 from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
@@ -36,6 +35,7 @@ from dartfl.sim import simulate
 from dartfl.sim.fleet import FleetArrivals, FleetConfig, run_fleet, simulate_fleet
 from dartfl.sim.fleet_policies import make_fleet_policy
 from dartfl.types import TaskSpec
+from workloads.fleet import DEFAULT_MIX, FleetWorkloads, device_counts
 
 VALIDATION_POLICIES = ("dart", "inference-only", "inference-first:4", "inference-first:16", "static:0.7")
 

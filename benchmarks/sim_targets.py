@@ -20,8 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scenarios import Scenario, arrivals_for, scenarios
 
-from dartfl.cli.simulation import run_policies
 from dartfl.sim import SimConfig
+from dartfl.sim.compare import compare_policies, task_specs
 
 RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
     f"inference-first:{m}" for m in (1, 2, 4, 8, 16, 32)
@@ -38,9 +38,8 @@ def evaluate(
     rivals = PUBLIC_RIVALS if public else RIVALS
     arrivals = arrivals_for(scenario, seed=seed)
     specs = [dart_spec, "inference-only", *RIVALS]
-    out = run_policies(
-        arrivals, scenario.profile, None, specs, SimConfig(), slo_s=scenario.slo_s, progress=False, seed=seed
-    )
+    tasks = task_specs(arrivals, scenario.slo_s)
+    out = compare_policies(arrivals, scenario.profile, tasks, specs, SimConfig(), seed=seed)
     res = {r["policy"]: r for r in out.summaries}
     dart, io = res[dart_spec], res["inference-only"]
     dominating = [

@@ -20,8 +20,8 @@ from typing import TypeVar
 from dartfl import protocol
 from dartfl.errors import DartflError, ProtocolError
 from dartfl.protocol import Telemetry
-from edge_client.mqtt import Message, MqttLink, MqttSecurityError, connect
-from edge_client.mqtt_security import MqttSecurity
+from messaging.link import Message, MqttLink, MqttSecurityError, connect
+from messaging.security import MqttSecurity
 
 log = logging.getLogger(__name__)
 

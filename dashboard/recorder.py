@@ -21,8 +21,8 @@ from dartfl.errors import ConfigError, ProtocolError
 from dartfl.store import RunStore, TelemetryRow
 from dashboard.feed import TELEMETRY_SUBSCRIPTION, Subscriber
 from dashboard.telemetry import row_from_snapshot
-from edge_client.mqtt import Message
-from edge_client.mqtt_security import MqttSecurity
+from messaging.link import Message
+from messaging.security import MqttSecurity
 
 log = logging.getLogger(__name__)
 

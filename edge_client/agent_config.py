@@ -8,7 +8,7 @@ from pathlib import Path
 
 from dartfl.errors import ConfigError
 from dartfl.policies import FutureAwarePolicy, make_policy, natural_loss_weighting
-from edge_client.mqtt_security import MqttSecurity
+from messaging.security import MqttSecurity
 
 __all__ = ["AgentConfig"]
 

@@ -52,7 +52,7 @@ def admit_request(
     stats: RequestStats,
     reply: Reply,
 ) -> None:
-    """Decode one request message (edge_client.mqtt.Message) and queue it, or answer it now."""
+    """Decode one request message (messaging.link.Message) and queue it, or answer it now."""
     received = time.monotonic()
     stats.count(requests=1)
     try:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from dartfl import protocol
 from dartfl.protocol import DeviceStatus
 from edge_client.agent_config import AgentConfig
-from edge_client.broker import BrokerHandle, start_embedded_broker
-from edge_client.mqtt import (
+from messaging.brokers import BrokerHandle, start_embedded_broker
+from messaging.link import (
     MQTT_V5,
     MQTT_V311,
     Message,

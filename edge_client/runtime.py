@@ -50,11 +50,11 @@ class ModelRuntime:
 
     @classmethod
     def build(cls, config: Any, model_dir: Path) -> ModelRuntime:
-        from edge_client.data import load_tasks
         from edge_client.inference import InferenceEngine, export_onnx
-        from edge_client.model import build_model
         from edge_client.threads import cap_threads
-        from edge_client.trainer import Trainer
+        from fltask.data import load_tasks
+        from fltask.model import build_model
+        from fltask.trainer import Trainer
 
         cap_threads(config.training_threads)
         tasks = load_tasks(config.tasks, max_train=config.max_train_per_task, max_test=1000, seed=config.seed)
@@ -82,7 +82,7 @@ class ModelRuntime:
 
     def install_weights(self, weights: Mapping[str, np.ndarray]) -> int:
         """Load new global weights into the trainer and hot-swap them into serving."""
-        from edge_client.model import set_weights
+        from fltask.model import set_weights
 
         set_weights(self.model, weights)
         return self.publish_model()
@@ -98,7 +98,7 @@ class ModelRuntime:
         the weights into the trainer (at the round's learning rate and step size, if it sets
         them), and hot-swap them into serving (exported in the background, so serving never
         stalls)."""
-        from edge_client.model import set_weights
+        from fltask.model import set_weights
 
         trainer = self.trainer
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -115,7 +115,7 @@ class ModelRuntime:
 
     def finish_round(self) -> dict[str, np.ndarray]:
         """End of a federated round: step on what has accumulated and return the trained weights."""
-        from edge_client.model import get_weights
+        from fltask.model import get_weights
 
         self.trainer.flush()
         return get_weights(self.model)
@@ -164,7 +164,7 @@ class ModelRuntime:
 
     def calibrate(self, *, quick: bool = True, name: str = "measured") -> DeviceProfile:
         """Measure t_k(b) = a_k + c_k b per task and s(m) = a_T + c_T m on this device."""
-        from edge_client.trainer import Trainer
+        from fltask.trainer import Trainer
 
         reps = 5 if quick else 30
         batch_sizes = (1, 4, 16, MAX_BATCH) if quick else (1, 2, 4, 8, 16, 24, MAX_BATCH)
@@ -215,7 +215,7 @@ class ModelRuntime:
 
 def _crossing_microbatch_s(trainer: Any, m: int, shares: Sequence[float], weights: Sequence[float]) -> float:
     """Seconds for an m-sample microbatch that crosses an optimizer step: a pass that completes
-    the step, the step, and a pass over the rest (edge_client/trainer.py). That is the dearest
+    the step, the step, and a pass over the rest (fltask/trainer.py). That is the dearest
     an m-sample microbatch gets (m <= step_samples crosses at most one step), and most of the
     allocator's microbatches do cross, so planning with it errs on the side of the SLO; timing
     microbatches as they fall would mix cheap and dear ones by chance. The untimed lead-in

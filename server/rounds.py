@@ -31,8 +31,9 @@ import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
 
 from dartfl.errors import ConfigError, DartflError
-from edge_client.fl_config import FlConfig
-from edge_client.fl_records import (
+from fltask.config import FlConfig
+from fltask.evaluation import Evaluator, demand_weighted
+from fltask.records import (
     arrays_to_weights,
     record_to_metrics,
     samples_from_metrics,
@@ -40,7 +41,6 @@ from edge_client.fl_records import (
 )
 from server.aggregation import ClientUpdate, aggregate, check_weights
 from server.checkpoint import latest_checkpoint, save_checkpoint
-from server.evaluation import Evaluator, demand_weighted
 
 __all__ = ["GridPort", "run_rounds", "summarize_history"]
 

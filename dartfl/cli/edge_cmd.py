@@ -28,7 +28,7 @@ from dartfl.protocol import DeviceStatus
 if TYPE_CHECKING:
     from dartfl.arrivals import Arrivals
     from dartfl.types import DeviceProfile
-    from edge_client.mqtt_security import MqttSecurity
+    from messaging.security import MqttSecurity
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
@@ -281,7 +281,7 @@ def _wait_for_spawned_agent(
     agent: subprocess.Popen[bytes], agent_log: IO[bytes], url: str, device: str
 ) -> DeviceStatus:
     """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
-    from edge_client.replay import wait_for_status
+    from orchestration.replay import wait_for_status
 
     def still_running() -> None:
         if agent.poll() is not None:
@@ -311,8 +311,8 @@ def _echo_agent_log(agent_log: IO[bytes]) -> None:
 
 def _replay(args: argparse.Namespace) -> int:
     from dartfl.profiles import load_profile_toml
-    from edge_client.data import load_tasks
-    from edge_client.replay import profile_from_status, replay, wait_for_status
+    from fltask.data import load_tasks
+    from orchestration.replay import profile_from_status, replay, wait_for_status
 
     security = _check_replay_flags(args)
     file_profile = load_profile_toml(args.profile_file) if args.profile_file else None
@@ -368,7 +368,7 @@ def _replay(args: argparse.Namespace) -> int:
         json.dump(to_jsonable(summary), sys.stdout)
         sys.stdout.write("\n")
     else:
-        from edge_client.replay import HEADLINE_KEYS
+        from orchestration.replay import HEADLINE_KEYS
 
         for key in HEADLINE_KEYS:
             print(f"{key:28s} {summary.get(key)}")
@@ -382,7 +382,7 @@ def _as_uint8(task: Any) -> tuple[Any, Any]:
 
 
 def _start_broker() -> Any:
-    from edge_client.broker import start_embedded_broker, start_mosquitto
+    from messaging.brokers import start_embedded_broker, start_mosquitto
 
     if shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists():
         return start_mosquitto(mosquitto=shutil.which("mosquitto") or "/usr/sbin/mosquitto")

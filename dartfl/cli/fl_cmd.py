@@ -150,8 +150,8 @@ def _checked_sets(items: list[str], owned: dict[str, str]) -> dict[str, int | fl
 
 
 def _sim(args: argparse.Namespace) -> int:
-    from edge_client.fl_config import FlConfig
-    from server.launch import LocalSuperLink, flwr_run, scratch_dir
+    from fltask.config import FlConfig
+    from orchestration.flower_processes import LocalSuperLink, flwr_run, scratch_dir
 
     if args.clients < 1 or args.rounds < 1:
         raise ConfigError(f"--clients and --rounds must be >= 1, got {args.clients} and {args.rounds}")
@@ -269,8 +269,8 @@ def _deploy_local(args: argparse.Namespace) -> int:
     import contextlib
     import os
 
-    from server.deploy_local import deploy_local
-    from server.launch import scratch_dir
+    from orchestration.deploy_local import deploy_local
+    from orchestration.flower_processes import scratch_dir
 
     ctx: contextlib.AbstractContextManager[Path] = (
         contextlib.nullcontext(args.workdir.resolve()) if args.workdir else scratch_dir("dartfl-deploy-")
@@ -352,7 +352,7 @@ def _register_run(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 def _run_remote(args: argparse.Namespace) -> int:
     import logging
 
-    from server.remote_run import SuperLinkTarget, submit_run
+    from orchestration.remote_run import SuperLinkTarget, submit_run
 
     target = SuperLinkTarget.parse(
         args.superlink, root_certificates=args.root_certificates, insecure=args.insecure
@@ -408,7 +408,7 @@ def _run_remote(args: argparse.Namespace) -> int:
 
 def _checked_run_config(overrides: dict[str, int | float | str]) -> Any:
     """The run's FlConfig as the ServerApp will parse it; ConfigError for unknown keys or bad values."""
-    from edge_client.fl_config import FlConfig
+    from fltask.config import FlConfig
 
     _reject_unknown_keys(overrides)
     for key in ("results-file", "checkpoint-dir", "store"):
@@ -420,7 +420,7 @@ def _checked_run_config(overrides: dict[str, int | float | str]) -> Any:
 
 
 def _reject_unknown_keys(overrides: dict[str, int | float | str]) -> None:
-    from edge_client.fl_config import FlConfig
+    from fltask.config import FlConfig
 
     known = set(FlConfig().to_run_config())
     unknown = sorted(set(overrides) - known)

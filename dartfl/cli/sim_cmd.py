@@ -82,7 +82,6 @@ def run(args: argparse.Namespace) -> int:
     outcome = run_policies(
         arrivals,
         profile,
-        None,
         specs,
         config,
         args.loss_weights,

@@ -10,7 +10,7 @@ from dartfl.store import RunStore
 from dashboard.config import DashboardConfig
 from dashboard.data import open_store
 from dashboard.feed import FeedState, LiveFeed
-from edge_client.mqtt_security import MqttSecurity
+from messaging.security import MqttSecurity
 
 HOW_TO_RECORD = """\
 Start the recorder next to your broker, so telemetry is kept in the run store:

@@ -18,9 +18,9 @@ from dartfl.cli import edge_cmd
 from dartfl.cli.main import main
 from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import load_profile_toml
-from edge_client.broker import BrokerHandle
-from edge_client.replay import wait_for_status
-from tests.edge_client import mqtt_fixtures as fx
+from messaging.brokers import BrokerHandle
+from orchestration.replay import wait_for_status
+from tests.messaging import mqtt_fixtures as fx
 
 
 @pytest.fixture
@@ -116,7 +116,7 @@ def test_waiting_for_a_spawned_agent_stops_when_it_exits(
             time.sleep(0.1)
         raise DartflError("did not report 'online'")
 
-    monkeypatch.setattr("edge_client.replay.wait_for_status", never_online)
+    monkeypatch.setattr("orchestration.replay.wait_for_status", never_online)
     script = f"import sys; sys.stderr.write('loading\\nbad flag --x\\n'); sys.exit({code})"
     with tempfile.TemporaryFile() as agent_log:
         agent = subprocess.Popen([sys.executable, "-c", script], stderr=agent_log)

@@ -20,10 +20,10 @@ import pytest
 from dartfl.cli.main import build_parser, main
 from dartfl.profiles import get_profile, profile_to_toml
 from dartfl.store import RunStore
-from edge_client.broker import BrokerHandle
-from edge_client.mqtt_security import PASSWORD_ENV
-from tests.edge_client import mqtt_fixtures as fx
-from tests.edge_client import tls_fixtures as tls
+from messaging.brokers import BrokerHandle
+from messaging.security import PASSWORD_ENV
+from tests.messaging import mqtt_fixtures as fx
+from tests.messaging import tls_fixtures as tls
 
 pytestmark = pytest.mark.integration
 

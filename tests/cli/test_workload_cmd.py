@@ -203,6 +203,13 @@ def test_workload_names_in_the_help_match_the_registry() -> None:
     assert WORKLOAD_NAMES == GENERATOR_NAMES
 
 
+def test_the_fleet_defaults_in_the_help_match_the_fleet_workloads() -> None:
+    from dartfl.cli import fleet_cmd
+    from workloads import fleet
+
+    assert (fleet_cmd.DEFAULT_MIX, fleet_cmd.ASSIGNMENTS) == (fleet.DEFAULT_MIX, fleet.ASSIGNMENTS)
+
+
 def test_defaults_match_the_documented_ones() -> None:
     args = _parse([])
     assert (

@@ -15,8 +15,8 @@ from dartfl.paths import STORE_ENV
 from dartfl.store import DecisionRow, RunStore
 from dashboard import synthetic
 from dashboard.config import BROKER_ENV
-from edge_client.broker import free_port
-from edge_client.mqtt import Message
+from messaging.brokers import free_port
+from messaging.link import Message
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = ("Fleet", "Device", "FL rounds", "Experiments", "Datacenter")

@@ -17,8 +17,8 @@ from dashboard import feed as feed_module
 from dashboard import synthetic
 from dashboard.feed import LiveFeed
 from dashboard.recorder import Recorder
-from edge_client.broker import free_port
-from edge_client.mqtt import Message
+from messaging.brokers import free_port
+from messaging.link import Message
 
 
 def _telemetry(device: str, topic_device: str | None = None, **fields: Any) -> Message:

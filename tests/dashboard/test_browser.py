@@ -23,8 +23,8 @@ import pytest
 from dartfl import protocol
 from dartfl.store import RunStore
 from dashboard import synthetic
-from edge_client.broker import BrokerHandle, free_port, start_mosquitto
-from edge_client.mqtt import connect
+from messaging.brokers import BrokerHandle, free_port, start_mosquitto
+from messaging.link import connect
 
 pytestmark = pytest.mark.integration
 

@@ -17,8 +17,8 @@ from dartfl.store import RunStore
 from dashboard import synthetic
 from dashboard.feed import LiveFeed
 from dashboard.recorder import Recorder
-from edge_client.broker import free_port, start_mosquitto
-from edge_client.mqtt import MqttLink, connect
+from messaging.brokers import free_port, start_mosquitto
+from messaging.link import MqttLink, connect
 
 pytestmark = pytest.mark.integration
 

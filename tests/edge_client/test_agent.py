@@ -24,9 +24,9 @@ from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent, AgentConfig
 from edge_client.agent_ingress import QueuedRequest
-from edge_client.broker import BrokerHandle, free_port, start_mosquitto
-from edge_client.mqtt import MQTT_V5, MQTT_V311, Message, connect
-from tests.edge_client import mqtt_fixtures as fx
+from messaging.brokers import BrokerHandle, free_port, start_mosquitto
+from messaging.link import MQTT_V5, MQTT_V311, Message, connect
+from tests.messaging import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
 

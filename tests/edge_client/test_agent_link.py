@@ -7,7 +7,7 @@ import pytest
 
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_link import open_agent_link
-from edge_client.broker import start_embedded_broker, start_mosquitto
+from messaging.brokers import start_embedded_broker, start_mosquitto
 
 pytestmark = pytest.mark.integration
 

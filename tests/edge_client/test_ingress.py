@@ -13,8 +13,8 @@ from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
 from dartfl.types import TaskSpec
 from edge_client.agent_ingress import QueuedRequest, admit_request
-from edge_client.mqtt import Message
 from edge_client.telemetry import RequestStats
+from messaging.link import Message
 
 TASKS = {"digits": 0, "fashion": 1}
 REPLY = "dartfl/v1/_reply/tester"

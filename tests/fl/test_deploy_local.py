@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from server.deploy_local import deploy_local
+from orchestration.deploy_local import deploy_local
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

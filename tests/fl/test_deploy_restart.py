@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from server.deploy_local import deploy_local, processes_of
+from orchestration.deploy_local import deploy_local, processes_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

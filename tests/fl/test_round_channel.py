@@ -20,10 +20,10 @@ from dartfl.errors import ConfigError
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent, AgentConfig
 from edge_client.client_app import app
-from edge_client.fl_config import FlConfig
-from edge_client.fl_records import arrays_to_weights, weights_to_arrays
-from edge_client.model import build_model, get_weights
 from edge_client.round_channel import RoundChannelError, check_local_address, pack, request_round
+from fltask.config import FlConfig
+from fltask.model import build_model, get_weights
+from fltask.records import arrays_to_weights, weights_to_arrays
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ from flwr.app import Message
 from dartfl.errors import ConfigError, DartflError
 from dartfl.store import RunStore
 from edge_client.client_app import app as client_app
-from edge_client.fl_config import FlConfig
-from edge_client.fl_records import arrays_to_weights, weights_to_arrays
+from fltask.config import FlConfig
+from fltask.evaluation import Evaluator
+from fltask.records import arrays_to_weights, weights_to_arrays
 from server.checkpoint import save_checkpoint
-from server.evaluation import Evaluator
 from server.local_grid import LocalGrid
 from server.rounds import _record, run_rounds
 

@@ -104,7 +104,7 @@ class FlConfig:
         """Tasks, workload generators and the device profile must be ones this build knows;
         caught here, before a simulation starts its SuperLink and Ray, not in round 1."""
         from dartfl.profiles import BUILTIN_PROFILE_NAMES
-        from edge_client.data import TASK_NAMES
+        from fltask.data import TASK_NAMES
         from workloads.registry import GENERATORS
 
         tasks = self.task_names

@@ -10,7 +10,7 @@ import ssl
 import paho.mqtt.client as paho
 
 from dartfl.errors import ConfigError
-from edge_client.mqtt_security import MqttSecurity, describe_tls_failure
+from messaging.security import MqttSecurity, describe_tls_failure
 
 __all__ = ["FailedAttempts", "apply_security"]
 

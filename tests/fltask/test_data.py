@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dartfl.errors import ConfigError, InputError
-from edge_client import data
-from edge_client.data import (
+from fltask import data
+from fltask.data import (
     FASHION_MNIST_ENV,
     TASK_NAMES,
     DatasetMissingError,

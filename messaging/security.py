@@ -2,7 +2,7 @@
 client certificate, and an optional username/password.
 
 Plain data and checks, no paho: the CLI and the dashboard build and check an `MqttSecurity`
-before anything heavy loads, and `edge_client.mqtt` applies it to paho's client. The password
+before anything heavy loads, and `messaging.link` applies it to paho's client. The password
 never travels on a command line (anyone can read those in `ps`): entry points take it from
 $DARTFL_MQTT_PASSWORD. There is deliberately no "skip certificate checks" switch: a lab CA is
 trusted by passing its certificate as the CA file.

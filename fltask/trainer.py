@@ -33,8 +33,8 @@ import torch.nn.functional as F  # noqa: N812 (the conventional name)
 
 from dartfl.errors import ConfigError, InputError
 from dartfl.executor.split import SampleSplitter
-from edge_client.data import TaskData
-from edge_client.model import MultitaskCNN
+from fltask.data import TaskData
+from fltask.model import MultitaskCNN
 
 __all__ = ["OPTIMIZERS", "MicrobatchResult", "Trainer", "evaluate"]
 

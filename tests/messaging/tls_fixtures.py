@@ -4,7 +4,7 @@ certificate, an unrelated CA, and a Mosquitto password file, all made with the `
 
 The broker certificate names only the IP address 127.0.0.1 (no DNS name), so connecting to
 `localhost` is a real host-name mismatch. EC P-256 keys: generating them takes milliseconds.
-Import explicitly (`from tests.edge_client import tls_fixtures as tls`); its pytest fixtures
+Import explicitly (`from tests.messaging import tls_fixtures as tls`); its pytest fixtures
 `tls_files`, `tls_broker` and `strict_broker` are registered for the suite by tests/conftest.py.
 """
 
@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from edge_client.broker import BrokerHandle, MosquittoTls, start_mosquitto
-from edge_client.mqtt_security import MqttSecurity
+from messaging.brokers import BrokerHandle, MosquittoTls, start_mosquitto
+from messaging.security import MqttSecurity
 
 __all__ = [
     "CLIENT_PASSWORD",

@@ -1,4 +1,4 @@
-"""server.launch.LocalSuperLink: a SuperLink that fails to start leaves nothing behind."""
+"""orchestration.flower_processes.LocalSuperLink: a SuperLink that fails to start leaves nothing behind."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dartfl.errors import DartflError
-from server.launch import LocalSuperLink
+from orchestration.flower_processes import LocalSuperLink
 
 
 def test_a_superlink_that_exits_at_start_is_reported_and_cleaned_up(tmp_path: Path) -> None:

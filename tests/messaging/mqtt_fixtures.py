@@ -1,7 +1,7 @@
 """Helpers for tests that need a real MQTT broker: broker starters, a tiny echo device and a
-requester, all speaking edge_client.protocol over edge_client.mqtt.
+requester, all speaking edge_client.protocol over messaging.link.
 
-Import explicitly (`from tests.edge_client import mqtt_fixtures as fx`) and wrap the
+Import explicitly (`from tests.messaging import mqtt_fixtures as fx`) and wrap the
 generators in a local fixture; nothing here is collected or auto-loaded.
 """
 
@@ -15,9 +15,9 @@ from collections.abc import Collection, Iterator
 import numpy as np
 
 from dartfl import protocol
-from edge_client.broker import BrokerHandle, start_embedded_broker, start_mosquitto
-from edge_client.mqtt import MQTT_V311, Message, MqttLink, connect
-from edge_client.mqtt_security import MqttSecurity
+from messaging.brokers import BrokerHandle, start_embedded_broker, start_mosquitto
+from messaging.link import MQTT_V311, Message, MqttLink, connect
+from messaging.security import MqttSecurity
 
 __all__ = ["EchoDevice", "Requester", "embedded_broker", "expected_label", "mosquitto_broker"]
 

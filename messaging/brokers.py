@@ -2,7 +2,7 @@
 
 Mosquitto is what tests and production use (optionally with a TLS listener, `MosquittoTls`);
 the embedded broker (amqtt, pure Python, on its own thread and event loop:
-edge_client.embedded_broker) is the zero-setup default for a single machine. Both bind to
+messaging.embedded) is the zero-setup default for a single machine. Both bind to
 127.0.0.1 only and come back as a `BrokerHandle` that stops them. Broker URLs are
 `mqtt://host:port` or, with TLS, `mqtts://host:port`.
 """
@@ -24,7 +24,7 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from dartfl.errors import ConfigError, DartflError
-from edge_client.embedded_broker import EmbeddedBroker
+from messaging.embedded import EmbeddedBroker
 
 log = logging.getLogger(__name__)
 

@@ -6,10 +6,10 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from edge_client.data import TaskData, load_tasks
-from edge_client.fl_config import FlConfig
-from edge_client.model import MultitaskCNN, build_model, set_weights
-from edge_client.trainer import evaluate
+from fltask.config import FlConfig
+from fltask.data import TaskData, load_tasks
+from fltask.model import MultitaskCNN, build_model, set_weights
+from fltask.trainer import evaluate
 
 __all__ = ["Evaluator", "demand_weighted"]
 
@@ -34,7 +34,7 @@ class Evaluator:
         )
 
     def initial_weights(self) -> dict[str, np.ndarray]:
-        from edge_client.model import get_weights
+        from fltask.model import get_weights
 
         return get_weights(self.model)
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from dartfl.errors import ConfigError
-from edge_client.broker import (
+from messaging.brokers import (
     BrokerHandle,
     BrokerStartError,
     _probe_mqtt,
@@ -137,8 +137,8 @@ def test_mosquitto_refuses_a_publish_larger_than_its_packet_limit() -> None:
     # A 60 MB publish reached the agent whole (+123 MiB RSS) before it was judged oversized.
     import queue
 
-    from edge_client.broker import MAX_PACKET_BYTES
-    from edge_client.mqtt import connect
+    from messaging.brokers import MAX_PACKET_BYTES
+    from messaging.link import connect
 
     got: queue.Queue[int] = queue.Queue()
     with (

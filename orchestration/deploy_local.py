@@ -1,12 +1,12 @@
 """A real Flower deployment on loopback: what `dartfl fl deploy-local` runs.
 
 Processes (each in its own session, stopped by process group, also on failure):
-- one SuperLink (deployment mode, `server.launch.LocalSuperLink`), which runs the ServerApp;
+- one SuperLink (deployment mode, `orchestration.flower_processes.LocalSuperLink`), which runs the ServerApp;
 - one Mosquitto (the request plane; the embedded broker if Mosquitto is not installed);
 - per device: a `dartfl edge run` agent with its round channel on 127.0.0.1:<port>
   ($DARTFL_ROUND_CHANNEL), and a `flower-supernode` with
   `--node-config 'agent-address="127.0.0.1:<port>"'`.
-While `flwr run` (server.launch.flwr_run) runs the rounds, a
+While `flwr run` (orchestration.flower_processes.flwr_run) runs the rounds, a
 load generator sends requests to every agent over MQTT and counts the replies.
 """
 
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from dartfl.errors import ConfigError, DartflError
-from server.launch import (
+from orchestration.flower_processes import (
     LocalSuperLink,
     ManagedProcess,
     flwr_run,
@@ -59,8 +59,8 @@ class LoadGenerator:
     def __init__(
         self, broker_url: str, devices: list[str], tasks: tuple[str, ...], rate_per_s: float
     ) -> None:
-        from edge_client import protocol
-        from edge_client.mqtt import connect
+        from dartfl import protocol
+        from messaging.link import connect
 
         self._protocol = protocol
         self.devices = devices
@@ -144,7 +144,7 @@ class LoadGenerator:
 
 
 def _start_broker() -> Any:
-    from edge_client.broker import BrokerStartError, start_embedded_broker, start_mosquitto
+    from messaging.brokers import BrokerStartError, start_embedded_broker, start_mosquitto
 
     try:
         return start_mosquitto()
@@ -292,7 +292,7 @@ def deploy_local(
     agents train round r+1, SIGKILL the SuperLink, the ServerApp and `flwr run`; once the
     agents are idle, start the SuperLink again and `flwr run` with the same checkpoint-dir,
     which must resume at round r+1."""
-    from edge_client.fl_config import FlConfig
+    from fltask.config import FlConfig
 
     if clients < 1 or rounds < 1:
         raise ConfigError(f"--clients and --rounds must be >= 1, got {clients} and {rounds}")

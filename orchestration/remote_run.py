@@ -4,7 +4,7 @@ following it to the end: what `dartfl fl run` does.
 The SuperLink's Control API is its HTTP port (`flower-superlink --port`, 8000 by default). The
 connection is written into a private, temporary $FLWR_HOME for the call: the user's Flower
 configuration is neither needed nor changed (so Flower account login, `flwr login`, is not
-supported here). `flwr run` and `flwr ls` run as subprocesses (server.launch.flwr_run).
+supported here). `flwr run` and `flwr ls` run as subprocesses (orchestration.flower_processes.flwr_run).
 """
 
 from __future__ import annotations
@@ -122,7 +122,13 @@ def submit_run(
 ) -> SubmittedRun:
     """Start a run of this repository's app with `run_config` overrides. With `wait`, follow
     its log (each line to `on_log`) until it ends and return its final status."""
-    from server.launch import flower_env, flwr_run, flwr_run_status, scratch_dir, write_connection
+    from orchestration.flower_processes import (
+        flower_env,
+        flwr_run,
+        flwr_run_status,
+        scratch_dir,
+        write_connection,
+    )
 
     check_reachable(target)
     run_ids: list[int] = []

@@ -1,6 +1,6 @@
 """The embedded MQTT broker: amqtt (pure Python) serving on its own thread and event loop.
 
-The zero-setup broker for a single machine (`edge_client.broker.start_embedded_broker` wraps
+The zero-setup broker for a single machine (`messaging.brokers.start_embedded_broker` wraps
 it in a BrokerHandle). It speaks MQTT 3.1.1 only, anonymously, without TLS.
 """
 

@@ -7,7 +7,7 @@ import tomllib
 from dataclasses import fields
 from pathlib import Path
 
-from edge_client.fl_config import FlConfig
+from fltask.config import FlConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 
 from dartfl.errors import ConfigError
-from edge_client.broker import BrokerHandle, parse_broker_address
-from edge_client.mqtt import MqttConnectError, MqttSecurityError, connect
-from edge_client.mqtt_security import MqttSecurity
-from tests.edge_client import mqtt_fixtures as fx
-from tests.edge_client import tls_fixtures as tls
+from messaging.brokers import BrokerHandle, parse_broker_address
+from messaging.link import MqttConnectError, MqttSecurityError, connect
+from messaging.security import MqttSecurity
+from tests.messaging import mqtt_fixtures as fx
+from tests.messaging import tls_fixtures as tls
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 
 from dartfl import protocol
-from edge_client.broker import BrokerHandle, _probe_mqtt, free_port, start_embedded_broker, start_mosquitto
-from edge_client.mqtt import MQTT_V5, MQTT_V311, Message, MqttConnectError, Will, connect
-from tests.edge_client import mqtt_fixtures as fx
+from messaging.brokers import BrokerHandle, _probe_mqtt, free_port, start_embedded_broker, start_mosquitto
+from messaging.link import MQTT_V5, MQTT_V311, Message, MqttConnectError, Will, connect
+from tests.messaging import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
 
@@ -30,7 +30,7 @@ STARTERS = {"mosquitto": start_mosquitto, "amqtt": start_embedded_broker}
 CRASHING_DEVICE = """
 import os, sys
 from dartfl import protocol
-from edge_client.mqtt import Will, connect
+from messaging.link import Will, connect
 url, name = sys.argv[1], sys.argv[2]
 online, offline = protocol.DeviceStatus(name, True, 1.0), protocol.DeviceStatus(name, False)
 will = Will(protocol.status_topic(name), protocol.encode_status(offline))

@@ -25,7 +25,7 @@ from dartfl.errors import DartflError
 from dartfl.metrics import RunRecord, summarize
 from dartfl.protocol import DeviceStatus, Telemetry
 from dartfl.types import DeviceProfile
-from edge_client.mqtt_security import MqttSecurity
+from messaging.security import MqttSecurity
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def wait_for_status(
 
     `check` is called about once a second while waiting and may raise to stop the wait (say,
     the agent process it waits for has exited), on the one broker connection."""
-    from edge_client.mqtt import connect
+    from messaging.link import connect
 
     got: list[DeviceStatus] = []
     ready = threading.Event()
@@ -136,7 +136,7 @@ def replay(
     security: MqttSecurity | None = None,
 ) -> ReplayOutcome:
     """Send `arrivals` to `device` at their times; `images[task]` = (uint8 images, labels)."""
-    from edge_client.mqtt import connect
+    from messaging.link import connect
 
     n = arrivals.num_requests
     inbox = _Inbox(np.full(n, np.nan), [None] * n, np.full(n, -1))

@@ -8,7 +8,7 @@ silently selects the old VERSION1 signatures).
 `on_message` runs on paho's network thread: keep it short (decode and enqueue). An exception
 in it is logged and the link keeps running.
 
-`mqtts://` URLs use TLS (edge_client.mqtt_tls) with an `MqttSecurity`'s files and login. A TLS
+`mqtts://` URLs use TLS (messaging.tls) with an `MqttSecurity`'s files and login. A TLS
 failure that retrying cannot fix (wrong CA, host name mismatch, no client certificate) or a
 refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause.
 """
@@ -30,9 +30,9 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from dartfl.errors import ConfigError, DartflError
-from edge_client.broker import parse_broker_address
-from edge_client.mqtt_security import MqttSecurity
-from edge_client.mqtt_tls import FailedAttempts, apply_security
+from messaging.brokers import parse_broker_address
+from messaging.security import MqttSecurity
+from messaging.tls import FailedAttempts, apply_security
 
 log = logging.getLogger(__name__)
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from dartfl.errors import ConfigError, InputError
-from edge_client.data import TaskData, client_view
-from edge_client.model import build_model, get_weights, set_weights
-from edge_client.trainer import Trainer, _EpochSampler, evaluate
+from fltask.data import TaskData, client_view
+from fltask.model import build_model, get_weights, set_weights
+from fltask.trainer import Trainer, _EpochSampler, evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

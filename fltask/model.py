@@ -11,7 +11,7 @@ per-request time on an x86 core (benchmarks/onnx_vs_torch.py): a way to give a f
 roughly the per-request cost of a Pi-class device.
 
 There is no batch normalisation on purpose: a sample's gradient must not depend on which
-microbatch it trained in (see edge_client.trainer).
+microbatch it trained in (see fltask.trainer).
 
 State-dict keys start with "trunk." or "heads.<task>." so a federated aggregator can weight
 the shared trunk and each head differently.

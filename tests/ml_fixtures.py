@@ -1,4 +1,4 @@
-"""Fixtures shared by the edge-client tests: small real task data and exported models.
+"""Fixtures for the tests of the ML task and the device: small real task data and exported models.
 
 Everything expensive (dataset loads, ONNX exports) is session-scoped and read-only.
 """
@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from edge_client.data import TaskData, load_tasks
 from edge_client.inference import export_onnx
-from edge_client.model import MultitaskCNN, build_model
+from fltask.data import TaskData, load_tasks
+from fltask.model import MultitaskCNN, build_model
 
 
 @dataclass(frozen=True)
