@@ -14,12 +14,12 @@ One lock (`_cond`) serialises every call into the executor; work runs outside it
 SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
 what is left with `shutting-down`, reports the totals and disconnects.
 
-Federated deployment: with `round_channel` (or $DARTFL_ROUND_CHANNEL) set to 127.0.0.1:PORT
-the agent also serves the round channel (edge_client.round_channel). A Flower ClientApp hands
-it a round there (edge_client.agent_rounds): the executor installs the global weights, trains
-under the allocator until the round's deadline, flushes, and returns the weights with per-task
-sample counts and metrics. Between rounds such an agent only serves (training then would be
-thrown away).
+Its collaborators: the MQTT side in `agent_link` (connection, replies, telemetry, status),
+request decoding in `agent_ingress`, the telemetry snapshot in `agent_report`, and, with
+`round_channel` (or $DARTFL_ROUND_CHANNEL) set to 127.0.0.1:PORT, federated rounds in
+`agent_rounds`: a Flower ClientApp hands a round over the round channel, the executor trains
+it under the allocator until its deadline and returns the update. Between rounds such an
+agent only serves (training then would be thrown away).
 """
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dartfl import protocol
-from dartfl.errors import ConfigError
 from dartfl.executor import (
     Admission,
     DeviceExecutor,
@@ -52,8 +51,14 @@ from dartfl.types import DeviceProfile, TaskSpec
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.agent_report import Counters, build_report
-from edge_client.agent_rounds import RoundJob, RoundSlot, round_job_from_meta, round_metrics
+from edge_client.agent_rounds import FederatedRounds
 from edge_client.telemetry import RequestStats
+
+if TYPE_CHECKING:
+    from edge_client.agent_link import DeviceLink
+    from edge_client.round_channel import RoundChannelServer
+    from edge_client.runtime import ModelRuntime
+    from messaging.link import Message
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +70,9 @@ DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent r
 class Agent:
     """Build with `Agent.create(config)` (loads data, model, broker); then `start()`, `run()`."""
 
-    def __init__(self, config: AgentConfig, runtime: Any, profile: DeviceProfile) -> None:
+    def __init__(self, config: AgentConfig, runtime: ModelRuntime, profile: DeviceProfile) -> None:
         self.config = config
-        self.runtime = runtime  # edge_client.runtime.ModelRuntime: trainer + inference engine
+        self.runtime = runtime
         self.profile = profile
         self.task_index = {name: i for i, name in enumerate(config.tasks)}
         policy = make_policy(config.policy, config.loss_weighting)
@@ -88,12 +93,11 @@ class Agent:
         self.stats = RequestStats()
         self.counters = Counters(ce_sum_per_task=[0.0] * len(config.tasks), started_s=now)
         self._stop = threading.Event()
-        self._link: Any = None
-        self._broker: Any = None
+        self._link: DeviceLink | None = None
         self._telemetry_thread: threading.Thread | None = None
         self._overhead_lock = threading.Lock()
-        self._channel: Any = None  # edge_client.round_channel.RoundChannelServer when federated
-        self._rounds = RoundSlot()
+        self._channel: RoundChannelServer | None = None  # when federated
+        self._rounds = FederatedRounds(config, runtime, self.device, self._cond, self.counters, self._tick)
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._last_tick_s = now  # when the last control period ended
 
@@ -138,10 +142,11 @@ class Agent:
             raise
 
     def _start(self) -> str:
-        from edge_client.agent_link import open_agent_link
+        from edge_client.agent_link import DeviceLink, open_agent_link
 
-        self._link, self._broker, url = open_agent_link(self.config, self._on_message)
-        self._link.on_reconnected = self._republish_online
+        link, broker, url = open_agent_link(self.config, self._on_message)
+        link.on_reconnected = self._republish_online
+        self._link = DeviceLink(self.config.device_id, link, broker)
         self._publish_status(online=True)
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
@@ -149,7 +154,8 @@ class Agent:
         if channel:
             from edge_client.round_channel import RoundChannelServer
 
-            server = RoundChannelServer(channel, self._handle_round, self._channel_health)
+            rounds = self._rounds
+            server = RoundChannelServer(channel, lambda m, w: rounds.handle(m, w, self._stop), rounds.health)
             log.warning("round channel on %s", server.start())
             self._channel = server  # only a serving one: stop() would wait forever on another
         return url
@@ -180,12 +186,8 @@ class Agent:
         every = self.config.publish_every_s
         next_publish = time.monotonic() + every if every > 0 else math.inf
         while not self._stop.is_set():
-            if self._rounds.pending is not None:
-                self._begin_round()
+            self._rounds.step(time.monotonic())
             now = time.monotonic()
-            job = self._rounds.active
-            if job is not None and now >= job.started_s + job.duration_s:
-                self._end_round(job)
             if now >= next_tick:
                 self._tick(now)
                 next_tick = max(next_tick + period, now + 0.5 * period)
@@ -234,7 +236,7 @@ class Agent:
     def _stop_rounds(self, reason: str) -> None:
         if self._channel is not None:
             self._channel.stop()
-        self._rounds.cancel(reason)
+        self._rounds.slot.cancel(reason)
 
     def _go_offline(
         self, flush_s: float, report: FinalReport | None = None, error: str | None = None
@@ -244,7 +246,7 @@ class Agent:
         if self._link is not None:
             try:
                 self._publish_status(online=False, report=report, error=error)
-                self._link.flush(timeout=flush_s)
+                self._link.flush(flush_s)
             except Exception as exc:  # the broker, or the link itself, went away first
                 log.warning("could not say offline and flush before disconnecting: %s", exc)
         self._release()
@@ -253,15 +255,13 @@ class Agent:
         """Disconnect, stop the embedded broker, finish exporting, remove the own temp dir."""
         if self._link is not None:
             self._link.close()
-        if self._broker is not None:
-            self._broker.stop()
         self.runtime.close()
         if self._own_model_dir is not None:
             self._own_model_dir.cleanup()
 
     # -- ingress (paho's thread) --------------------------------------------------------------
 
-    def _on_message(self, message: Any) -> None:
+    def _on_message(self, message: Message) -> None:
         started = time.thread_time()
         admit_request(
             message, self.task_index, self.config.max_payload_bytes, self._admit, self.stats, self._reply
@@ -286,9 +286,7 @@ class Agent:
         self._last_tick_s = now
         with self._cond:
             device = self.device
-            if (job := self._rounds.active) is not None:
-                for k, n in enumerate(device.period_arrivals):
-                    job.arrivals[k] += n
+            self._rounds.count_arrivals(device.period_arrivals)
             device.close_due_rounds(now)
             device.tick(now, elapsed)
         self._add_overhead(time.thread_time() - started)
@@ -335,91 +333,11 @@ class Agent:
         with self._cond:
             self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
 
-    # -- federated rounds (the round channel) -------------------------------------------------
-
-    def _channel_health(self) -> dict[str, Any]:
-        return {
-            "device": self.config.device_id,
-            "tasks": list(self.config.tasks),
-            "policy": self.device.policy.name,
-            "in_round": self._rounds.active is not None,
-        }
-
-    def _handle_round(
-        self, meta: dict[str, Any], weights: dict[str, np.ndarray]
-    ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-        """The round channel's handler thread: queue the round for the executor and wait for it."""
-        job = round_job_from_meta(
-            meta,
-            weights,
-            self.config.round_s,
-            self.config.tasks,
-            policy=self.config.policy,
-            loss_weighting=self.config.weighting,
-        )
-        return self._rounds.run(job, self._stop)
-
-    def _begin_round(self) -> None:
-        """Executor thread: install the round's global weights and open its training window."""
-        job = self._rounds.begin()
-        if job is None:
-            return
-        t0 = time.monotonic()
-        try:
-            self.runtime.start_round(job.weights, job.learning_rate, job.step_samples)
-        except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
-            log.exception("could not install the round's weights")
-            self._rounds.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
-            return
-        now = time.monotonic()
-        device = self.device
-        with self._cond:
-            job.install_s, job.started_s = now - t0, now
-            job.trained_before = list(device.trained_per_task)
-            job.training_busy_before = device.training_busy_s
-            job.inference_busy_before = device.inference_busy_s
-            device.rounds.begin(now, job.duration_s, job.target)
-            device.training_enabled = True
-        job.ce_before = list(self.counters.ce_sum_per_task)
-        job.arrivals = [0] * len(self.config.tasks)
-        self._tick(now)  # plan the new round at once
-
-    def _end_round(self, job: RoundJob) -> None:
-        """Executor thread: close the round, flush the last step, hand back the update."""
-        tasks, device = self.config.tasks, self.device
-        t0 = time.monotonic()
-        weights = self.runtime.finish_round()
-        now = time.monotonic()
-        with self._cond:
-            device.training_busy_s += now - t0  # the flush's optimizer step is training time
-            device.rounds.end()
-            device.training_enabled = False  # serve only until the next round
-            samples = {t: device.trained_per_task[k] - job.trained_before[k] for k, t in enumerate(tasks)}
-            training_busy_s = device.training_busy_s - job.training_busy_before
-            inference_busy_s = device.inference_busy_s - job.inference_busy_before
-            tr = device.costs
-        m = max(1, self.profile.training.max_microbatch)
-        ce = self.counters.ce_sum_per_task
-        metrics = round_metrics(
-            job,
-            now_s=now,
-            samples=samples,
-            training_busy_s=training_busy_s,
-            inference_busy_s=inference_busy_s,
-            modelled_per_sample_s=(tr.microbatch_fixed_s + tr.per_sample_s * m) / m,
-            model_version=self.runtime.version,
-            tasks=tasks,
-            ce_sums={t: ce[k] - job.ce_before[k] for k, t in enumerate(tasks)},
-        )
-        job.result = ({"device": self.config.device_id, "samples": samples, "metrics": metrics}, weights)
-        self._rounds.end(job)
-        log.info("round %s done: %s", job.meta.get("server-round"), metrics)
-
     # -- egress -------------------------------------------------------------------------------
 
     def _reply(self, topic: str, payload: bytes, correlation_data: bytes | None = None) -> None:
         if self._link is not None:
-            self._link.publish(topic, payload, qos=protocol.REPLY_QOS, correlation_data=correlation_data)
+            self._link.reply(topic, payload, correlation_data)
 
     def _add_overhead(self, cpu_s: float) -> None:
         with self._overhead_lock:
@@ -432,8 +350,7 @@ class Agent:
 
     def _publish_telemetry(self) -> None:
         if self._link is not None:
-            topic = protocol.telemetry_topic(self.config.device_id)
-            self._link.publish(topic, protocol.encode_telemetry(self.report()), qos=1)
+            self._link.telemetry(self.report())
 
     def _republish_online(self) -> None:
         """After a reconnect (paho's thread); not once stopping, when "offline" must stand."""
@@ -444,11 +361,10 @@ class Agent:
         self, *, online: bool, report: FinalReport | None = None, error: str | None = None
     ) -> None:
         """The retained status: online/offline, the cost profile (and the final report)."""
-        if self._link is None:
-            return
-        status = DeviceStatus(self.config.device_id, online, time.time(), self.profile, report, error)
-        topic = protocol.status_topic(self.config.device_id)
-        self._link.publish(topic, protocol.encode_status(status), qos=1, retain=True)
+        if self._link is not None:
+            self._link.status(
+                DeviceStatus(self.config.device_id, online, time.time(), self.profile, report, error)
+            )
 
     def _telemetry_loop(self) -> None:
         while not self._stop.wait(self.config.telemetry_period_s):

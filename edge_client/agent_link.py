@@ -1,5 +1,6 @@
-"""The device agent's MQTT connection: the request subscription, the offline last will, TLS
-and login from the agent's config, and the embedded broker when no broker is given."""
+"""The device agent's MQTT side: the connection (request subscription, offline last will, TLS
+and login from the agent's config, the embedded broker when no broker is given), and what the
+agent publishes on it: replies, telemetry and its retained status."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from messaging.link import (
 
 log = logging.getLogger(__name__)
 
-__all__ = ["open_agent_link"]
+__all__ = ["DeviceLink", "open_agent_link"]
 
 
 def open_agent_link(
@@ -70,3 +71,36 @@ def open_agent_link(
         if broker is not None:
             broker.stop()
         raise
+
+
+class DeviceLink:
+    """What one agent publishes, on the link `open_agent_link` made (and the broker it started)."""
+
+    def __init__(self, device: str, link: MqttLink, broker: BrokerHandle | None) -> None:
+        self.device = device
+        self.link = link
+        self.broker = broker
+
+    def reply(self, topic: str, payload: bytes, correlation_data: bytes | None = None) -> None:
+        self.link.publish(topic, payload, qos=protocol.REPLY_QOS, correlation_data=correlation_data)
+
+    def telemetry(self, snapshot: protocol.Telemetry) -> None:
+        self.link.publish(
+            protocol.telemetry_topic(self.device),
+            protocol.encode_telemetry(snapshot),
+            qos=protocol.TELEMETRY_QOS,
+        )
+
+    def status(self, status: DeviceStatus) -> None:
+        """The retained status: online/offline, the cost profile (and the final report)."""
+        topic = protocol.status_topic(self.device)
+        self.link.publish(topic, protocol.encode_status(status), qos=protocol.STATUS_QOS, retain=True)
+
+    def flush(self, timeout_s: float) -> None:
+        self.link.flush(timeout=timeout_s)
+
+    def close(self) -> None:
+        """Disconnect (the broker drops the last will), then stop the embedded broker if any."""
+        self.link.close()
+        if self.broker is not None:
+            self.broker.stop()

@@ -15,11 +15,18 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+
+if TYPE_CHECKING:  # the runtime loads torch and ONNX Runtime only when it is built
+    from edge_client.agent_config import AgentConfig
+    from edge_client.inference import InferenceEngine
+    from fltask.data import TaskData
+    from fltask.model import MultitaskCNN
+    from fltask.trainer import MicrobatchResult, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +42,13 @@ def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
 
 class ModelRuntime:
     def __init__(
-        self, config: Any, tasks: Mapping[str, Any], model: Any, trainer: Any, engine: Any, model_dir: Path
+        self,
+        config: AgentConfig,
+        tasks: Mapping[str, TaskData],
+        model: MultitaskCNN,
+        trainer: Trainer,
+        engine: InferenceEngine,
+        model_dir: Path,
     ):
         self.config = config
         self.tasks = tasks
@@ -49,7 +62,7 @@ class ModelRuntime:
         self._test_images = {name: (data.x_test, data.y_test) for name, data in tasks.items()}
 
     @classmethod
-    def build(cls, config: Any, model_dir: Path) -> ModelRuntime:
+    def build(cls, config: AgentConfig, model_dir: Path) -> ModelRuntime:
         from edge_client.inference import InferenceEngine, export_onnx
         from edge_client.threads import cap_threads
         from fltask.data import load_tasks
@@ -77,7 +90,7 @@ class ModelRuntime:
         logits, version = self.engine.infer_with_version(task, images)
         return np.argmax(logits, axis=1), version
 
-    def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> Any:
+    def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> MicrobatchResult:
         return self.trainer.train_microbatch(samples, shares, loss_weights)
 
     def install_weights(self, weights: Mapping[str, np.ndarray]) -> int:
@@ -120,7 +133,7 @@ class ModelRuntime:
         self.trainer.flush()
         return get_weights(self.model)
 
-    def publish_model(self, model: Any = None) -> int:
+    def publish_model(self, model: MultitaskCNN | None = None) -> int:
         """Export the weights (of `model`, default the live one) as a new version and swap
         serving to it atomically; in-flight batches finish on the version they started on."""
         from edge_client.inference import export_onnx
@@ -149,7 +162,7 @@ class ModelRuntime:
         self._publisher.start()
         return True
 
-    def _publish_quietly(self, snapshot: Any) -> None:
+    def _publish_quietly(self, snapshot: MultitaskCNN) -> None:
         try:
             version = self.publish_model(snapshot)
             log.info("now serving model version %d", version)
@@ -213,7 +226,9 @@ class ModelRuntime:
             self._publisher.join(timeout=30.0)
 
 
-def _crossing_microbatch_s(trainer: Any, m: int, shares: Sequence[float], weights: Sequence[float]) -> float:
+def _crossing_microbatch_s(
+    trainer: Trainer, m: int, shares: Sequence[float], weights: Sequence[float]
+) -> float:
     """Seconds for an m-sample microbatch that crosses an optimizer step: a pass that completes
     the step, the step, and a pass over the rest (fltask/trainer.py). That is the dearest
     an m-sample microbatch gets (m <= step_samples crosses at most one step), and most of the

@@ -24,6 +24,7 @@ from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent, AgentConfig
 from edge_client.agent_ingress import QueuedRequest
+from edge_client.agent_link import DeviceLink
 from messaging.brokers import BrokerHandle, free_port, start_mosquitto
 from messaging.link import MQTT_V5, MQTT_V311, Message, connect
 from tests.messaging import mqtt_fixtures as fx
@@ -417,7 +418,7 @@ def test_a_reconnect_while_stopping_does_not_say_online_again() -> None:
             return True
 
     try:
-        agent._link = Link()
+        agent._link = DeviceLink(config.device_id, Link(), None)  # type: ignore[arg-type]
         agent._republish_online()
         assert json.loads(published[-1])["state"] == "online"
         agent.request_stop()
