@@ -35,7 +35,7 @@ from dartfl.executor import (
     TrainingStep,
 )
 from dartfl.metrics import RunRecord
-from dartfl.policies.base import FutureAwarePolicy, Policy
+from dartfl.policies.base import FutureAwarePolicy, FutureView, Policy
 from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = ["SimConfig", "simulate"]
@@ -224,7 +224,7 @@ class _FuturePlanner:
 
     def __call__(self, now_s: float) -> int:
         train = self.training
-        return self.policy.choose_microbatch(
+        view = FutureView(
             now_s,
             self.times_s[self.next_arrival :],
             self.slo_s,
@@ -234,3 +234,4 @@ class _FuturePlanner:
             train.per_sample_s,
             train.max_microbatch,
         )
+        return self.policy.choose_microbatch(view)
