@@ -6,6 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from dartfl.protocol import Telemetry
 from dartfl.store import RunStore
 from dashboard.config import DashboardConfig
 from dashboard.data import open_store
@@ -55,7 +56,7 @@ def get_feed(cfg: DashboardConfig) -> FeedState | None:
     return _cached_feed(cfg.broker_url, cfg.mqtt_security).state()
 
 
-def get_live_history(cfg: DashboardConfig, device: str) -> list[dict[str, object]]:
+def get_live_history(cfg: DashboardConfig, device: str) -> list[Telemetry]:
     if not cfg.broker_url:
         return []
     return _cached_feed(cfg.broker_url, cfg.mqtt_security).history(device)
