@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dartfl.datacenter.policies.dart import drift_plus_penalty
+from dartfl.datacenter.rates import drift_plus_penalty
 from dartfl.errors import ConfigError
 
 __all__ = ["MeasuredRates", "RaySplitController"]
