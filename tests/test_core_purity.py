@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 FORBIDDEN = (
     "torch",
@@ -23,6 +25,7 @@ FORBIDDEN = (
     "edge_client",
     "server",
     "dashboard",
+    "ray_engine",
 )
 
 # Imports every core module, then prints the imported modules' names as JSON.
@@ -71,3 +74,26 @@ def test_cli_help_imports_neither_torch_nor_matplotlib() -> None:
     result = _run(_RUN_HELP)
     assert "dartfl.cli.main" in result["modules"]
     assert _heavy(result["modules"], ("torch", "matplotlib", "flwr", "ray", "onnxruntime", "streamlit")) == []
+
+
+def _imported_roots(path: Path) -> set[str]:
+    """Top-level modules a source file imports anywhere, function bodies included."""
+    roots: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            roots.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_no_core_source_imports_a_heavy_library_even_lazily() -> None:
+    # sys.modules only sees what importing runs; a lazy import inside a function (the old Ray
+    # engine under dartfl/datacenter imported ray and torch that way) is found in the source.
+    core = Path(__file__).resolve().parents[1] / "dartfl"
+    offenders = {
+        str(path.relative_to(core.parent)): sorted(_imported_roots(path) & set(FORBIDDEN))
+        for path in core.rglob("*.py")
+        if "cli" not in path.relative_to(core).parts
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}

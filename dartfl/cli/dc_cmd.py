@@ -3,9 +3,10 @@
 The contract outsiders script against (keep it stable): `dartfl dc sim ... --json` and
 `dartfl dc run ... --json` print one object `{"results": [...]}` with one entry per policy,
 each with at least `policy`, `samples_per_s`, `tokens_per_s`, `steps`, `rollout_idle_ratio`,
-`trainer_idle_ratio`, `staleness_max`, `staleness_mean`, `dropped_samples`, `switches`
-(CONTRACT_KEYS). `--sweep-static` adds the
-best static split of a sweep, named `static:<fraction>`.
+`trainer_idle_ratio`, `staleness_max`, `staleness_mean`, `dropped_samples`, `switches`,
+`aborted_gpu_s` (work thrown away: KV recomputed after a reclaim, samples dropped as stale)
+and `idle_gpu_s` (CONTRACT_KEYS). `--sweep-static` adds the best static split of a sweep,
+named `static:<fraction>`. The plot is dartfl/cli/dc_plot.py.
 """
 
 from __future__ import annotations
@@ -16,12 +17,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.dc_plot import plot_dc
 from dartfl.cli.output_paths import plot_path as checked_plot_path
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError
 
-DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "dart")
+__all__ = ["CONTRACT_KEYS", "MODEL_SIZE_NAMES", "plot_dc", "register"]
+
+DEFAULT_POLICIES = ("sync", "one-step", "static:0.5", "verl-dynamic", "dart")
+# The presets of dartfl.datacenter.WORKLOADS, listed to keep numpy out of `--help` (a test checks).
+WORKLOAD_NAMES = ("rlvr", "long-prompt", "agentic", "agentic-swe")
+# Single-turn workload flags: None means "the preset's value, or the historical default".
+SINGLE_TURN_DEFAULTS = {"median_tokens": 1024.0, "length_drift": 1.0, "max_tokens": 8192}
 # The sizes dartfl.datacenter.model_spec accepts, aliases included: listed, not imported, to keep
 # numpy out of `--help`; a test checks it matches the model table.
 MODEL_SIZE_NAMES = ("1.5b", "7b", "14b", "30b", "30b-a3b", "32b", "70b", "235b", "235b-a22b")
@@ -37,6 +45,8 @@ CONTRACT_KEYS = (
     "staleness_mean",
     "dropped_samples",
     "switches",
+    "aborted_gpu_s",
+    "idle_gpu_s",
 )
 
 
@@ -56,6 +66,18 @@ def register(sub: Any) -> None:
     s.add_argument("--sweep-static", action="store_true", help="add the best static split found by a sweep")
     g = s.add_argument_group("workload")
     g.add_argument(
+        "--workload",
+        choices=WORKLOAD_NAMES,
+        help="a preset: rlvr (single-turn, lengths growing 3x), long-prompt (4,096-token prompts, "
+        "lengths growing 16x), agentic (tool-using episodes), agentic-swe (long-horizon coding "
+        "agent); flags below override its values (docs/datacenter.md)",
+    )
+    g.add_argument(
+        "--kv",
+        choices=("keep", "evict"),
+        help="agentic: KV cache of an episode waiting for a tool is kept or evicted (default keep)",
+    )
+    g.add_argument(
         "--lengths",
         choices=("lognormal", "trace"),
         default="lognormal",
@@ -69,16 +91,15 @@ def register(sub: Any) -> None:
     g.add_argument(
         "--length-drift",
         type=float,
-        default=1.0,
-        help="factor the median length grows by from the first to the last step (1: none)",
+        help="factor the median length grows by from the first to the last step (default 1: none)",
     )
-    g.add_argument("--median-tokens", type=float, default=1024.0, help="median response length at step 0")
-    g.add_argument("--max-tokens", type=int, default=8192, help="response length cap (truncation)")
+    g.add_argument("--median-tokens", type=float, help="median response length at step 0 (default 1024)")
+    g.add_argument("--max-tokens", type=int, help="response length cap, truncation (default 8192)")
     g.add_argument("--group-size", type=int, default=8, help="samples per prompt (GRPO n, default 8)")
     g.add_argument(
         "--batch-prompts", type=int, default=0, help="prompts per training step (default 4 per GPU)"
     )
-    g.add_argument("--prompt-tokens", type=int, default=512, help="prompt length in tokens (default 512)")
+    g.add_argument("--prompt-tokens", type=int, help="prompt length in tokens (default 512, or the preset's)")
     g.add_argument(
         "--sync-mode",
         choices=("blocking", "interrupt", "overlapped"),
@@ -103,6 +124,12 @@ def register(sub: Any) -> None:
     )
     r.add_argument("--engine", choices=("ray",), default="ray", help="execution engine (ray)")
     r.add_argument("--workers", type=int, default=3, help="worker actors (default 3)")
+    r.add_argument(
+        "--task",
+        choices=("sort", "tools"),
+        default="sort",
+        help="toy task: sort (single-turn) or tools (multi-turn, episodes wait for a checker tool)",
+    )
     _add_run_arguments(r, 30, "training steps per policy", "sync dart")
     r.add_argument("--seed", type=seed_arg, default=1, help="random seed (default 1)")
     r.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
@@ -136,13 +163,46 @@ def _need_action(parser: argparse.ArgumentParser, args: argparse.Namespace) -> i
     return 2
 
 
-def _lengths(args: argparse.Namespace) -> Any:
+def _workload(args: argparse.Namespace) -> tuple[Any, int]:
+    """The workload and prompt length: the preset (if any), then the flags over it."""
+    from dataclasses import replace
+
+    from dartfl.datacenter import WORKLOADS, AgenticWorkload, LogNormalLengths
+
+    preset = WORKLOADS[args.workload] if args.workload else None
+    prompt = (
+        args.prompt_tokens if args.prompt_tokens is not None else (preset.prompt_tokens if preset else 512)
+    )
+    base = preset.build() if preset else None
+    if isinstance(base, AgenticWorkload):
+        single = [f"--{k.replace('_', '-')}" for k in SINGLE_TURN_DEFAULTS if getattr(args, k) is not None]
+        if single or args.lengths != "lognormal" or args.trace is not None:
+            used = ", ".join(single or ["--lengths/--trace"])
+            raise ConfigError(f"{used} applies to single-turn workloads, not --workload {args.workload}")
+        return (replace(base, kv=args.kv) if args.kv else base), prompt
+    if args.kv is not None:
+        raise ConfigError("--kv applies to agentic workloads (--workload agentic or agentic-swe)")
+    values = {
+        k: getattr(args, k)
+        if getattr(args, k) is not None
+        else (getattr(base, _FIELD[k]) if isinstance(base, LogNormalLengths) else d)
+        for k, d in SINGLE_TURN_DEFAULTS.items()
+    }
+    return _lengths(args, values), prompt
+
+
+_FIELD = {"median_tokens": "median_tokens", "length_drift": "drift", "max_tokens": "max_tokens"}
+
+
+def _lengths(args: argparse.Namespace, values: dict[str, Any]) -> Any:
     from dartfl.datacenter import LogNormalLengths, TraceLengths
 
     if args.lengths == "lognormal":
         if args.trace is not None:
             raise ConfigError("--trace needs --lengths trace")
-        return LogNormalLengths(args.median_tokens, max_tokens=args.max_tokens, drift=args.length_drift)
+        return LogNormalLengths(
+            values["median_tokens"], max_tokens=values["max_tokens"], drift=values["length_drift"]
+        )
     from workloads.traces import read_azure_llm_requests
 
     if args.trace is None:
@@ -155,10 +215,10 @@ def _lengths(args: argparse.Namespace) -> Any:
     else:
         requests = read_azure_llm_requests(args.trace)
     tokens = tuple(int(t) for t in requests.generated_tokens if t > 0)
-    return TraceLengths(tokens, max_tokens=args.max_tokens, drift=args.length_drift)
+    return TraceLengths(tokens, max_tokens=values["max_tokens"], drift=values["length_drift"])
 
 
-def _config(args: argparse.Namespace) -> Any:
+def _config(args: argparse.Namespace, prompt_tokens: int) -> Any:
     from dartfl.datacenter import DcConfig, model_spec
 
     if args.switch_cost_s is not None and not args.switch_cost_s >= 0:
@@ -171,7 +231,7 @@ def _config(args: argparse.Namespace) -> Any:
         eta=args.eta,
         batch_groups=args.batch_prompts,
         group_size=args.group_size,
-        prompt_tokens=args.prompt_tokens,
+        prompt_tokens=prompt_tokens,
         sync_mode=args.sync_mode,
         period_s=args.period_s,
     )
@@ -184,9 +244,9 @@ def run_sim(args: argparse.Namespace) -> int:
     from dartfl.datacenter.sweep import sweep_static
     from dartfl.store import to_jsonable
 
-    config = _config(args)
+    lengths, prompt_tokens = _workload(args)
+    config = _config(args, prompt_tokens)
     plot_path = checked_plot_path(args, args.default_plot)
-    lengths = _lengths(args)
     specs = args.policies or list(DEFAULT_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
     runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
@@ -198,9 +258,10 @@ def run_sim(args: argparse.Namespace) -> int:
     summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None
     if not args.no_store:
-        run_id = _record(args, summaries, sweep)
+        run_id = _record(args, runs, summaries, sweep)
     if plot_path:
-        plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}, eta {args.eta}")
+        what = f", {args.workload}" if args.workload else ""
+        plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}{what}, eta {args.eta}")
     if args.json:
         out: dict[str, Any] = {"results": summaries, "run_id": run_id}
         if sweep:
@@ -215,17 +276,19 @@ def run_sim(args: argparse.Namespace) -> int:
 
 
 def run_real(args: argparse.Namespace) -> int:
-    from dartfl.datacenter.ray_engine import RayRunConfig, run_ray
+    import ray_engine
     from dartfl.store import to_jsonable
 
     specs = args.policies or ["sync", "dart"]
-    cfg = RayRunConfig(workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed)
+    cfg = ray_engine.RayRunConfig(
+        workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed, task=args.task
+    )
     plot_path = checked_plot_path(args, args.default_plot)
-    runs = run_ray(cfg, specs)
+    runs = ray_engine.run_ray(cfg, specs)
     summaries = [to_jsonable(r.summary()) for r in runs]
-    run_id = None if args.no_store else _record(args, summaries, [])
+    run_id = None if args.no_store else _record(args, runs, summaries, [])
     if plot_path:
-        title = f"Ray engine, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
+        title = f"Ray engine, {cfg.task} task, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
         plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
     if args.json:
         json.dump({"results": summaries, "run_id": run_id}, sys.stdout, default=float)
@@ -238,18 +301,26 @@ def run_real(args: argparse.Namespace) -> int:
 
 
 def _record(
-    args: argparse.Namespace, summaries: list[dict[str, Any]], sweep: list[tuple[float, float]]
+    args: argparse.Namespace,
+    runs: list[Any],
+    summaries: list[dict[str, Any]],
+    sweep: list[tuple[float, float]],
 ) -> int:
+    """One run in the store: each policy's summary and its per-period decisions (roles,
+    buffer, samples trained), which the dashboard's Datacenter page charts."""
     from dartfl.paths import default_store_path
     from dartfl.store import RunStore
 
     config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"}
     config["static_sweep"] = sweep
     label = f"dc {args.dc_command}: {getattr(args, 'gpus', getattr(args, 'workers', '?'))} workers/GPUs"
+    if getattr(args, "workload", None):
+        label += f", {args.workload}"
     with RunStore(args.store or default_store_path()) as store:
         run_id = store.start_run("dc", label, config)
         try:
-            for s in summaries:
+            for run, s in zip(runs, summaries, strict=True):
+                store.add_decisions(run_id, str(s["policy"]), decision_rows(run))
                 store.add_result(run_id, str(s["policy"]), s)
         except BaseException:
             store.finish_run(run_id, "failed")
@@ -258,65 +329,31 @@ def _record(
     return run_id
 
 
-TIME_UNITS_S = {"s": 1.0, "h": 3600.0}
+def decision_rows(run: Any) -> list[Any]:
+    """A run's series as the store's decision rows: buffer depth as the backlog, the rollout
+    share of the GPUs (or workers) as the share, the samples trained in the period that
+    starts at the row (the series books them at the row that ends the period)."""
+    from dartfl.store import DecisionRow
 
-
-def plot_dc(
-    runs: list[Any],
-    path: Path,
-    title: str = "",
-    *,
-    time_unit: str = "h",
-    resource: str = "GPUs",
-    rewards: bool = False,
-) -> Path:
-    """Roles, buffer depth and staleness over time, one column per policy.
-
-    A run is anything with `policy`, `eta` and a `series` of the simulator's keys (a
-    simulated `DcRun` or a Ray engine `RayRun`); `rewards` adds a row with each run's
-    `reward_curve` (mean reward per training step).
-    """
-    from dartfl.cli.plots import pyplot
-
-    plt = pyplot()
-    shown = [r for r in runs if r.series["t_s"]] or runs[:1]
-    rows = 4 if rewards else 3
-    fig, axes = plt.subplots(rows, len(shown), figsize=(4.2 * len(shown), 2.7 * rows), squeeze=False)
-    for j, run in enumerate(shown):
-        s = run.series
-        t = [x / TIME_UNITS_S[time_unit] for x in s["t_s"]]
-        ax = axes[0][j]
-        ax.stackplot(
-            t,
-            s["rollout_gpus"],
-            s["train_gpus"],
-            s["switching_gpus"],
-            labels=("rollout", "train", "switching"),
-            step="post",
+    s = run.series
+    t = s["t_s"]
+    total = [
+        r + tr + sw for r, tr, sw in zip(s["rollout_gpus"], s["train_gpus"], s["switching_gpus"], strict=True)
+    ]
+    trained = s.get("trained_samples", [0.0] * len(t))
+    after = [*trained[1:], float(run.trained_samples) - sum(trained)]
+    return [
+        DecisionRow(
+            t_s=float(t[j]),
+            backlog=max(0, round(s["buffer_groups"][j])),
+            inference_share=s["rollout_gpus"][j] / total[j] if total[j] else 0.0,
+            microbatch=0,
+            max_batch=0,
+            task_shares=(),
+            trained_samples=max(0, round(after[j])),
         )
-        ax.set_title(run.policy, fontsize=9)
-        axes[1][j].step(t, s["buffer_groups"], where="post", lw=0.8)
-        axes[2][j].step(t, s["staleness_max"], where="post", lw=0.8)
-        axes[2][j].axhline(run.eta, color="k", ls="--", lw=0.8, label="eta")
-        for row in (1, 2):  # the reward row counts steps, not time
-            axes[row][j].sharex(axes[0][j])
-        axes[2][j].set_xlabel(f"time ({time_unit})")
-        if rewards:
-            curve = run.reward_curve
-            axes[3][j].plot(range(1, len(curve) + 1), curve, lw=0.8, marker=".", ms=3)
-            axes[3][j].set_xlabel("training step")
-    axes[0][0].set_ylabel(resource)
-    axes[0][0].legend(loc="lower left", fontsize=7)
-    axes[1][0].set_ylabel("buffer (prompts)")
-    axes[2][0].set_ylabel("staleness of last batch")
-    if rewards:
-        axes[3][0].set_ylabel("mean reward")
-    fig.suptitle(title or "dartfl dc sim")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        for j in range(len(t))
+    ]
 
 
 def _print_table(summaries: list[dict[str, Any]]) -> None:

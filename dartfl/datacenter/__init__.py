@@ -1,8 +1,9 @@
 """Datacenter mode: the DART allocator balancing rollout and training GPUs in async RL.
 
-The core here is pure (stdlib + numpy): a cost model per model size, response-length
-models, the split policies, and an event-driven simulator. The Ray engine lives in
-`dartfl.datacenter.ray_engine` and imports Ray and PyTorch only when called.
+The core here is pure (stdlib + numpy): a cost model per model size, response-length and
+agentic-episode models, the split policies (with verl-dynamic, a lending rival), an
+event-driven simulator, and the split decision the Ray engine uses (`worker_split`). The Ray
+engine itself is the top-level adapter package `ray_engine`.
 """
 
 from dartfl.datacenter.lengths import LengthModel, LogNormalLengths, TraceLengths
@@ -10,11 +11,14 @@ from dartfl.datacenter.model import MODEL_SIZES, ModelSpec, model_spec, weight_s
 from dartfl.datacenter.policies import DC_POLICY_FORMS, DcPolicy, make_dc_policy
 from dartfl.datacenter.simulator import DcRun, simulate
 from dartfl.datacenter.types import SYNC_MODES, DcAllocation, DcConfig, DcObservation
+from dartfl.datacenter.workload import WORKLOADS, AgenticWorkload, Workload
 
 __all__ = [
     "DC_POLICY_FORMS",
     "MODEL_SIZES",
     "SYNC_MODES",
+    "WORKLOADS",
+    "AgenticWorkload",
     "DcAllocation",
     "DcConfig",
     "DcObservation",
@@ -24,6 +28,7 @@ __all__ = [
     "LogNormalLengths",
     "ModelSpec",
     "TraceLengths",
+    "Workload",
     "make_dc_policy",
     "model_spec",
     "simulate",

@@ -19,6 +19,7 @@ __all__ = ["MODEL_SIZES", "ModelSpec", "model_spec", "weight_sync_range_s"]
 GPU_MEM_B = 80e9
 GPU_HBM_B_PER_S = 3.35e12
 GPU_FLOP_PER_S = 989e12
+HYBRID_MEM_SHARE = 0.5  # verl: gpu_memory_utilization of hybrid replicas "0.3-0.5"; its upper end
 MEM_BW_EFFICIENCY = 0.7  # share of peak HBM bandwidth a decode step achieves
 DECODE_OVERHEAD_S = 0.002  # kernel launches, sampling, scheduler: per decode step
 TRAIN_MFU = 0.35  # model FLOP utilisation of an FSDP trainer on long sequences
@@ -69,6 +70,7 @@ class ModelSpec:
     sync_low_s: float
     sync_high_s: float
     switch_s: float  # dead time when a GPU changes role (load weights, build engine/optimizer)
+    hybrid_kv_tokens_per_engine: int = 0  # KV of a trainer GPU lent to rollout (0: as a dedicated one)
 
     def __post_init__(self) -> None:
         if not (isinstance(self.tp, int) and self.tp >= 1):
@@ -83,9 +85,14 @@ class ModelSpec:
     def decode_step_s(self, seqs: float, kv_tokens: float) -> float:
         return self.decode_fixed_s + self.decode_per_seq_s * seqs + self.decode_per_kv_token_s * kv_tokens
 
-    def engine_slots(self, context_tokens: float) -> int:
-        """Sequences one engine holds at once: KV memory over the mean context, capped."""
-        by_memory = int(self.kv_tokens_per_engine / max(1.0, context_tokens))
+    def engine_slots(self, context_tokens: float, *, hybrid: bool = False) -> int:
+        """Sequences one engine holds at once: KV memory over the mean context, capped.
+
+        `hybrid`: an engine on trainer GPUs lent to rollout, which shares the GPU with the
+        sleeping training engine and gets less memory for KV (verl: 0.3-0.5 of the GPU).
+        """
+        kv = self.hybrid_kv_tokens_per_engine if hybrid and self.hybrid_kv_tokens_per_engine else None
+        by_memory = int((kv or self.kv_tokens_per_engine) / max(1.0, context_tokens))
         return max(1, min(self.max_seqs_per_engine, by_memory))
 
     @property
@@ -129,6 +136,7 @@ def model_spec(size: str, *, switch_s: float | None = None) -> ModelSpec:
     per_seq = 2.0 * active / (tp * GPU_FLOP_PER_S * 0.3)
     per_kv = kv_bytes / bw
     kv_tokens = int((tp * 0.9 * GPU_MEM_B - weights_b - tp * 4e9) / kv_bytes)
+    hybrid_kv = int((tp * HYBRID_MEM_SHARE * GPU_MEM_B - weights_b - tp * 4e9) / kv_bytes)
     # 3. Training: 6N per token forward+backward, 2N more for the old policy's log-probs.
     train = 8.0 * active / (GPU_FLOP_PER_S * TRAIN_MFU)
     min_gpus = max(1, math.ceil(16.0 * params / (0.7 * GPU_MEM_B)))  # bf16 + fp32 Adam, sharded
@@ -150,4 +158,5 @@ def model_spec(size: str, *, switch_s: float | None = None) -> ModelSpec:
         sync_low_s=lo,
         sync_high_s=hi,
         switch_s=switch_s if switch_s is not None else 5.0 + 2.0 * weights_b / 5e9 / tp,
+        hybrid_kv_tokens_per_engine=max(1, hybrid_kv),
     )

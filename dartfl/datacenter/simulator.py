@@ -2,79 +2,108 @@
 
 Discrete events (training steps, weight syncs, role switches, control periods) are handled
 exactly; decode progress between them is integrated on the rollout pool's token clock in
-steps of at most `tick_s` (dartfl/datacenter/rollout.py). Time is simulated; the random
-generator is passed in; a run is deterministic for a seed.
+steps of at most `tick_s`. Time is simulated; the random generator is passed in; a run is
+deterministic for a seed.
 
-Per run it keeps the books the tests check: every GPU holds exactly one of rollout, train or
-switching at all times; generated = consumed + dropped + buffered + in flight (samples); no
-group past the staleness bound is trained on.
-
-The run's books are `DcRun` (dartfl/datacenter/dc_run.py); the state and the rollout side
-(admission, decode throughput, the clock) are in dartfl/datacenter/simulator_rollout.py.
+The run is made of parts, each with its own state: `GpuRoles` (who holds which role),
+`RolloutEngine` (engines, admission, the pool in flight), `ExperienceBuffer`, `Trainer`, and
+for a lending policy `HybridLending`. `Simulation` holds them, runs the event loop and the
+control periods, and books GPU time; the synchronous colocated path is
+dartfl/datacenter/colocated.py. Per run it keeps the books the tests check: every GPU holds
+exactly one of rollout, train or switching at all times; generated = consumed + dropped +
+buffered + in flight (samples); no group past the staleness bound is trained on.
 """
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from dartfl.datacenter.buffer import ExperienceBuffer
 from dartfl.datacenter.dc_run import DcRun
-from dartfl.datacenter.lengths import LengthModel
-from dartfl.datacenter.policies.base import DcPolicy
-from dartfl.datacenter.simulator_rollout import RolloutSimulator
+from dartfl.datacenter.engine import EpisodeStats, RolloutEngine
+from dartfl.datacenter.lending import HybridLending
+from dartfl.datacenter.policies.base import DcPolicy, LendingPolicy
+from dartfl.datacenter.roles import GpuRoles
+from dartfl.datacenter.trainer import Trainer
 from dartfl.datacenter.types import DcConfig, DcObservation
+from dartfl.datacenter.workload import AgenticWorkload, Workload
 from dartfl.errors import DartflError
 
-__all__ = ["DcRun", "simulate"]
+__all__ = ["DcRun", "Simulation", "simulate"]
 
 
-def simulate(config: DcConfig, policy: DcPolicy, lengths: LengthModel, rng: np.random.Generator) -> DcRun:
+def simulate(config: DcConfig, policy: DcPolicy, workload: Workload, rng: np.random.Generator) -> DcRun:
     """Run `config.steps` training steps under `policy`; return the books."""
+    from dartfl.datacenter.colocated import run_colocated
+
     policy.reset()
-    return _Sim(config, policy, lengths, rng).run()
+    sim = Simulation(config, policy, workload, rng)
+    if policy.mode == "colocated":
+        run_colocated(sim)
+    else:
+        sim.run_split()
+    return sim.close()
 
 
-class _Sim(RolloutSimulator):
-    """One run: the event loop, control periods, the trainer and the colocated path."""
+class Simulation:
+    """One run: its parts, the clock, the event loop and the control periods."""
 
-    # ---- the main loop ------------------------------------------------------------------
-    def run(self) -> DcRun:
-        if self.mode == "colocated":
-            self._run_colocated()
-        else:
-            self._run_split()
-        r = self.run_
+    def __init__(
+        self, config: DcConfig, policy: DcPolicy, workload: Workload, rng: np.random.Generator
+    ) -> None:
+        self.c, self.m, self.policy, self.workload = config, config.model, policy, workload
+        self.mode = policy.mode
+        eta = config.eta if policy.eta is None else policy.eta  # one-step fixes 1, sync 0
+        self.run = DcRun(policy.name, policy.mode, config, eta)
+        self.roles = GpuRoles(config.gpus)
+        self.buffer = ExperienceBuffer()
+        self.engine = RolloutEngine(config, self.roles, workload, rng, eta)
+        self.trainer = Trainer(config, self.roles, self.engine, self.buffer, self.run)
+        self.lending = (
+            HybridLending(config, policy, self.roles, self.trainer, self.engine, self.run)
+            if isinstance(policy, LendingPolicy)
+            else None
+        )
+        self.now = 0.0
+        self.mean_len = self.mean_extra = self.mean_wait_s = self.mean_prefill = 0.0
+        # agentic: measured on finished groups, so they describe the workload, not the moment
+        # (at any instant the groups still in flight are the stragglers, with long contexts)
+        self.episodes = EpisodeStats(config.batch_groups) if isinstance(workload, AgenticWorkload) else None
+
+    def close(self) -> DcRun:
+        r = self.run
         r.makespan_s = self.now
-        r.steps = self.version
-        r.buffered_samples = self.buffer_groups * self.c.group_size
-        r.inflight_samples = self.pool.active_samples
+        r.steps = self.trainer.version
+        r.generated_samples = self.engine.admitted_groups * self.c.group_size
+        r.buffered_samples = self.buffer.groups * self.c.group_size
+        r.inflight_samples = self.engine.pool.inflight_samples
+        r.aborted_samples = self.engine.aborted_samples
         return r
 
-    def _run_split(self) -> None:
-        c = self.c
-        first = self.policy.decide(self._observe())
-        self.rollout_gpus = self._clip_rollout(first.rollout_gpus)
-        self.train_gpus = c.gpus - self.rollout_gpus
+    # ---- the event loop -------------------------------------------------------------------
+    def run_split(self) -> None:
+        c, roles, trainer, engine = self.c, self.roles, self.trainer, self.engine
+        roles.train = c.gpus  # until the first decision every GPU is the trainer's
+        roles.rollout = self._clip_rollout(self.policy.decide(self._observe()).rollout_gpus)
+        roles.train = c.gpus - roles.rollout
         next_period = c.period_s
         guard = 0
-        while self.version < c.steps:
+        while trainer.version < c.steps:
             if self.now >= next_period - 1e-9:
                 self._control()
                 next_period += c.period_s
             self._land_switches()
             self._trainer_events()
-            self._admit()
+            engine.admit(self.buffer, self.mode, trainer.version, trainer.steps_started, self.now)
             horizon = min(next_period, self.now + c.tick_s)
-            for t in (
-                self.train_until,
-                self.pause_until,
-                *(d[0] for d in self.dead),
-                *(v[0] for v in self.visible),
-            ):
+            events = [trainer.train_until, engine.pause_until, *(d[0] for d in roles.dead)]
+            events += [v[0] for v in engine.visible]
+            if self.lending is not None:
+                events.append(self.lending.next_event())
+            for t in events:
                 if t > self.now + 1e-9:
                     horizon = min(horizon, t)
-            self._advance(horizon - self.now)
+            self.advance(horizon - self.now)
             guard = guard + 1 if self._stuck() else 0
             if guard > 10_000:
                 raise DartflError(
@@ -83,84 +112,140 @@ class _Sim(RolloutSimulator):
 
     def _stuck(self) -> bool:
         return (
-            self.pool.active_samples == 0
-            and self.train_until < self.now
-            and not self.dead
-            and (self.buffer_groups < self.c.batch_groups)
+            self.engine.pool.inflight_samples == 0
+            and self.trainer.train_until < self.now
+            and not self.roles.dead
+            and self.buffer.groups < self.c.batch_groups
         )
 
-    # ---- control ------------------------------------------------------------------------
+    def _trainer_events(self) -> None:
+        self.engine.land_weights(self.now)
+        trainer, lending = self.trainer, self.lending
+        if trainer.tick(self.now) and lending is not None:
+            lending.step_ended(self.now)
+        if not trainer.idle or self.roles.pending_to_rollout:
+            return
+        if lending is None:
+            trainer.try_start(self.now)
+        elif lending.trainer_may_start(self.now):
+            lending.waiting(self.now, trainer.try_start(self.now))
+
+    def advance(self, dt: float) -> None:
+        """Book GPU time for dt, decode, and move the clock."""
+        if dt <= 0:
+            return
+        r, roles, engine, trainer = self.run, self.roles, self.engine, self.trainer
+        own, lent = engine.engines()
+        engines = own + lent
+        paused = self.now < engine.pause_until - 1e-9
+        decoding = engine.pool.decoding
+        switching = roles.switching
+        if not roles.consistent():
+            r.booking_errors += 1
+        r.rollout_gpu_s += roles.decoding * dt
+        r.train_gpu_s += roles.train * dt
+        r.switching_gpu_s += switching * dt
+        idle_engines = engines if (paused or decoding == 0) else max(0, engines - decoding)
+        r.rollout_idle_gpu_s += idle_engines * self.m.tp * dt
+        computing = trainer.step_gpus if trainer.step_compute_until > self.now else 0
+        r.train_idle_gpu_s += (roles.train - computing) * dt
+        if self.mode == "stream" and engine.pool.active_samples < engine.slots() - self.c.group_size:
+            engine.p_blocked_s += dt
+        engine.advance(dt, self.now, self.buffer)
+        self.now += dt
+
+    # ---- control ---------------------------------------------------------------------------
     def _observe(self) -> DcObservation:
-        c, p = self.c, self.c.period_s
-        switching = sum(d[2] for d in self.dead)
+        c, p, roles, engine, pool = self.c, self.c.period_s, self.roles, self.engine, self.engine.pool
+        agentic = isinstance(self.workload, AgenticWorkload)
+        groups = pool.inflight_groups
         return DcObservation(
             now_s=self.now,
             period_s=p,
             gpus=c.gpus,
             tp=self.m.tp,
             train_min_gpus=self.m.train_min_gpus,
-            rollout_gpus=self.rollout_gpus,
-            train_gpus=c.gpus - self.rollout_gpus - switching,
-            switching_gpus=switching,
-            buffer_groups=self.buffer_groups,
-            inflight_groups=self.pool.inflight_groups,
+            rollout_gpus=roles.rollout,
+            train_gpus=roles.train,
+            switching_gpus=roles.switching,
+            buffer_groups=self.buffer.groups,
+            inflight_groups=groups,
             batch_groups=c.batch_groups,
             group_size=c.group_size,
-            eta=self.eta,
-            version=self.version,
-            steps_left=c.steps - self.version,
-            mean_response_tokens=self._mean_len,
+            eta=self.trainer.eta,
+            version=self.trainer.version,
+            steps_left=c.steps - self.trainer.version,
+            mean_response_tokens=self.mean_len,
             prompt_tokens=c.prompt_tokens,
-            measured_rollout_groups_per_s=self._period_rollout_groups / p,
-            measured_train_groups_per_s=self._period_train_groups / p,
-            admission_blocked_share=min(1.0, self._period_blocked_s / p),
+            measured_rollout_groups_per_s=engine.p_groups / p,
+            measured_train_groups_per_s=self.trainer.period_groups / p,
+            admission_blocked_share=min(1.0, engine.p_blocked_s / p),
             active_context_tokens=self._context_tokens(),
             model=self.m,
             sync_mode=c.sync_mode,
+            multi_turn=agentic,
+            kv_kept=not agentic or self.workload.kv == "keep",  # type: ignore[union-attr]
+            mean_extra_tokens=self.mean_extra,
+            mean_env_wait_s=self.mean_wait_s,
+            mean_prefill_tokens=self.mean_prefill,
+            running_share=self.episodes.running_share if self.episodes else 0.0,
+            hybrid_gpus=roles.hybrid,
         )
 
+    def _context_tokens(self) -> float:
+        if self.episodes and self.episodes.context_tokens > 0:
+            return self.episodes.context_tokens
+        return self.engine.pool.held_context_tokens() or float(self.c.prompt_tokens)
+
     def _control(self) -> None:
-        if self._period_samples:
-            self._mean_len = self._period_tokens / self._period_samples
+        engine, roles, trainer = self.engine, self.roles, self.trainer
+        if self.episodes is not None:
+            e = self.episodes
+            e.add(engine)
+            self.mean_len, self.mean_extra = e.per_sample("tokens"), e.per_sample("extra")
+            self.mean_wait_s, self.mean_prefill = e.per_sample("wait_s"), e.per_sample("prefill")
+        elif engine.p_samples:
+            self.mean_len = engine.p_tokens / engine.p_samples
         obs = self._observe()
         self.policy.update(obs)
         target = self._clip_rollout(self.policy.decide(obs).rollout_gpus)
-        self._period_tokens = 0.0
-        self._period_samples = 0
-        self._period_rollout_groups = self._period_train_groups = 0
-        self._period_blocked_s = 0.0
-        s = self.run_.series
-        for key, value in (
-            ("t_s", self.now),
-            ("rollout_gpus", self.rollout_gpus),
-            ("train_gpus", obs.train_gpus),
-            ("switching_gpus", obs.switching_gpus),
-            ("buffer_groups", self.buffer_groups),
-            ("inflight_groups", self.pool.inflight_groups),
-            ("version", self.version),
-            ("staleness_max", self._last_staleness),
-        ):
-            s[key].append(float(value))
-        if self.dead or self.pending_to_rollout:
-            return  # one move at a time: the last one has not landed
-        delta = target - self.rollout_gpus
+        engine.new_period()
+        trainer.period_groups = 0
+        self.run.record(
+            t_s=self.now,
+            rollout_gpus=roles.decoding,
+            train_gpus=roles.train,
+            switching_gpus=roles.switching,
+            hybrid_gpus=roles.hybrid,
+            buffer_groups=self.buffer.groups,
+            inflight_groups=engine.pool.inflight_groups,
+            version=trainer.version,
+            staleness_max=trainer.last_staleness,
+        )
+        if roles.dead or roles.pending_to_rollout or roles.hybrid:
+            return  # one move at a time: the last one has not landed (or the trainer is lent)
+        self._move(target - roles.rollout)
+
+    def _move(self, delta: int) -> None:
+        roles, m = self.roles, self.m
         if delta < 0:  # rollout engines leave now; their sequences resume on the others
-            self.rollout_gpus += delta
-            self.dead.append((self.now + self.m.switch_s, "train", -delta))
+            roles.rollout += delta
+            self.run.recompute_gpu_s += self.engine.abort(-delta // m.tp, self.now)
+            roles.start_switch(self.now, m.switch_s, "train", -delta)
         elif delta > 0:
-            room = self.train_gpus - self.m.train_min_gpus
-            delta = min(delta, room // self.m.tp * self.m.tp)
+            room = roles.train - m.train_min_gpus
+            delta = min(delta, room // m.tp * m.tp)
             if delta <= 0:
                 return
-            if self.train_until < self.now:
-                self.train_gpus -= delta
-                self.dead.append((self.now + self.m.switch_s, "rollout", delta))
+            if self.trainer.train_until < self.now:
+                roles.train -= delta
+                roles.start_switch(self.now, m.switch_s, "rollout", delta)
             else:
-                self.pending_to_rollout = delta  # the trainer cannot shrink mid-step
+                roles.pending_to_rollout = delta  # the trainer cannot shrink mid-step
         else:
             return
-        self.run_.switches += 1
-        self.run_.gpus_moved += abs(delta)
+        self.run.switches += 1
+        self.run.gpus_moved += abs(delta)
 
     def _clip_rollout(self, gpus: int) -> int:
         tp = self.m.tp
@@ -168,154 +253,9 @@ class _Sim(RolloutSimulator):
         return max(tp, min(most, gpus // tp * tp))
 
     def _land_switches(self) -> None:
-        if self.pending_to_rollout and self.train_until < self.now:
-            k = self.pending_to_rollout
-            self.pending_to_rollout = 0
-            self.train_gpus -= k
-            self.dead.append((self.now + self.m.switch_s, "rollout", k))
-        if not self.dead:
-            return
-        keep = []
-        for ready, role, k in self.dead:
-            if ready <= self.now + 1e-9:
-                if role == "rollout":
-                    self.rollout_gpus += k
-                else:
-                    self.train_gpus += k
-            else:
-                keep.append((ready, role, k))
-        self.dead = keep
-
-    # ---- trainer ------------------------------------------------------------------------
-    def _trainer_events(self) -> None:
-        while self.visible and self.visible[0][0] <= self.now + 1e-9:
-            self.weights_version = max(self.weights_version, self.visible.pop(0)[1])
-            if self.c.sync_mode == "interrupt":
-                # AReaL-style interruptible generation: in-flight samples finish under the new
-                # weights, so their behaviour version is the new one (decoupled PPO corrects the
-                # older prefix); blocking/overlapped keep the version generation started with.
-                self.pool.retag(self.weights_version)
-        if self.train_until >= 0 and self.now + 1e-9 >= self.train_until:
-            self.train_until = -1.0
-        if self.step_compute_until >= 0 and self.now + 1e-9 >= self.step_compute_until:
-            self._finish_step()
-        if self.train_until < 0 and self.step_compute_until < 0 and not self.pending_to_rollout:
-            self._start_step()
-
-    def _start_step(self) -> None:
-        c = self.c
-        self._drop_stale()
-        if self.buffer_groups < c.batch_groups or self.train_gpus < self.m.train_min_gpus:
-            return
-        need = c.batch_groups
-        tokens = 0.0
-        self._last_staleness = 0
-        for v in sorted(self.buffer):
-            groups, toks = self.buffer[v]
-            take = min(need, int(groups))
-            share = toks * take / groups
-            tokens += share
-            stale = self.version - v
-            self.run_.staleness_counts[stale] = self.run_.staleness_counts.get(stale, 0) + take
-            self._last_staleness = max(self._last_staleness, stale)
-            if take == groups:
-                del self.buffer[v]
-            else:
-                self.buffer[v] = [groups - take, toks - share]
-            need -= take
-            if need == 0:
-                break
-        self.buffer_groups -= c.batch_groups
-        samples = c.batch_samples
-        self.run_.trained_samples += samples
-        self.run_.trained_tokens += tokens
-        self._period_train_groups += c.batch_groups
-        self.step_gpus = self.train_gpus
-        self.step_compute_until = self.now + self._train_time_s(samples, tokens, self.step_gpus)
-        self.train_until = self.step_compute_until
-        self.steps_started += 1
-
-    def _train_time_s(self, samples: int, response_tokens: float, gpus: int) -> float:
-        m, c = self.m, self.c
-        tokens = response_tokens + samples * c.prompt_tokens
-        per_rank = math.ceil(samples / gpus)
-        padding = per_rank * gpus / samples  # a batch that does not divide leaves ranks idle
-        efficiency = 1.0 / (1.0 + 0.02 * math.log2(max(1, gpus)))
-        return (
-            tokens * m.train_per_token_gpu_s * padding / (gpus * efficiency)
-            + c.minibatches * m.minibatch_overhead_s
-        )
-
-    def _finish_step(self) -> None:
-        self.step_compute_until = -1.0
-        self.version += 1
-        m, mode = self.m, self.c.sync_mode
-        if mode == "overlapped":
-            self.train_until = self.now + m.sync_low_s
-            self.visible.append((self.now + m.sync_s, self.version))
-        else:
-            pause = m.sync_s
-            if mode == "interrupt" and self.rollout_gpus:
-                # in-flight sequences recompute their KV cache under the new weights
-                engines = self.rollout_gpus // m.tp
-                ctx = self.c.prompt_tokens + 0.5 * self.pool.length_biased_tokens
-                pause += self.pool.active_samples * ctx * m.prefill_per_token_s / engines
-            self.pause_until = max(self.pause_until, self.now + pause)
-            self.train_until = self.now + m.sync_s
-            self.visible.append((self.now + pause, self.version))
-
-    def _drop_stale(self) -> None:
-        """Groups whose version is more than eta behind the next step can never be trained."""
-        floor = self.version - self.eta
-        for v in [v for v in self.buffer if v < floor]:
-            groups, toks = self.buffer.pop(v)
-            g = int(groups)
-            self.buffer_groups -= g
-            self.accepted_groups -= g
-            self.run_.dropped_samples += g * self.c.group_size
-            rate = self._engine_tokens_per_s(self.c.batch_samples) / self.m.tp
-            self.run_.wasted_gpu_s += toks / max(1e-9, rate)
-
-    # ---- colocated (synchronous) --------------------------------------------------------
-    def _run_colocated(self) -> None:
-        c, m = self.c, self.m
-        for step in range(c.steps):
-            # 1. every GPU rolls out one batch; the phase ends with the batch's longest group
-            self.rollout_gpus, self.train_gpus = c.gpus, 0
-            start = self.now
-            left = c.batch_groups
-            progress = step / max(1, c.steps - 1)
-            while left or self.pool.inflight_groups:
-                free = (self._slots() - self.pool.active_samples) // c.group_size
-                take = min(left, free)
-                if take > 0:
-                    self.pool.admit(
-                        self.lengths.draw(self.rng, take, c.group_size, progress), step, self.prefill_tokens
-                    )
-                    self.run_.generated_samples += take * c.group_size
-                    left -= take
-                self._advance(c.tick_s)
-            self.run_.rollout_phase_s += self.now - start
-            # 2. switch to training: offload the engines, load the optimizer (dead time)
-            self._colocated_dead(c.colocated_switch_s)
-            batch = self.buffer.pop(step)
-            self.buffer_groups = 0
-            self.run_.staleness_counts[0] = self.run_.staleness_counts.get(0, 0) + int(batch[0])
-            self.run_.trained_samples += c.batch_samples
-            self.run_.trained_tokens += batch[1]
-            self.train_gpus, self.rollout_gpus = c.gpus, 0
-            self.step_gpus = c.gpus
-            duration = self._train_time_s(c.batch_samples, batch[1], c.gpus)
-            self.step_compute_until = self.now + duration
-            self._advance(duration)
-            self.step_compute_until = -1.0
-            self.version += 1
-            # 3. reshard the new weights into the engines and switch back
-            self._colocated_dead(m.sync_low_s + c.colocated_switch_s)
-        self.rollout_gpus, self.train_gpus = c.gpus, 0
-
-    def _colocated_dead(self, seconds: float) -> None:
-        self.rollout_gpus, self.train_gpus = 0, 0
-        self.dead = [(self.now + seconds, "rollout", self.c.gpus)]
-        self._advance(seconds)
-        self.dead = []
+        roles = self.roles
+        if roles.pending_to_rollout and self.trainer.train_until < self.now:
+            k, roles.pending_to_rollout = roles.pending_to_rollout, 0
+            roles.train -= k
+            roles.start_switch(self.now, self.m.switch_s, "rollout", k)
+        roles.land(self.now)

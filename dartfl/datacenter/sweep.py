@@ -2,25 +2,41 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 
 from dartfl.datacenter.lengths import IntArray, LengthModel
-from dartfl.datacenter.policies import StaticSplit, split_gpus
+from dartfl.datacenter.policies import DcPolicy, StaticSplit, split_gpus
 from dartfl.datacenter.simulator import DcRun, simulate
 from dartfl.datacenter.types import DcConfig
+from dartfl.datacenter.workload import AgenticWorkload, Workload
 
-__all__ = ["DEFAULT_FRACTIONS", "Headroom", "reallocation_headroom", "sweep_static"]
+__all__ = ["DEFAULT_FRACTIONS", "Headroom", "reallocation_headroom", "sweep_fractions", "sweep_static"]
 
 DEFAULT_FRACTIONS: tuple[float, ...] = tuple(round(0.1 + 0.05 * i, 2) for i in range(17))  # 0.10..0.90
 
 
 def sweep_static(
-    config: DcConfig, lengths: LengthModel, seed: int, fractions: Sequence[float] = DEFAULT_FRACTIONS
+    config: DcConfig, lengths: Workload, seed: int, fractions: Sequence[float] = DEFAULT_FRACTIONS
 ) -> tuple[DcRun, list[tuple[float, float]]]:
     """Simulate each distinct static split (same seed); return the best run and (fraction, samples/s)."""
+    return sweep_fractions(config, lengths, seed, StaticSplit, fractions)
+
+
+def sweep_fractions(
+    config: DcConfig,
+    lengths: Workload,
+    seed: int,
+    make: Callable[[float], DcPolicy],
+    fractions: Sequence[float] = DEFAULT_FRACTIONS,
+) -> tuple[DcRun, list[tuple[float, float]]]:
+    """The best run of a policy family over its rollout fraction (same seed), and the curve.
+
+    `make(f)` builds the policy for fraction f: a static split, or verl-dynamic's dedicated
+    pool, so a rival gets the best fraction a user could tune for it too.
+    """
     m = config.model
     seen: set[int] = set()
     best: DcRun | None = None
@@ -30,7 +46,7 @@ def sweep_static(
         if gpus in seen:
             continue
         seen.add(gpus)
-        run = simulate(config, StaticSplit(f), lengths, np.random.default_rng(seed))
+        run = simulate(config, make(f), lengths, np.random.default_rng(seed))
         rate = run.trained_samples / run.makespan_s
         curve.append((f, rate))
         if best is None or rate > best.trained_samples / best.makespan_s:
@@ -38,6 +54,13 @@ def sweep_static(
     if best is None:
         raise ValueError("no static fraction to sweep")  # pragma: no cover - fractions is non-empty
     return best, curve
+
+
+def _phase(base: Workload, start: float, end: float) -> Workload:
+    """One slice [start, end] of a drifting workload, replayed as a whole run."""
+    if isinstance(base, AgenticWorkload):
+        return replace(base, calls_start=base.mean_calls(start), calls_end=base.mean_calls(end))
+    return _Phase(base, start, end)
 
 
 class _Phase(LengthModel):
@@ -82,7 +105,7 @@ class Headroom:
 
 def reallocation_headroom(
     config: DcConfig,
-    lengths: LengthModel,
+    lengths: Workload,
     seed: int,
     phases: int = 4,
     fractions: Sequence[float] = DEFAULT_FRACTIONS,
@@ -97,7 +120,7 @@ def reallocation_headroom(
         splits.setdefault(split_gpus(f, config.gpus, m.tp, m.train_min_gpus), f)
     times = np.empty((len(splits), phases))
     for i in range(phases):
-        phase = _Phase(lengths, i / phases, (i + 1) / phases)
+        phase = _phase(lengths, i / phases, (i + 1) / phases)
         for j, f in enumerate(splits.values()):
             run = simulate(phase_config, StaticSplit(f), phase, np.random.default_rng(seed + i))
             times[j, i] = run.makespan_s

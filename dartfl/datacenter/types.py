@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from dartfl.datacenter.model import ModelSpec
 from dartfl.errors import ConfigError
 
-__all__ = ["SYNC_MODES", "DcAllocation", "DcConfig", "DcObservation"]
+__all__ = ["SYNC_MODES", "DcAllocation", "DcConfig", "DcObservation", "StepReport"]
 
 SYNC_MODES = ("blocking", "interrupt", "overlapped")
 
@@ -103,12 +103,20 @@ class DcObservation:
     active_context_tokens: float  # mean KV context of an active sequence (engines report it)
     model: ModelSpec  # the profiled costs, as the edge observation carries its cost model
     sync_mode: str = "overlapped"
+    # Agentic episodes (0 / False for single-turn work), measured on recently finished groups:
+    multi_turn: bool = False
+    kv_kept: bool = True  # KV cache kept through a tool call (else evicted and recomputed)
+    mean_extra_tokens: float = 0.0  # tool-output tokens per sample (the trainer trains through them)
+    mean_env_wait_s: float = 0.0  # seconds per sample spent waiting for tools
+    mean_prefill_tokens: float = 0.0  # tokens per sample prefilled (prompt, tool outputs, recomputes)
+    running_share: float = 0.0  # share of in-flight groups' samples not finished yet (0: unknown)
+    hybrid_gpus: int = 0  # trainer GPUs lent to rollout (verl-dynamic), counted in switching/train otherwise
 
     def __post_init__(self) -> None:
-        if self.rollout_gpus + self.train_gpus + self.switching_gpus != self.gpus:
+        if self.rollout_gpus + self.hybrid_gpus + self.train_gpus + self.switching_gpus != self.gpus:
             raise ConfigError(
-                f"observation: {self.rollout_gpus} rollout + {self.train_gpus} train + "
-                f"{self.switching_gpus} switching GPUs do not add up to {self.gpus}"
+                f"observation: {self.rollout_gpus} rollout + {self.hybrid_gpus} lent + {self.train_gpus} "
+                f"train + {self.switching_gpus} switching GPUs do not add up to {self.gpus}"
             )
         if min(self.buffer_groups, self.inflight_groups, self.rollout_gpus, self.train_gpus) < 0:
             raise ConfigError("observation: counts must be >= 0")
@@ -123,3 +131,26 @@ class DcAllocation:
     def __post_init__(self) -> None:
         if not (isinstance(self.rollout_gpus, int) and self.rollout_gpus >= 0):
             raise ConfigError(f"rollout_gpus must be an integer >= 0, got {self.rollout_gpus!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class StepReport:
+    """What a lending policy (verl-dynamic) sees when a training step ends.
+
+    `sampleable_groups`: groups the next step could train on; `wait_s` / `wait_groups`: how
+    long the trainer (holding its GPUs) waited for data in the step that ended, and how many
+    groups short it was when it started waiting; `lend_s` / `reclaim_s`: the dead time of the
+    last switch each way (0 before the first); GPU counts of the two pools.
+    """
+
+    version: int
+    steps_left: int
+    batch_groups: int
+    minibatches: int
+    sampleable_groups: int
+    wait_s: float
+    wait_groups: int
+    lend_s: float
+    reclaim_s: float
+    standalone_gpus: int
+    trainer_gpus: int

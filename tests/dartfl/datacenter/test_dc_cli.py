@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import ray_engine
 from dartfl.cli.dc_cmd import CONTRACT_KEYS
 from dartfl.cli.main import main
-from dartfl.datacenter import ray_engine
-from dartfl.datacenter.ray_engine import RayRun, RayRunConfig
+from ray_engine import RayRun, RayRunConfig
 
 KEYS = set(CONTRACT_KEYS)
 
@@ -126,4 +126,5 @@ def test_dc_run_json_has_the_contract_keys_and_writes_the_plot(
 
 def test_dc_run_refuses_an_unknown_policy_with_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dc", "run", "--policy", "one-step", "--no-store", "--json"]) == 2
-    assert "valid: sync, static:F" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "unknown Ray engine policy 'one-step'" in err and "verl-dynamic" in err

@@ -9,7 +9,7 @@ import pytest
 
 from dartfl.datacenter import DcObservation, LogNormalLengths, make_dc_policy, model_spec, weight_sync_range_s
 from dartfl.datacenter.policies import DcDartPolicy, predicted_rates, split_gpus
-from dartfl.datacenter.policies.dart import drift_plus_penalty, steering_buffer
+from dartfl.datacenter.rates import drift_plus_penalty, steering_buffer
 from dartfl.errors import ConfigError
 
 

@@ -1,13 +1,16 @@
-"""DART's split decision for the Ray engine, from rates the workers themselves measure.
+"""DART's split decision for a pool of identical workers (the Ray engine), from rates the
+workers themselves measure. Pure (numpy): the Ray adapter (ray_engine/) feeds it measurements.
 
 The score is the same drift-plus-penalty J(R) as the simulator's DART
 (`dartfl.datacenter.policies.dart.drift_plus_penalty`); what differs is where the rates come
 from. Here each rate is a per-worker property measured on the running engine:
 
-- rollout: wall seconds per decode step of one rollout worker (slice round trips included)
-  and the mean response length in decode steps, so R rollout workers decoding n sequences
-  each produce R * n / (length * step) groups/s, with n the slots or the worker's share of
-  what the staleness bound lets be in flight, whichever is smaller;
+- rollout: wall seconds per decode step of one rollout worker (slice round trips included),
+  the mean response length in decode steps and, for multi-turn episodes, the seconds a
+  sequence waits for its environment, so R rollout workers holding n sequences each produce
+  R * n / (length * step + wait) groups/s, with n the slots or the worker's share of what
+  the staleness bound lets be in flight, whichever is smaller (a waiting sequence keeps its
+  slot);
 - training: seconds per trained token on one worker, tokens per trained group, and a
   per-step overhead (optimizer step, weight broadcast, shard imbalance), so T trainers
   finish a batch of B groups in B * group_tokens * token / T + overhead seconds. Tokens per
@@ -27,10 +30,11 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from dartfl.datacenter.policies.dart import drift_plus_penalty
+from dartfl.datacenter.rates import drift_plus_penalty
 from dartfl.errors import ConfigError
+from dartfl.unit_split import SplitRule, choose_split
 
-__all__ = ["MeasuredRates", "RaySplitController"]
+__all__ = ["MeasuredRates", "WorkerSplitController"]
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -44,6 +48,7 @@ class MeasuredRates:
     mean_length: float  # decode steps (response tokens) per sample
     group_tokens: float = 0.0  # response tokens per trained group (0: not measured yet)
     train_overhead_s: float = 0.0  # per training step, beyond the shards' token work
+    wait_s: float = 0.0  # seconds a sample waits for its environment (multi-turn episodes)
     weight: float = 0.2  # of a new slice or step observation
     length_weight: float = 0.02  # of one group's length: lengths are heavy-tailed, average ~50
 
@@ -56,13 +61,17 @@ class MeasuredRates:
     def _blend(self, old: float, new: float) -> float:
         return (1 - self.weight) * old + self.weight * new
 
-    def observe_slice(self, steps: int, wall_s: float, lengths: list[int]) -> None:
+    def observe_slice(
+        self, steps: int, wall_s: float, lengths: list[int], waits_s: list[float] | None = None
+    ) -> None:
         """A rollout slice: `steps` decode steps in `wall_s` (dispatch to result), and the
-        lengths of the groups it finished."""
+        lengths (and environment waits) of the groups it finished."""
         if steps > 0 and wall_s > 0:
             self.decode_step_s = self._blend(self.decode_step_s, wall_s / steps)
         for length in lengths:
             self.mean_length += self.length_weight * (length - self.mean_length)
+        for wait in waits_s or ():
+            self.wait_s += self.length_weight * (wait - self.wait_s)
 
     def observe_step(self, wall_s: float, shard_busy_s: list[float], tokens: int, groups: int) -> None:
         """A training step on `groups` groups of `tokens` response tokens: its wall time
@@ -76,9 +85,11 @@ class MeasuredRates:
         self.train_overhead_s = self._blend(self.train_overhead_s, overhead)
 
     def rollout_groups_per_s(self, rollout_workers: FloatArray, slots: int, inflight_cap: int) -> FloatArray:
-        """Groups/s of R rollout workers, each decoding min(slots, cap / R) sequences."""
+        """Groups/s of R rollout workers, each holding min(slots, cap / R) sequences."""
         per_worker = np.minimum(float(slots), inflight_cap / np.maximum(rollout_workers, 1.0))
-        rate: FloatArray = rollout_workers * per_worker / (self.mean_length * self.decode_step_s)
+        rate: FloatArray = (
+            rollout_workers * per_worker / (self.mean_length * self.decode_step_s + self.wait_s)
+        )
         return rate
 
     def train_groups_per_s(self, train_workers: FloatArray, batch_groups: int, group_size: int) -> FloatArray:
@@ -91,7 +102,7 @@ class MeasuredRates:
 
 
 @dataclass(frozen=True)
-class RaySplitController:
+class WorkerSplitController:
     """Chooses how many of `workers` roll out; the rest train.
 
     A move shifts one worker and must clear two bars: a score gain above `hysteresis` of the
@@ -117,11 +128,16 @@ class RaySplitController:
     def scores(self, rates: MeasuredRates, buffer_groups: float) -> tuple[FloatArray, FloatArray]:
         """(J, predicted throughput) for 1 .. workers-1 rollout workers."""
         rollout_workers = np.arange(1, self.workers, dtype=np.float64)
-        # AReaL's rule bounds in flight + buffered + the batch in training by (eta + 1) B; with
-        # about a batch buffered, (eta - 1) B may be in flight, however many workers roll out.
-        cap = max(1, self.eta - 1) * self.batch_groups
-        rollout = rates.rollout_groups_per_s(rollout_workers, self.slots, cap)
-        train = rates.train_groups_per_s(self.workers - rollout_workers, self.batch_groups, self.group_size)
+        # AReaL's rule bounds in flight + buffered + the batch in training by (eta + 1) B.
+        # Where the trainer is the bottleneck a batch waits buffered, so (eta - 1) B may be in
+        # flight however many workers roll out; where rollout is the bottleneck even with eta B
+        # in flight, the trainer takes each batch as it lands and eta B may be. (In between,
+        # the buffer saws below a batch and the trainer waits: counted at the lower bound.)
+        batch = self.batch_groups
+        train = rates.train_groups_per_s(self.workers - rollout_workers, batch, self.group_size)
+        low = rates.rollout_groups_per_s(rollout_workers, self.slots, max(1, self.eta - 1) * batch)
+        high = rates.rollout_groups_per_s(rollout_workers, self.slots, max(1, self.eta) * batch)
+        rollout = np.where(high < train, high, low)
         score = drift_plus_penalty(rollout, train, buffer_groups, self.batch_groups, self.kappa)
         return score, np.minimum(rollout, train)
 
@@ -135,13 +151,7 @@ class RaySplitController:
         """The rollout worker count for the next period: the current one or one step away."""
         current = int(np.clip(rollout_workers, 1, self.workers - 1))
         score, throughput = self.scores(rates, buffer_groups)
-        best = int(np.argmax(score)) + 1
-        if best == current:
-            return current
-        target = current + (1 if best > current else -1)
-        gain = float(score[target - 1] - score[current - 1])
+        rule = SplitRule(self.switch_s, self.switch_s, self.hold_s, self.hysteresis, max_step=1)
         scale = max(float(throughput.max()), 1e-12)
-        dead_groups = self.switch_s * scale / self.workers  # one worker's share, lost while it switches
-        if gain <= self.hysteresis * scale or gain * self.hold_s <= dead_groups:
-            return current
-        return target
+        allowed = np.arange(1, self.workers, dtype=np.int64)
+        return choose_split(allowed, current, score, units=self.workers, scale=scale, rule=rule).split

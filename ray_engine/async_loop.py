@@ -1,20 +1,28 @@
-"""The asynchronous loop of the Ray engine (`static:F` and `dart`).
+"""The asynchronous loop of the Ray engine (`static:F`, `dart` and `verl-dynamic`).
 
 Rollout workers decode in short slices so the driver can admit prompts, publish weights and
 switch roles between them; the trainer workers run one data-parallel step at a time on the
 oldest groups within the staleness bound. Nothing here blocks on a single worker: slices,
 training shards and role switches are all in flight together, and the driver handles each
-as it lands.
+as it lands. Under verl-dynamic (`lending`) the trainer workers are lent to rollout between
+steps and reclaimed once the policy's threshold of groups is sampleable.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dartfl.datacenter.ray_actors import SLOTS, ShardResult, SliceResult
-from dartfl.datacenter.ray_controller import MeasuredRates, RaySplitController
-from dartfl.datacenter.ray_engine import Learner, RayRun, RayRunConfig, shards
+import ray
+
+from dartfl.datacenter.policies import VerlDynamic
+from dartfl.datacenter.worker_split import MeasuredRates, WorkerSplitController
+from ray_engine.actors import SLOTS, SWITCH_S, ShardResult, SliceResult
+from ray_engine.books import RayRun, RayRunConfig, shards
+from ray_engine.lending import RayLending
+
+if TYPE_CHECKING:
+    from ray_engine.engine import Learner
 
 __all__ = ["SLICE_STEPS", "AsyncRun"]
 
@@ -30,18 +38,19 @@ class AsyncRun:
 
     def __init__(
         self,
-        ray: Any,
         cfg: RayRunConfig,
         workers: list[Any],
         queue: Any,
         learner: Learner,
         run: RayRun,
         rates: MeasuredRates,
-        controller: RaySplitController | None,
+        controller: WorkerSplitController | None,
         first_rollout: int,
+        lending: VerlDynamic | None = None,
     ) -> None:
-        self.ray, self.cfg, self.workers, self.queue = ray, cfg, workers, queue
+        self.cfg, self.workers, self.queue = cfg, workers, queue
         self.learner, self.run_, self.rates, self.controller = learner, run, rates, controller
+        self.lending = RayLending(lending, cfg.steps, cfg.batch_groups) if lending is not None else None
         n = len(workers)
         self.roles = ["rollout" if i < first_rollout else "train" for i in range(n)]
         self.active = [0] * n  # sequences in flight per worker, as of its last report
@@ -54,13 +63,14 @@ class AsyncRun:
         self.train_started = 0.0
         self.version = 0
         self.depth = 0  # groups buffered, as of the last admission call
+        self.sampleable = 0  # groups the next step could train on, as of the last admission call
         self.depth_area = 0.0  # integral of the depth over the control period
         # The layout's window opens at its first trained step (the pipeline is primed by then)
         self.window: list[float] | None = None  # [depth integral, seconds, steps], once open
         run.layouts.add(self._layout())
 
     def run(self) -> None:
-        cfg, ray = self.cfg, self.ray
+        cfg = self.cfg
         start = last = time.perf_counter()
         period_start = start
         self._sample(0.0, 0.0)
@@ -82,9 +92,7 @@ class AsyncRun:
                 period_start, self.depth_area = now, 0.0
         end = time.perf_counter()
         self.run_.wall_s = end - start
-        _, _, self.run_.dropped_groups = ray.get(
-            self.queue.capacity.remote(self.version, 0)
-        )  # the last take's
+        _, _, self.run_.dropped_groups, _ = ray.get(self.queue.capacity.remote(self.version, 0))
         self._sample(end - start, self.depth_area / max(end - period_start, 1e-9))
 
     def _layout(self) -> str:
@@ -102,7 +110,7 @@ class AsyncRun:
         """Every rollout worker without a slice gets one: first the orphaned sequences it has
         room for, then a share of what the admission bound allows."""
         running = sum(self.active) + sum(self.granted) + len(self.orphans)
-        capacity, self.depth, self.run_.dropped_groups = self.ray.get(
+        capacity, self.depth, self.run_.dropped_groups, self.sampleable = ray.get(
             self.queue.capacity.remote(self.version, running)
         )
         busy = {i for i, _ in self.slices.values()}
@@ -126,9 +134,17 @@ class AsyncRun:
     def _dispatch_training(self) -> None:
         """One step at a time, on the oldest batch within the bound, over the trainers."""
         trainers = [i for i, role in enumerate(self.roles) if role == "train"]
-        if self.train_refs or not trainers:
+        lending = self.lending
+        if lending is not None and not self.train_refs and lending.should_reclaim(self.sampleable):
+            back = [i for i in lending.lent if self.roles[i] == "rollout"]
+            if len(back) == len(lending.lent):  # every lent worker has landed in rollout
+                self._switch(lending.reclaimed(), "train", lending.reclaim_s)
             return
-        batch = self.ray.get(self.queue.take.remote(self.version))
+        if self.train_refs or not trainers or (lending is not None and lending.lent):
+            return
+        batch = ray.get(self.queue.take.remote(self.version))
+        if lending is not None:
+            lending.waiting(time.perf_counter(), batch is not None, self.sampleable)
         if batch is None:
             return
         self.train_batch, self.train_started = batch, time.perf_counter()
@@ -140,16 +156,18 @@ class AsyncRun:
     def _handle(self, ref: Any) -> None:
         if ref in self.slices:
             i, dispatched = self.slices.pop(ref)
-            result: SliceResult = self.ray.get(ref)
+            result: SliceResult = ray.get(ref)
             self.active[i], self.granted[i] = result.active, 0
             if result.groups:
                 self.queue.put.remote(result.groups)  # actor calls run in order: no wait needed
             lengths = [g["tokens"].shape[1] for g in result.groups]
-            self.rates.observe_slice(result.steps, time.perf_counter() - dispatched, lengths)
+            waits = [g["wait_s"] for g in result.groups]
+            self.rates.observe_slice(result.steps, time.perf_counter() - dispatched, lengths, waits)
             self.run_.busy_s["rollout"] += result.busy_s
+            self.run_.recompute_s += result.recompute_s
         elif ref in self.switching:
             i, role = self.switching.pop(ref)
-            leaving: list[dict[str, Any]] = self.ray.get(ref)
+            leaving: list[dict[str, Any]] = ray.get(ref)
             self.orphans += leaving
             self.run_.migrated += len(leaving)
             self.active[i], self.roles[i] = 0, role
@@ -157,9 +175,9 @@ class AsyncRun:
             self.window = None  # the new layout is judged on its own steps
         elif (
             ref in self.train_refs
-            and not self.ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)[1]
+            and not ray.wait(self.train_refs, num_returns=len(self.train_refs), timeout=0)[1]
         ):
-            results: list[ShardResult] = self.ray.get(self.train_refs)
+            results: list[ShardResult] = ray.get(self.train_refs)
             self.learner.apply([r.grads for r in results])
             self.run_.trained(self.train_batch, self.version)
             busy = [r.busy_s for r in results]
@@ -172,6 +190,26 @@ class AsyncRun:
                 self.window = [0.0, 0.0, 0.0]
             else:
                 self.window[2] += 1
+            self._step_ended()
+
+    def _step_ended(self) -> None:
+        """verl-dynamic: at a step's end, lend the trainer workers to rollout if it says so."""
+        lending = self.lending
+        if lending is None or self.version >= self.cfg.steps:
+            return
+        trainers = [i for i, role in enumerate(self.roles) if role == "train"]
+        _, _, _, sampleable = ray.get(self.queue.capacity.remote(self.version, 0))
+        standalone = self.roles.count("rollout")
+        if trainers and lending.step_ended(self.version, sampleable, standalone, len(trainers)):
+            lending.lend(trainers)
+            self._switch(trainers, "rollout", lending.lend_s)
+
+    def _switch(self, workers: list[int], role: str, dead_s: float) -> None:
+        """Move `workers` to `role`: each pays `dead_s`, the driver does not wait for it."""
+        for i in workers:
+            self.roles[i] = "switching"
+            self.switching[self.workers[i].set_role.remote(role, dead_s)] = (i, role)
+        self.run_.switches += 1
 
     def _sample(self, t_s: float, buffer_groups: float) -> None:
         """One row of the run's time series (at the start, every control period, the end)."""
@@ -195,6 +233,4 @@ class AsyncRun:
         else:  # the rollout worker with the least in flight leaves; its sequences move on
             rollout = [i for i, r in enumerate(roles) if r == "rollout"]
             move, role = min(rollout, key=lambda i: self.active[i]), "train"
-        roles[move] = "switching"
-        self.switching[self.workers[move].set_role.remote(role)] = (move, role)
-        self.run_.switches += 1
+        self._switch([move], role, SWITCH_S)

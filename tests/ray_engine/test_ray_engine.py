@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from dartfl.cli.dc_cmd import CONTRACT_KEYS, plot_dc
-from dartfl.datacenter.ray_engine import RayRun, RayRunConfig, run_ray, shards
 from dartfl.errors import ConfigError
+from ray_engine import RayRun, RayRunConfig, run_ray
+from ray_engine.books import shards
 
 
 def _group(length: int, version: int = 0, n: int = 4) -> dict[str, Any]:
@@ -20,6 +21,7 @@ def _group(length: int, version: int = 0, n: int = 4) -> dict[str, Any]:
         "tokens": np.zeros((n, length), dtype=np.int64),
         "reward": np.full(n, 0.5),
         "version": version,
+        "wait_s": 0.0,
     }
 
 
@@ -45,9 +47,11 @@ def test_shards_balance_tokens_so_a_long_group_gets_a_shard_to_itself() -> None:
 
 
 def test_unknown_policies_and_bad_configs_are_refused_before_ray_starts() -> None:
-    with pytest.raises(ConfigError, match="valid: sync, static:F"):
+    with pytest.raises(ConfigError, match=r"(?s)unknown Ray engine policy 'greedy'.*static:F"):
         run_ray(RayRunConfig(), ["greedy"])
-    with pytest.raises(ConfigError, match="valid: sync, static:F"):
+    with pytest.raises(ConfigError, match="one-step"):
+        run_ray(RayRunConfig(), ["one-step"])  # the simulator has it, the Ray engine does not
+    with pytest.raises(ConfigError, match="fraction"):
         run_ray(RayRunConfig(), ["static:1.5"])
     with pytest.raises(ConfigError, match="--workers"):
         RayRunConfig(workers=1)

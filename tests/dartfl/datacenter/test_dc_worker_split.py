@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from dartfl.datacenter.ray_controller import MeasuredRates, RaySplitController
+from dartfl.datacenter.worker_split import MeasuredRates, WorkerSplitController
 from dartfl.errors import ConfigError
 
 
@@ -18,8 +18,8 @@ def _rates(decode_step_s: float = 0.013) -> MeasuredRates:
     )
 
 
-def _controller(workers: int = 3, eta: int = 2) -> RaySplitController:
-    return RaySplitController(workers, batch_groups=12, group_size=4, eta=eta, slots=12, switch_s=0.3)
+def _controller(workers: int = 3, eta: int = 2) -> WorkerSplitController:
+    return WorkerSplitController(workers, batch_groups=12, group_size=4, eta=eta, slots=12, switch_s=0.3)
 
 
 def test_first_layout_gives_training_the_workers_the_staleness_bound_leaves_idle() -> None:
