@@ -17,6 +17,9 @@ one and cites its sources. A measured device should get its own TOML file:
     max-microbatch = 32
     [inference.tasks.fashion]   # optional; missing keys inherit from [inference]
     per-request-s = 0.003
+    [request-path]              # optional: what a request costs besides the model
+    per-request-s = 0.0004      # decode, admit, encode and publish the reply
+    per-batch-s = 0.0001
 
 Unknown keys are accepted so that the format can grow, with a warning that names the nearest
 known key: `per_request_s` for `per-request-s` is a typo that would silently keep the default.
@@ -35,7 +38,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dartfl.errors import ConfigError
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "BUILTIN_PROFILE_NAMES",
@@ -143,7 +146,8 @@ def resolve_profile(name: str | None, path: str | Path | None) -> DeviceProfile:
 # ---------------------------------------------------------------------------------------------
 # Reading: TOML document -> DeviceProfile, every check naming the file and the dotted key.
 
-_TOP_KEYS = frozenset({"name", "description", "inference", "training"})
+_TOP_KEYS = frozenset({"name", "description", "inference", "training", "request-path"})
+_REQUEST_PATH_KEYS = frozenset({"per-batch-s", "per-request-s"})
 _INFERENCE_KEYS = frozenset({"batch-fixed-s", "per-request-s", "max-batch", "tasks"})
 _TRAINING_KEYS = frozenset({"microbatch-fixed-s", "per-sample-s", "max-microbatch"})
 _TASK_KEYS = frozenset({"batch-fixed-s", "per-request-s"})
@@ -193,6 +197,13 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
                     "per-request-s", allow_zero=False, default=default_cost.per_request_s
                 ),
             )
+    path = RequestPathCost()
+    if "request-path" in doc:  # older files price the model alone
+        section = top.table("request-path", _REQUEST_PATH_KEYS)
+        path = RequestPathCost(
+            per_batch_s=section.seconds("per-batch-s", allow_zero=True, default=0.0),
+            per_request_s=section.seconds("per-request-s", allow_zero=True, default=0.0),
+        )
     return DeviceProfile(
         name=name,
         inference=default_cost,
@@ -204,6 +215,7 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
         ),
         task_inference=MappingProxyType(task_inference) if task_inference else _NO_TASKS,
         description=description,
+        request_path=path,
     )
 
 
@@ -326,5 +338,13 @@ def profile_to_toml(profile: DeviceProfile) -> str:
             f"[inference.tasks.{_toml_key(task)}]",
             f"batch-fixed-s = {_toml_float(cost.batch_fixed_s)}",
             f"per-request-s = {_toml_float(cost.per_request_s)}",
+        ]
+    path = profile.request_path
+    if path != RequestPathCost():
+        lines += [
+            "",
+            "[request-path]",
+            f"per-batch-s = {_toml_float(path.per_batch_s)}",
+            f"per-request-s = {_toml_float(path.per_request_s)}",
         ]
     return "\n".join(lines) + "\n"

@@ -81,8 +81,16 @@ class DeviceLink:
         self.link = link
         self.broker = broker
 
-    def reply(self, topic: str, payload: bytes, correlation_data: bytes | None = None) -> None:
-        self.link.publish(topic, payload, qos=protocol.REPLY_QOS, correlation_data=correlation_data)
+    def reply(self, topic: str, reply: protocol.Encoded, correlation_data: bytes | None = None) -> None:
+        """A reply to a request, in the request's form (its content type, under MQTT 5)."""
+        payload, content_type = reply
+        self.link.publish(
+            topic,
+            payload,
+            qos=protocol.REPLY_QOS,
+            correlation_data=correlation_data,
+            content_type=content_type,
+        )
 
     def telemetry(self, snapshot: protocol.Telemetry) -> None:
         self.link.publish(

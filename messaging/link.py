@@ -83,6 +83,7 @@ class Message:
     retain: bool
     response_topic: str | None = None
     correlation_data: bytes | None = None
+    content_type: str | None = None
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,7 @@ def _message_from_paho(msg: paho.MQTTMessage) -> Message:
     props = getattr(msg, "properties", None)
     response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
     correlation = getattr(props, "CorrelationData", None) if props is not None else None
+    content_type = getattr(props, "ContentType", None) if props is not None else None
     return Message(
         topic=msg.topic,
         payload=bytes(msg.payload),
@@ -106,6 +108,7 @@ def _message_from_paho(msg: paho.MQTTMessage) -> Message:
         retain=bool(msg.retain),
         response_topic=response_topic if isinstance(response_topic, str) else None,
         correlation_data=bytes(correlation) if isinstance(correlation, bytes | bytearray) else None,
+        content_type=content_type if isinstance(content_type, str) else None,
     )
 
 
@@ -277,17 +280,22 @@ class MqttLink:
         retain: bool = False,
         response_topic: str | None = None,
         correlation_data: bytes | None = None,
+        content_type: str | None = None,
     ) -> bool:
         """Send (or, for QoS > 0 while reconnecting, queue) a message. False if it was dropped:
         QoS 0 while disconnected, or the outgoing queue is full. The MQTT 5 properties are
         ignored under 3.1.1."""
         props = None
-        if self._protocol == paho.MQTTv5 and (response_topic is not None or correlation_data is not None):
+        if self._protocol == paho.MQTTv5 and (
+            response_topic is not None or correlation_data is not None or content_type is not None
+        ):
             props = Properties(PacketTypes.PUBLISH)
             if response_topic is not None:
                 props.ResponseTopic = response_topic
             if correlation_data is not None:
                 props.CorrelationData = correlation_data
+            if content_type is not None:
+                props.ContentType = content_type
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
         if info.rc == paho.MQTT_ERR_SUCCESS or (info.rc == paho.MQTT_ERR_NO_CONN and qos > 0):
             if qos > 0:

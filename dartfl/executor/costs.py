@@ -8,11 +8,13 @@ item to its cost model, so the two kinds of device are told the same things.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from dartfl.estimators import ServiceTimeProfiler
-from dartfl.types import DeviceProfile
+from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost
 
 __all__ = ["CostModel", "ProfiledCosts", "StaticCosts"]
 
@@ -56,14 +58,27 @@ class StaticCosts:
         pass
 
 
+# How fast the ingress cost follows new measurements: about the last 1,000 requests.
+INGRESS_WEIGHT = 1e-3
+
+
 class ProfiledCosts:
-    """Online fits of every work item's duration, with `profile` as the prior."""
+    """Online fits of every work item's duration, with `profile` (end to end) as the prior.
+
+    A batch's measured duration covers what the executor thread spends on it: preparing the
+    inputs, the model, encoding and publishing the replies. What a request costs before it is
+    queued (decoding, admission, on the ingress thread) is told per request through
+    `observe_ingress` and added to the per-request cost, so the Observation prices a request by
+    everything the device spends on it (docs/profiles.md).
+    """
 
     def __init__(self, profile: DeviceProfile, task_names: Sequence[str]) -> None:
         costs = [profile.inference_for(name) for name in task_names]
         self.inference = [ServiceTimeProfiler(c.batch_fixed_s, c.per_request_s) for c in costs]
         train = profile.training
         self.training = ServiceTimeProfiler(train.microbatch_fixed_s, train.per_sample_s)
+        self.ingress_s = 0.0  # smoothed CPU seconds a request costs before it is queued
+        self._ingress_seen = 0
 
     @property
     def batch_fixed_s(self) -> tuple[float, ...]:
@@ -71,7 +86,17 @@ class ProfiledCosts:
 
     @property
     def per_request_s(self) -> tuple[float, ...]:
-        return tuple(p.per_item_s for p in self.inference)
+        ingress = self.ingress_s
+        return tuple(p.per_item_s + ingress for p in self.inference)
+
+    def observe_ingress(self, cpu_s: float) -> None:
+        """One request's decode and admission took `cpu_s` of CPU time."""
+        if not (cpu_s >= 0.0 and math.isfinite(cpu_s)):
+            return
+        self._ingress_seen += 1
+        # A plain mean over the first requests, then an exponential one (no slow ramp from 0).
+        weight = max(INGRESS_WEIGHT, 1.0 / self._ingress_seen)
+        self.ingress_s += weight * (cpu_s - self.ingress_s)
 
     @property
     def microbatch_fixed_s(self) -> float:
@@ -86,3 +111,17 @@ class ProfiledCosts:
 
     def observe_step(self, samples: int, duration_s: float) -> None:
         self.training.observe(samples, duration_s)
+
+    def profile(self, base: DeviceProfile, task_names: Sequence[str]) -> DeviceProfile:
+        """The costs believed now, as a profile like `base`: the fitted batch costs of each
+        task, the ingress cost as the request path, the fitted training cost."""
+        fits = [InferenceCost(p.fixed_s, p.per_item_s) for p in self.inference]
+        return replace(
+            base,
+            inference=fits[0],
+            task_inference={name: fit for name, fit in zip(task_names, fits, strict=True) if fit != fits[0]},
+            training=replace(
+                base.training, microbatch_fixed_s=self.training.fixed_s, per_sample_s=self.training.per_item_s
+            ),
+            request_path=RequestPathCost(0.0, self.ingress_s),
+        )

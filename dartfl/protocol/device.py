@@ -29,7 +29,7 @@ from dartfl.protocol.jsonwire import (
     unix_s,
 )
 from dartfl.protocol.topics import PROTOCOL_VERSION, check_name, status_topic, telemetry_topic
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "MAX_DEVICE_MESSAGE_BYTES",
@@ -251,6 +251,10 @@ def profile_to_json(profile: DeviceProfile) -> dict[str, Any]:
             for name, c in profile.task_inference.items()
         },
         "description": profile.description,
+        "request_path": {
+            "per_batch_s": profile.request_path.per_batch_s,
+            "per_request_s": profile.request_path.per_request_s,
+        },
     }
 
 
@@ -269,6 +273,7 @@ def profile_from_json(obj: object) -> DeviceProfile:
                 str(t): InferenceCost(c["batch_fixed_s"], c["per_request_s"]) for t, c in tasks.items()
             },
             description=str(obj.get("description") or ""),
+            request_path=RequestPathCost(**(obj.get("request_path") or {})),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"a cost profile lacks or mistypes {exc}") from None

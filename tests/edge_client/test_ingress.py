@@ -35,7 +35,7 @@ def _admit(
         1 << 20,
         device.admit,
         stats,
-        lambda topic, payload, _corr: sent.append((topic, json.loads(payload))),
+        lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
     )
     return sent
 
