@@ -24,7 +24,7 @@ import numpy as np
 
 import workloads
 from dartfl.profiles import load_profile_toml
-from orchestration.replay import HEADLINE_KEYS
+from orchestration.replay_report import HEADLINE_KEYS
 
 DARTFL = str(Path(sys.executable).parent / "dartfl")
 TASKS = ("digits", "fashion", "uci-digits")
