@@ -184,12 +184,13 @@ def replay(
                 log.warning("unreadable telemetry from %s: %s", options.device, exc)
             return
         try:
-            reply = protocol.decode_any_reply(message.payload, message.content_type)
-            index = int(reply.id or "-1")
+            replies = protocol.decode_any_replies(message.payload, message.content_type)
+            answered = [(int(reply.id or "-1"), reply) for reply in replies]
         except (DartflError, ValueError):
             log.warning("unreadable reply on %s", message.topic)
             return
-        inbox.reply(index, reply, at)
+        for index, reply in answered:
+            inbox.reply(index, reply, at)
 
     link = connect(
         options.broker_url,

@@ -13,14 +13,17 @@ Request, big-endian:
     height u16 | width u16 | dtype u8 (1: uint8) | [sent_at f64 if flags & 1] |
     id (UTF-8) | reply topic (UTF-8; empty: the MQTT 5 Response Topic) | image bytes
 
-Reply, big-endian:
+Reply, big-endian, one record per request:
 
     magic "DA" | version u8 | status u8 (0 ok, 1 rejected, 2 error) | reason or code u8 |
-    id length u8 | label i32 | latency_ms f32 | model version u32 | id (UTF-8) |
-    detail (UTF-8, errors only)
+    id length u8 | detail length u16 | label i32 | latency_ms f32 | model version u32 |
+    id (UTF-8) | detail (UTF-8, errors only)
 
-The id may be empty when the MQTT 5 Correlation Data carries it. Every field is checked as
-strictly as in the JSON form, with the same error codes.
+A binary reply payload holds one or more records back to back: a device answering a batch
+publishes the replies that go to the same reply topic (and carry their id in the payload) as
+one message, so its cost per reply falls with the batch. The id may be empty when the MQTT 5
+Correlation Data carries it (such a reply goes alone). Every field is checked as strictly as
+in the JSON form, with the same error codes.
 """
 
 from __future__ import annotations
@@ -52,8 +55,10 @@ from dartfl.protocol.topics import (
 __all__ = [
     "REPLY_CONTENT_TYPE",
     "REQUEST_CONTENT_TYPE",
+    "decode_any_replies",
     "decode_any_reply",
     "decode_any_request",
+    "decode_binary_replies",
     "decode_binary_reply",
     "decode_binary_request",
     "encode_binary_error",
@@ -69,7 +74,7 @@ REQUEST_MAGIC: Final = b"DR"
 REPLY_MAGIC: Final = b"DA"
 _REQUEST_HEAD = struct.Struct(">2sBBBHHHB")
 _SENT_AT = struct.Struct(">d")
-_REPLY_HEAD = struct.Struct(">2sBBBBifI")
+_REPLY_HEAD = struct.Struct(">2sBBBBHifI")
 _UINT8: Final = 1
 _HAS_SENT_AT: Final = 1
 # Codes on the wire are indexes into these fixed, ordered lists (closed sets in v1).
@@ -236,13 +241,20 @@ def _reply_to(reply: str, response_topic: str | None, fail: Failure) -> str:
 
 
 def _reply(
-    status: int, code: int, request_id: str | None, label: int, latency_ms: float, version: int
+    status: int,
+    code: int,
+    request_id: str | None,
+    label: int,
+    latency_ms: float,
+    version: int,
+    detail: str = "",
 ) -> bytes:
     ident = (request_id or "").encode("utf-8")[:MAX_ID_CHARS]
+    text = detail[:MAX_DETAIL_CHARS].encode("utf-8")
     head = _REPLY_HEAD.pack(
-        REPLY_MAGIC, PROTOCOL_VERSION, status, code, len(ident), label, latency_ms, version
+        REPLY_MAGIC, PROTOCOL_VERSION, status, code, len(ident), len(text), label, latency_ms, version
     )
-    return head + ident
+    return head + ident + text
 
 
 def encode_binary_reply(request_id: str, label: int, latency_ms: float, model_version: int) -> bytes:
@@ -263,34 +275,66 @@ def encode_binary_rejection(request_id: str, reason: RejectReason) -> bytes:
 def encode_binary_error(request_id: str | None, code: str, detail: str) -> bytes:
     if code not in _CODES:
         raise InputError(f"error code {code!r} is not one of {list(_CODES)}")
-    return _reply(2, _CODES.index(code), request_id, 0, 0.0, 0) + detail[:MAX_DETAIL_CHARS].encode("utf-8")
+    return _reply(2, _CODES.index(code), request_id, 0, 0.0, 0, detail)
+
+
+def decode_binary_replies(payload: bytes) -> list[Reply]:
+    """Every reply record of a binary reply payload (requester side); raises ProtocolError, and
+    nothing else."""
+    view = memoryview(payload)
+    replies: list[Reply] = []
+    at = 0
+    while at < view.nbytes or not replies:
+        reply, at = _reply_record(view, at)
+        replies.append(reply)
+    return replies
 
 
 def decode_binary_reply(payload: bytes) -> Reply:
-    """A binary reply (requester side); raises ProtocolError, and nothing else."""
-    view = memoryview(payload)
-    if view.nbytes < _REPLY_HEAD.size:
-        raise ProtocolError("bad-data", f"a binary reply needs a {_REPLY_HEAD.size}-byte header")
-    magic, version, status, code, id_len, label, latency_ms, model_version = _REPLY_HEAD.unpack_from(view)
+    """A binary reply payload of exactly one record."""
+    replies = decode_binary_replies(payload)
+    if len(replies) != 1:
+        raise ProtocolError("bad-data", f"expected one binary reply, got {len(replies)}")
+    return replies[0]
+
+
+def _reply_record(view: memoryview, at: int) -> tuple[Reply, int]:
+    if view.nbytes - at < _REPLY_HEAD.size:
+        raise ProtocolError("bad-data", f"a binary reply record needs a {_REPLY_HEAD.size}-byte header")
+    fields = _REPLY_HEAD.unpack_from(view, at)
+    magic, version, status, code, id_len, detail_len, label, latency_ms, model_version = fields
     if magic != REPLY_MAGIC or version != PROTOCOL_VERSION or status >= len(_STATUSES):
         raise ProtocolError("bad-data", f"not a v{PROTOCOL_VERSION} binary reply (magic, version or status)")
-    end = _REPLY_HEAD.size + id_len
+    start = at + _REPLY_HEAD.size
+    end = start + id_len + detail_len
+    if end > view.nbytes:
+        raise ProtocolError("bad-data", "a binary reply record runs past the end of the payload")
     try:
-        ident = bytes(view[_REPLY_HEAD.size : end]).decode("utf-8") or None
-        detail = bytes(view[end:]).decode("utf-8")
+        ident = bytes(view[start : start + id_len]).decode("utf-8") or None
+        detail = bytes(view[start + id_len : end]).decode("utf-8")
     except UnicodeDecodeError:
         raise ProtocolError("bad-field", "a binary reply's id or detail is not UTF-8") from None
     kind = _STATUSES[status]
     if kind == "ok":
-        return Reply(ident, "ok", label=label, latency_ms=float(latency_ms), model_version=str(model_version))
+        return Reply(
+            ident, "ok", label=label, latency_ms=float(latency_ms), model_version=str(model_version)
+        ), end
     names = _REASONS if kind == "rejected" else _CODES
     if code >= len(names):
         raise ProtocolError("bad-field", f"a binary {kind} reply has an unknown code {code}")
     if kind == "rejected":
-        return Reply(ident, "rejected", reason=names[code])
-    return Reply(ident, "error", code=names[code], detail=detail)
+        return Reply(ident, "rejected", reason=names[code]), end
+    return Reply(ident, "error", code=names[code], detail=detail), end
+
+
+def decode_any_replies(payload: bytes, content_type: str | None = None) -> list[Reply]:
+    """The replies of one message in either form (a binary one may hold several); raises
+    ProtocolError, and nothing else."""
+    if is_binary(payload, content_type):
+        return decode_binary_replies(payload)
+    return [decode_reply(payload)]
 
 
 def decode_any_reply(payload: bytes, content_type: str | None = None) -> Reply:
-    """A reply in either form (requester side); raises ProtocolError, and nothing else."""
+    """A one-reply message in either form (requester side)."""
     return decode_binary_reply(payload) if is_binary(payload, content_type) else decode_reply(payload)

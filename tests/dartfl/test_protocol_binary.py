@@ -125,3 +125,20 @@ def test_the_binary_decoders_raise_only_protocol_errors(payload: bytes, task: st
         p.decode_binary_request(b"DR" + payload, task, TASKS)
     with contextlib.suppress(ProtocolError):
         p.decode_binary_reply(b"DA" + payload)
+
+
+def test_several_binary_replies_travel_in_one_message() -> None:
+    # A device answering a batch publishes the replies bound for one topic together.
+    records = [
+        p.encode_binary_reply("r-1", 3, 1.0, 2),
+        p.encode_binary_error("r-2", "bad-shape", "28 x 28 please"),
+        p.encode_binary_rejection("r-3", "queue-full"),
+    ]
+    replies = p.decode_any_replies(b"".join(records))
+    assert [(r.id, r.status) for r in replies] == [("r-1", "ok"), ("r-2", "error"), ("r-3", "rejected")]
+    assert replies[1].detail == "28 x 28 please"
+    with pytest.raises(ProtocolError, match="expected one"):
+        p.decode_binary_reply(b"".join(records))
+    with pytest.raises(ProtocolError, match="past the end"):
+        p.decode_any_replies(b"".join(records)[:-3])
+    assert [r.label for r in p.decode_any_replies(p.encode_reply("r", "mnist", 4, 1.0, "1"))] == [4]

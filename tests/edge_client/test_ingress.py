@@ -76,8 +76,7 @@ def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
     assert [len(r) for r in replies] == [0, 0, 1, 1, 1]  # capacity 2, then queue-full
     assert all(r[0][1]["status"] == "rejected" and r[0][1]["reason"] == "queue-full" for r in replies[2:])
     now = max(e[0] for e in stats._events)
-    stats.answered(now, 0.010, True)
-    stats.answered(now, 0.020, True)
+    stats.answered_batch(now, [0.010, 0.020], slo_s=0.25)
     window = stats.window(now)
     assert window.rejected == 3 and window.replies == 2
     assert window.slo_attainment == 2 / 5
