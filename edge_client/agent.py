@@ -66,6 +66,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Agent", "AgentConfig"]
 
 DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
+PAYLOADS = ("json", "binary")  # the request forms the agent decodes, advertised in its status
 
 
 class Agent:
@@ -387,7 +388,9 @@ class Agent:
         """The retained status: online/offline, the cost profile (and the final report)."""
         if self._link is not None:
             self._link.status(
-                DeviceStatus(self.config.device_id, online, time.time(), self.cost_profile(), report, error)
+                DeviceStatus(
+                    self.config.device_id, online, time.time(), self.cost_profile(), report, error, PAYLOADS
+                )
             )
 
     def _telemetry_loop(self) -> None:

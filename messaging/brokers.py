@@ -46,8 +46,12 @@ DEFAULT_MQTT_PORT = 1883
 DEFAULT_MQTTS_PORT = 8883
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
-# Per-client queue bound in Mosquitto: a stalled subscriber must not grow the broker unboundedly.
-MAX_QUEUED_MESSAGES = 1000
+# Per-client queue bounds in Mosquitto: a stalled subscriber must not grow the broker without
+# bound, but a burst to a busy agent must not be dropped silently either (a drop is a request
+# nobody ever answers). 100,000 requests are under 100 MB; an agent that falls that far behind
+# is refusing with replies long before (its own queues are bounded, docs/protocol.md).
+MAX_QUEUED_MESSAGES = 100_000
+MAX_QUEUED_BYTES = 128 * 1024 * 1024
 # The largest packet the broker takes: a telemetry snapshot may be up to 1 MiB (the decoder's
 # limit), requests 16 KiB. Larger publishes are refused at the broker, before a subscriber
 # such as a Pi's agent has to receive them whole and then drop them.
@@ -208,6 +212,7 @@ def _mosquitto_conf(port: int, tls: MosquittoTls | None = None, tls_port: int = 
         "allow_anonymous true",
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        f"max_queued_bytes {MAX_QUEUED_BYTES}",
         f"max_packet_size {MAX_PACKET_BYTES}",
         "set_tcp_nodelay true",  # small request/reply packets: no Nagle delay
         "log_dest stderr",

@@ -56,7 +56,9 @@ _PROTOCOLS: Final = {
     paho.MQTTv5: paho.MQTTv5,
 }
 # Outgoing QoS>0 messages paho keeps while the broker is away: bounded memory on a device.
-MAX_QUEUED_OUTGOING: Final = 1000
+# Messages paho may hold while the broker has not acknowledged them: beyond it `publish` fails
+# (it returns False) instead of growing memory; a sender must count that, not ignore it.
+MAX_QUEUED_OUTGOING: Final = 10_000
 RECONNECT_MIN_S: Final = 1
 RECONNECT_MAX_S: Final = 10
 

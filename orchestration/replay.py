@@ -262,7 +262,8 @@ def _send(
     t0: list[float],
     on_progress: Progress | None,
 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Publish every request at its planned time; returns (sent at, lag behind plan), seconds."""
+    """Publish every request at its planned time; returns (sent at, lag behind plan), seconds.
+    A request the client could not queue (its outgoing queue full) keeps a NaN send time."""
     times = arrivals.times_s.tolist()
     n = len(times)
     sent = np.full(n, np.nan)
@@ -276,8 +277,9 @@ def _send(
             time.sleep(delay)
         name, body, content_type = encode(i)
         now = time.monotonic() - start
-        sent[i], lag[i] = now, max(0.0, now - times[i])
-        link.publish(topics[name], body, qos=protocol.REQUEST_QOS, content_type=content_type)
+        lag[i] = max(0.0, now - times[i])
+        if link.publish(topics[name], body, qos=protocol.REQUEST_QOS, content_type=content_type):
+            sent[i] = now
         if on_progress is not None and now >= next_report:
             on_progress(i + 1, n, lag[i])
             next_report = now + 1.0

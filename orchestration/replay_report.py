@@ -118,6 +118,7 @@ class ReplayReport:
     metrics: dict[str, Any]
     replies: int
     errors: int
+    unsent: int  # the replayer's client could not queue them (`lost` counts only sent ones)
     late_replies: int  # answered after the replay stopped waiting (counted as SLO misses)
     accuracy: float | None
     send_lag: SendLag
@@ -133,6 +134,8 @@ class ReplayReport:
         out.update(
             replies=self.replies,
             errors=self.errors,
+            unsent=self.unsent,
+            lost=int(out["lost"]) - self.unsent,
             late_replies=self.late_replies,
             accuracy=self.accuracy,
             send_lag_s={
@@ -219,6 +222,7 @@ def replay_report(
         metrics=summarize(record),
         replies=int((replies.status != "").sum()),
         errors=int((replies.status == "error").sum()),
+        unsent=int(np.isnan(sent_s).sum()),
         late_replies=int(replies.late.sum()),
         accuracy=float((replies.labels[ok] == truth[ok]).mean()) if ok.any() else None,
         send_lag=SendLag.of(lag_s),

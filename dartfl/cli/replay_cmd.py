@@ -148,8 +148,12 @@ def _run_replay(
         arrivals = arrivals_from_args(args, profile)
     tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
     images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
+    payload = args.payload
+    if payload == "binary" and "binary" not in status.payloads:
+        log.warning("%s does not say it decodes binary requests; sending JSON", args.device)
+        payload = "json"
     options = ReplayOptions(
-        url, args.device, args.slo_ms / 1e3, args.payload, settle_s=args.settle_s, security=security
+        url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security
     )
     with _Progress(arrivals.num_requests, args.device) as on_progress:
         outcome = replay(arrivals, options, images, profile, args.policy, on_progress)

@@ -46,6 +46,7 @@ __all__ = [
     "profile_to_json",
 ]
 
+PAYLOAD_FORMS: Final = ("json", "binary")
 # A snapshot of a device with 64 tasks is about 12 KiB; anything much larger is not telemetry.
 MAX_DEVICE_MESSAGE_BYTES: Final = 64 * 1024
 MAX_TASKS: Final = 64
@@ -223,9 +224,14 @@ class DeviceStatus:
     profile: DeviceProfile | None = None
     report: FinalReport | None = None
     error: str | None = None
+    payloads: tuple[str, ...] = ("json",)  # the request forms it decodes (docs/protocol.md)
 
     def __post_init__(self) -> None:
         check_name("device", self.device)
+        if not set(self.payloads) <= set(PAYLOAD_FORMS) or "json" not in self.payloads:
+            raise ConfigError(
+                f"payloads must include json and lie in {list(PAYLOAD_FORMS)}, got {self.payloads}"
+            )
         if self.t is not None and unix_s(self.t) is None:
             raise ConfigError(f"t must be unix seconds (0 to 1e10), got {short(self.t)}")
         _text("error", self.error)
@@ -383,6 +389,7 @@ def encode_status(status: DeviceStatus) -> bytes:
         obj["report"] = status.report.to_json()
     if status.error is not None:
         obj["error"] = status.error
+    obj["payloads"] = list(status.payloads)
     return dumps(obj)
 
 
@@ -399,6 +406,10 @@ def decode_status(payload: bytes, topic: str | None = None) -> DeviceStatus:
         profile = profile_from_json(obj["profile"]) if obj.get("profile") is not None else None
         report = FinalReport.from_json(obj["report"]) if isinstance(obj.get("report"), Mapping) else None
         error = obj.get("error")
-        return DeviceStatus(obj["device"], state == "online", unix_s(t), profile, report, error)
+        payloads = obj.get("payloads", ["json"])
+        if not isinstance(payloads, list) or not all(isinstance(p, str) for p in payloads):
+            refuse("bad-field", f"status field 'payloads' must be a list of names, got {short(payloads)}")
+        known = tuple(p for p in payloads if p in PAYLOAD_FORMS) or ("json",)  # a newer form: ignored
+        return DeviceStatus(obj["device"], state == "online", unix_s(t), profile, report, error, known)
     except (ConfigError, ProtocolError) as exc:
         refuse("bad-field", f"status of {short(obj['device'])}: {exc}")

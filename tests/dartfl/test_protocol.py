@@ -475,3 +475,14 @@ def test_decode_reply_telemetry_and_status_never_raise_anything_but_protocol_err
     for decode in (p.decode_reply, p.decode_telemetry, p.decode_status):
         with contextlib.suppress(ProtocolError):
             decode(payload)
+
+
+def test_a_status_says_which_request_forms_its_device_decodes() -> None:
+    both = p.DeviceStatus("pi", True, 1.0, payloads=("json", "binary"))
+    assert p.decode_status(p.encode_status(both)).payloads == ("json", "binary")
+    older = p.decode_status(raw({"v": 1, "device": "pi", "state": "online"}))
+    assert older.payloads == ("json",)  # a device that says nothing speaks JSON
+    newer = p.decode_status(raw({"v": 1, "device": "pi", "state": "online", "payloads": ["json", "cbor"]}))
+    assert newer.payloads == ("json",)  # a form this side does not know is ignored, not an error
+    with pytest.raises(ConfigError):
+        p.DeviceStatus("pi", True, payloads=("binary",))  # JSON is always spoken
