@@ -18,8 +18,10 @@ one and cites its sources. A measured device should get its own TOML file:
     [inference.tasks.fashion]   # optional; missing keys inherit from [inference]
     per-request-s = 0.003
     [request-path]              # optional: what a request costs besides the model
-    per-request-s = 0.0004      # decode, admit, encode and publish the reply
-    per-batch-s = 0.0001
+    receive-s = 0.00006         # paho receiving and acknowledging it
+    ingress-s = 0.00002         # decoding and admitting it
+    egress-s = 0.00006          # encoding and publishing its reply
+    per-batch-s = 0.0
 
 Unknown keys are accepted so that the format can grow, with a warning that names the nearest
 known key: `per_request_s` for `per-request-s` is a typo that would silently keep the default.
@@ -147,7 +149,8 @@ def resolve_profile(name: str | None, path: str | Path | None) -> DeviceProfile:
 # Reading: TOML document -> DeviceProfile, every check naming the file and the dotted key.
 
 _TOP_KEYS = frozenset({"name", "description", "inference", "training", "request-path"})
-_REQUEST_PATH_KEYS = frozenset({"per-batch-s", "per-request-s"})
+_PATH_ORDER = ("receive-s", "ingress-s", "egress-s", "per-batch-s")
+_REQUEST_PATH_KEYS = frozenset({"receive-s", "ingress-s", "egress-s", "per-batch-s"})
 _INFERENCE_KEYS = frozenset({"batch-fixed-s", "per-request-s", "max-batch", "tasks"})
 _TRAINING_KEYS = frozenset({"microbatch-fixed-s", "per-sample-s", "max-microbatch"})
 _TASK_KEYS = frozenset({"batch-fixed-s", "per-request-s"})
@@ -201,8 +204,10 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
     if "request-path" in doc:  # older files price the model alone
         section = top.table("request-path", _REQUEST_PATH_KEYS)
         path = RequestPathCost(
-            per_batch_s=section.seconds("per-batch-s", allow_zero=True, default=0.0),
-            per_request_s=section.seconds("per-request-s", allow_zero=True, default=0.0),
+            **{
+                key.replace("-", "_"): section.seconds(key, allow_zero=True, default=0.0)
+                for key in _PATH_ORDER
+            }
         )
     return DeviceProfile(
         name=name,
@@ -341,10 +346,6 @@ def profile_to_toml(profile: DeviceProfile) -> str:
         ]
     path = profile.request_path
     if path != RequestPathCost():
-        lines += [
-            "",
-            "[request-path]",
-            f"per-batch-s = {_toml_float(path.per_batch_s)}",
-            f"per-request-s = {_toml_float(path.per_request_s)}",
-        ]
+        lines += ["", "[request-path]"]
+        lines += [f"{key} = {_toml_float(getattr(path, key.replace('-', '_')))}" for key in _PATH_ORDER]
     return "\n".join(lines) + "\n"

@@ -73,15 +73,22 @@ class TrainingCost:
 
 @dataclass(frozen=True)
 class RequestPathCost:
-    """What a device spends on a request outside the model (docs/profiles.md): decoding it,
-    admitting and queueing it, encoding and publishing its reply; per request and per batch."""
+    """What a device spends on a request outside the model (docs/profiles.md), per request:
+    receiving it off the network (`receive_s`), decoding and admitting it (`ingress_s`),
+    encoding and publishing its reply (`egress_s`); and per batch (`per_batch_s`)."""
 
+    receive_s: float = 0.0
+    ingress_s: float = 0.0
+    egress_s: float = 0.0
     per_batch_s: float = 0.0
-    per_request_s: float = 0.0
 
     def __post_init__(self) -> None:
-        _positive("request-path per-batch-s", self.per_batch_s, allow_zero=True)
-        _positive("request-path per-request-s", self.per_request_s, allow_zero=True)
+        for name in ("receive_s", "ingress_s", "egress_s", "per_batch_s"):
+            _positive(f"request-path {name.replace('_', '-')}", getattr(self, name), allow_zero=True)
+
+    @property
+    def per_request_s(self) -> float:
+        return self.receive_s + self.ingress_s + self.egress_s
 
 
 @dataclass(frozen=True)

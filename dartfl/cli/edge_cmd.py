@@ -182,11 +182,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     import platform
+    from dataclasses import replace
 
     from dartfl.cli.output_paths import check_output_path
+    from dartfl.cli.replay_cmd import start_local_broker
     from dartfl.profiles import profile_to_toml
     from edge_client.agent import AgentConfig
+    from edge_client.request_path import measure_request_path
     from edge_client.runtime import ModelRuntime
+    from messaging.link import connect
 
     check_output_path(args.output, "-o", "edge-profile.toml")
     _check_model_flags(args)
@@ -198,13 +202,29 @@ def _profile(args: argparse.Namespace) -> int:
         max_train_per_task=args.max_train,
         seed=args.seed,
     )
+
+    def say(text: str) -> None:
+        print(f"edge profile: {text}", file=sys.stderr, flush=True)
+
+    say("loading the data and building the model")
+    name = args.name or platform.node() or "measured"
     with tempfile.TemporaryDirectory() as tmp:
         runtime = ModelRuntime.build(config, Path(tmp))
-        profile = runtime.calibrate(quick=args.quick, name=args.name or platform.node() or "measured")
+        profile = runtime.calibrate(quick=args.quick, name=name, progress=say)
+        runtime.close()
+    say("the request path: decode, admit, encode and publish, through a broker on loopback")
+    with start_local_broker() as broker:
+        link = connect(broker.url, "dartfl-edge-profile", on_message=lambda _m: None)
+        try:
+            path = measure_request_path(profile, config.tasks, link, broker.url)
+        finally:
+            link.close()
+    profile = replace(profile, request_path=path)
     args.output.write_text(profile_to_toml(profile))
     inf, tr = profile.inference, profile.training
     print(
-        f"inference: {1e3 * inf.batch_fixed_s:.3f} ms + {1e3 * inf.per_request_s:.3f} ms/request; "
+        f"inference: {1e3 * inf.batch_fixed_s:.3f} ms + {1e3 * inf.per_request_s:.3f} ms/request (the model) "
+        f"+ {1e3 * path.per_request_s:.3f} ms/request (the request path); "
         f"training: {1e3 * tr.microbatch_fixed_s:.3f} ms + {1e3 * tr.per_sample_s:.3f} ms/sample; "
         f"wrote {args.output}"
     )

@@ -93,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         url = args.broker
         if args.spawn_agent:
-            broker = _start_broker()
+            broker = start_local_broker()
             url = broker.url
             agent = _spawn(args, url, agent_log)
             status = _wait_for_spawned_agent(agent, agent_log, url, args.device)
@@ -279,7 +279,8 @@ def _as_uint8(task: Any) -> tuple[Any, Any]:
     return np.round(task.x_test[:, 0] * 255).astype(np.uint8), task.y_test
 
 
-def _start_broker() -> BrokerHandle:
+def start_local_broker() -> BrokerHandle:
+    """Mosquitto on loopback if it is installed, else the embedded broker."""
     from messaging.brokers import start_embedded_broker, start_mosquitto
 
     if shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists():

@@ -68,17 +68,24 @@ class ProfiledCosts:
     A batch's measured duration covers what the executor thread spends on it: preparing the
     inputs, the model, encoding and publishing the replies. What a request costs before it is
     queued (decoding, admission, on the ingress thread) is told per request through
-    `observe_ingress` and added to the per-request cost, so the Observation prices a request by
-    everything the device spends on it (docs/profiles.md).
+    `observe_ingress`; receiving it off the network (paho's thread, which no handler can time)
+    stays at the profile's `receive_s`. Both are added to the per-request cost, so the
+    Observation prices a request by everything the device spends on it (docs/profiles.md).
     """
 
     def __init__(self, profile: DeviceProfile, task_names: Sequence[str]) -> None:
-        costs = [profile.inference_for(name) for name in task_names]
-        self.inference = [ServiceTimeProfiler(c.batch_fixed_s, c.per_request_s) for c in costs]
+        path = profile.request_path
+        # What a batch costs the executor thread: the model, the per-batch work, the replies.
+        executor = [profile.model_inference_for(name) for name in task_names]
+        self.inference = [
+            ServiceTimeProfiler(c.batch_fixed_s + path.per_batch_s, c.per_request_s + path.egress_s)
+            for c in executor
+        ]
         train = profile.training
         self.training = ServiceTimeProfiler(train.microbatch_fixed_s, train.per_sample_s)
-        self.ingress_s = 0.0  # smoothed CPU seconds a request costs before it is queued
+        self.ingress_s = path.ingress_s  # smoothed CPU seconds to decode and admit a request
         self._ingress_seen = 0
+        self.receive_s = path.receive_s
 
     @property
     def batch_fixed_s(self) -> tuple[float, ...]:
@@ -86,8 +93,8 @@ class ProfiledCosts:
 
     @property
     def per_request_s(self) -> tuple[float, ...]:
-        ingress = self.ingress_s
-        return tuple(p.per_item_s + ingress for p in self.inference)
+        extra = self.ingress_s + self.receive_s
+        return tuple(p.per_item_s + extra for p in self.inference)
 
     def observe_ingress(self, cpu_s: float) -> None:
         """One request's decode and admission took `cpu_s` of CPU time."""
@@ -113,8 +120,9 @@ class ProfiledCosts:
         self.training.observe(samples, duration_s)
 
     def profile(self, base: DeviceProfile, task_names: Sequence[str]) -> DeviceProfile:
-        """The costs believed now, as a profile like `base`: the fitted batch costs of each
-        task, the ingress cost as the request path, the fitted training cost."""
+        """The costs believed now, as a profile like `base`: each task's batch cost on the
+        executor thread (model and replies), the receive and ingress as the request path,
+        the training cost."""
         fits = [InferenceCost(p.fixed_s, p.per_item_s) for p in self.inference]
         return replace(
             base,
@@ -123,5 +131,5 @@ class ProfiledCosts:
             training=replace(
                 base.training, microbatch_fixed_s=self.training.fixed_s, per_sample_s=self.training.per_item_s
             ),
-            request_path=RequestPathCost(0.0, self.ingress_s),
+            request_path=RequestPathCost(receive_s=self.receive_s, ingress_s=self.ingress_s),
         )

@@ -258,8 +258,10 @@ def profile_to_json(profile: DeviceProfile) -> dict[str, Any]:
         },
         "description": profile.description,
         "request_path": {
+            "receive_s": profile.request_path.receive_s,
+            "ingress_s": profile.request_path.ingress_s,
+            "egress_s": profile.request_path.egress_s,
             "per_batch_s": profile.request_path.per_batch_s,
-            "per_request_s": profile.request_path.per_request_s,
         },
     }
 

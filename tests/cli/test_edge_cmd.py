@@ -97,7 +97,7 @@ def test_replay_checks_its_flags_before_starting_a_broker_or_an_agent(
     def no_broker() -> None:
         raise AssertionError("a broker was started before the flags were checked")
 
-    monkeypatch.setattr(replay_cmd, "_start_broker", no_broker)
+    monkeypatch.setattr(replay_cmd, "start_local_broker", no_broker)
     assert main(["edge", "replay", "--spawn-agent", "--no-store", *flags]) == 2
     assert message in capsys.readouterr().err
 
