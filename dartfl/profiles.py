@@ -56,11 +56,23 @@ log = logging.getLogger(__name__)
 _NO_TASKS: Mapping[str, InferenceCost] = MappingProxyType({})
 
 
+# The request path measured on the reference x86 core (docs/profiles.md, "The request path"):
+# receiving a QoS 1 request, decoding and admitting it (JSON), publishing its reply alone.
+_X86_PATH_S = (58e-6, 22e-6, 57e-6)
+
+
+def _path(dispatch_ratio: float) -> RequestPathCost:
+    """The x86 request path scaled by a device's interpreter-bound speed ratio `Kd`."""
+    receive, ingress, egress = (round(t * dispatch_ratio, 6) for t in _X86_PATH_S)
+    return RequestPathCost(receive_s=receive, ingress_s=ingress, egress_s=egress)
+
+
 def _builtin(
     name: str,
     description: str,
     inference: tuple[float, float, int],
     training: tuple[float, float, int],
+    request_path: RequestPathCost,
 ) -> DeviceProfile:
     batch_fixed_s, per_request_s, max_batch = inference
     microbatch_fixed_s, per_sample_s, max_microbatch = training
@@ -73,12 +85,14 @@ def _builtin(
         ),
         task_inference=_NO_TASKS,
         description=description,
+        request_path=request_path,
     )
 
 
 # Estimates, not measurements: docs/profiles.md derives every number (reference model at
 # width multiplier 6, one intra-op thread on CPUs) and cites the benchmarks behind each ratio.
-# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s, max-microbatch).
+# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s,
+# max-microbatch); then the request path, scaled by the dispatch ratio Kd of each device.
 _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
     p.name: p
     for p in (
@@ -90,6 +104,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "a 250 ms SLO slack: time sharing alone cannot protect latency here.",
             (0.0010, 0.0050, 32),
             (0.012, 0.023, 32),
+            _path(5.5),
         ),
         _builtin(
             "pi5",
@@ -98,6 +113,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "(docs/profiles.md); a full training microbatch takes ~0.24 s.",
             (0.00048, 0.0016, 32),
             (0.0060, 0.0073, 32),
+            _path(2.4),
         ),
         _builtin(
             "jetson-orin-nano",
@@ -106,6 +122,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "the Cortex-A78AE host launching kernels, tiny per-item costs (docs/profiles.md).",
             (0.00087, 0.00016, 64),
             (0.0080, 0.00058, 64),
+            _path(3.8),
         ),
         _builtin(
             "x86-1core",
@@ -114,6 +131,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "in docs/profiles.md.",
             (0.00018, 0.00064, 32),
             (0.0022, 0.0029, 32),
+            _path(1.0),
         ),
     )
 }
