@@ -88,7 +88,9 @@ class Agent:
             policy,
             profile,
             rounds,
-            ExecutorConfig(config.period_s, max_decisions=DECISIONS_KEPT),
+            ExecutorConfig(
+                config.period_s, max_decisions=DECISIONS_KEPT, deadline_admission=config.deadline_admission
+            ),
             costs=self._costs,
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only

@@ -38,6 +38,7 @@ class AgentConfig:
     model_dir: Path | None = None
     seed: int = 0
     round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
+    deadline_admission: bool = True  # refuse at once a request that cannot make its SLO
     mqtt_security: MqttSecurity | None = None  # TLS files and login for an mqtts:// broker_url
 
     def __post_init__(self) -> None:

@@ -89,6 +89,11 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO in ms (default 250)")
     p.add_argument("--queue-capacity", type=int, default=256, help="per-task queue bound (default 256)")
+    p.add_argument(
+        "--no-deadline-admission",
+        action="store_true",
+        help="queue every request there is room for, even one that cannot make its SLO",
+    )
     p.add_argument("--period-s", type=float, default=0.25, help="control period (default 0.25 s)")
     p.add_argument("--telemetry-s", type=float, default=1.0, help="telemetry interval (default 1 s)")
     p.add_argument("--round-s", type=float, default=60.0, help="FL round length (default 60 s)")
@@ -158,6 +163,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         model_dir=args.model_dir,
         publish_every_s=args.publish_every_s,
         round_channel=getattr(args, "round_channel", None),
+        deadline_admission=not args.no_deadline_admission,
         seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
     )

@@ -64,6 +64,12 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--round-target", type=int, default=0, help="samples owed per round (default 0: no deadline pressure)"
     )
+    g.add_argument(
+        "--no-deadline-admission",
+        action="store_true",
+        help="admit every request a queue has room for, even one that cannot make its SLO "
+        "(the behaviour before deadline-aware admission; docs/allocator.md)",
+    )
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:

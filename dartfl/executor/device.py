@@ -30,6 +30,7 @@ import numpy.typing as npt
 
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
+from dartfl.executor.admission import earliest_finish_s
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
 from dartfl.executor.rounds import RoundClock
@@ -49,12 +50,14 @@ StepPlanner = Callable[[float], int]
 @dataclass(frozen=True)
 class ExecutorConfig:
     """How the executor accounts. `max_decisions` bounds the decision times it keeps (None:
-    all of them, for a finite simulation); `record_periods` keeps a row per control period."""
+    all of them, for a finite simulation); `record_periods` keeps a row per control period;
+    `deadline_admission` refuses a request that cannot be answered within its SLO."""
 
     period_s: float = 0.25
     rate_time_constant_s: float = 2.0
     record_periods: bool = False
     max_decisions: int | None = None
+    deadline_admission: bool = True  # refuse what cannot make its SLO (dartfl/executor/admission.py)
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -104,6 +107,8 @@ class DeviceExecutor(Generic[R]):
         self.inference_busy_s = 0.0
         self.training_busy_s = 0.0
         self.last_step_end_s = -math.inf  # requests that arrived before it waited behind a step
+        self.busy_until_s = -math.inf  # when the work item running now is expected to end
+        self.past_deadline = 0  # requests refused because they could not make their SLO
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
         self.periods: dict[str, list[float]] = {
             key: [] for key in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
@@ -124,7 +129,7 @@ class DeviceExecutor(Generic[R]):
         if self.closed:
             self._misses[task] += 1
             return "shutting-down"
-        if len(self._times[task]) >= self.capacity[task]:
+        if len(self._times[task]) >= self.capacity[task] or not self._in_time(arrival_s, task):
             self._misses[task] += 1  # a rejection counts as a miss
             return "queue-full"
         self._times[task].append(arrival_s)
@@ -133,6 +138,26 @@ class DeviceExecutor(Generic[R]):
         if self.backlog_total > self.max_backlog:
             self.max_backlog = self.backlog_total
         return "queued"
+
+    def _in_time(self, now_s: float, task: int) -> bool:
+        if not self.config.deadline_admission:
+            return True
+        costs = self.costs
+        finish = earliest_finish_s(
+            now_s,
+            self.busy_until_s,
+            task,
+            [len(q) for q in self._times],
+            self.head_deadlines_s(),
+            self.slo_s[task],
+            costs.batch_fixed_s,
+            costs.per_request_s,
+            self.profile.max_batch,
+        )
+        if finish > now_s + self.slo_s[task]:
+            self.past_deadline += 1
+            return False
+        return True
 
     def backlog(self) -> tuple[int, ...]:
         return tuple(len(q) for q in self._times)
@@ -232,6 +257,8 @@ class DeviceExecutor(Generic[R]):
             m = self.step_planner(now_s)
         if m <= 0:
             return None
+        costs = self.costs
+        self.busy_until_s = now_s + costs.microbatch_fixed_s + costs.per_sample_s * m
         return TrainingStep(m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s)
 
     def take_batch(self, now_s: float, max_batch: int) -> InferenceBatch[R] | None:
@@ -245,6 +272,8 @@ class DeviceExecutor(Generic[R]):
             task, [items.popleft() for _ in range(size)], [times.popleft() for _ in range(size)], now_s
         )
         self.backlog_total -= size
+        costs = self.costs
+        self.busy_until_s = now_s + costs.batch_fixed_s[task] + costs.per_request_s[task] * size
         return batch
 
     def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> None:
