@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -338,6 +339,7 @@ def _replay(args: argparse.Namespace) -> int:
 
         with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
             job = bar.add_task(f"replaying to {args.device}", total=arrivals.num_requests)
+            started_s = time.time()  # the run store's start of the run, recorded once it is over
             outcome = replay(
                 arrivals,
                 broker_url=url,
@@ -361,7 +363,7 @@ def _replay(args: argparse.Namespace) -> int:
     if report is not None:
         summary["agent_report"] = report
     if not args.no_store:
-        _record_replay(args, arrivals, outcome)
+        _record_replay(args, arrivals, outcome, started_s)
     if args.json:
         from dartfl.store import to_jsonable
 
@@ -405,9 +407,9 @@ def _stop_agent(agent: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) 
     return json.loads(lines[-1]) if lines else None
 
 
-def _record_replay(args: argparse.Namespace, arrivals: Any, outcome: Any) -> None:
+def _record_replay(args: argparse.Namespace, arrivals: Any, outcome: Any, started_s: float) -> None:
     from dartfl.cli.recording import record_runs
 
-    record_runs(
-        args.store, "replay", args, arrivals, f"replay on {args.device}", [(outcome.record, outcome.summary)]
-    )
+    label = f"replay on {args.device}"
+    runs = [(outcome.record, outcome.summary)]
+    record_runs(args.store, "replay", args, arrivals, label, runs, started_s=started_s)
