@@ -9,7 +9,7 @@ import streamlit as st
 from dashboard import charts
 from dashboard.config import DashboardConfig
 from dashboard.data import fleet_frame, fleet_tiles
-from dashboard.views.common import HOW_TO_RECORD, feed_banner, get_feed, get_store
+from dashboard.views.common import HOW_TO_RECORD, feed_banner, get_feed, get_store, store_part
 
 
 def render(cfg: DashboardConfig) -> None:
@@ -21,8 +21,12 @@ def render(cfg: DashboardConfig) -> None:
         feed = get_feed(cfg)
         feed_banner(feed)
         store = get_store(cfg)
-        history = store.telemetry_latest() if store is not None else []
+        history = []
+        with store_part() as part:  # a damaged store still leaves the live tiles to show
+            history = store.telemetry_latest() if store is not None else []
         tiles = fleet_tiles(history, feed, now, cfg.liveness, cfg.slo_target)
+        if not tiles and (part.failed or (store is None and cfg.store_path.exists())):
+            return  # the store's error is shown; "no device has reported" may be wrong
         if not tiles:
             st.info(
                 "No device has reported yet. Devices publish telemetry on `dartfl/v1/<device>/telemetry`; "
@@ -42,19 +46,21 @@ def render(cfg: DashboardConfig) -> None:
         frame = fleet_frame(tiles)
         if frame["p99_over_slo"].notna().any():
             st.altair_chart(charts.fleet_p99_chart(frame), width="stretch")
+        points = []
         if store is not None:
-            points = store.telemetry_fleet_series(now - 3600.0, now, max_points=240)
-            if points:
-                import pandas as pd
+            with store_part():
+                points = store.telemetry_fleet_series(now - 3600.0, now, max_points=240)
+        if points:
+            import pandas as pd
 
-                df = pd.DataFrame(
-                    {
-                        "t": pd.to_datetime([p.t_s for p in points], unit="s", utc=True),
-                        "mean": [p.slo_attainment for p in points],
-                        "worst device": [p.slo_attainment_min for p in points],
-                    }
-                ).melt("t", var_name="fleet", value_name="slo_attainment")
-                chart = charts.lines(df, "t", "slo_attainment", "fleet", "SLO attainment, last hour")
-                st.altair_chart(charts.with_rule(chart, cfg.slo_target, "target"), width="stretch")
+            df = pd.DataFrame(
+                {
+                    "t": pd.to_datetime([p.t_s for p in points], unit="s", utc=True),
+                    "mean": [p.slo_attainment for p in points],
+                    "worst device": [p.slo_attainment_min for p in points],
+                }
+            ).melt("t", var_name="fleet", value_name="slo_attainment")
+            chart = charts.lines(df, "t", "slo_attainment", "fleet", "SLO attainment, last hour")
+            st.altair_chart(charts.with_rule(chart, cfg.slo_target, "target"), width="stretch")
 
     live_part()
