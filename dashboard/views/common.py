@@ -62,21 +62,24 @@ def get_store(cfg: DashboardConfig) -> RunStore | None:
 
 @dataclass
 class StorePart:
-    """What `store_part` tells the page: whether the part failed (its error is shown)."""
+    """What `store_part` tells the page: whether the part failed, and its error (shown)."""
 
     failed: bool = False
+    error: str | None = None
 
 
 @contextmanager
-def store_part() -> Iterator[StorePart]:
+def store_part(after: StorePart | None = None) -> Iterator[StorePart]:
     """Run a part of a page that reads the store: a one-line DartflError (a damaged row or
-    table, a locked store) is shown in place of that part, and the page goes on below it."""
+    table, a locked store) is shown in place of that part, and the page goes on below it.
+    The same error as the part `after` (a missing table both read) is not shown twice."""
     part = StorePart()
     try:
         yield part
     except DartflError as exc:
-        part.failed = True
-        st.error(str(exc))
+        part.failed, part.error = True, str(exc)
+        if after is None or after.error != part.error:
+            st.error(part.error)
 
 
 def show_run_damage(runs: Sequence[RunInfo], at_most: int = 3) -> None:
