@@ -12,7 +12,7 @@ from dartfl.errors import ConfigError
 from dartfl.protocol import MAX_DEVICE_MESSAGE_BYTES
 from dartfl.protocol.jsonwire import MAX_UNIX_S
 from dartfl.store.connection import StoreConnection
-from dartfl.store.errors import decode_json_column
+from dartfl.store.errors import StoreDamagedError, decode_json_column
 from dartfl.store.jsonable import strict_json_text, to_jsonable
 from dartfl.store.records import FleetPoint, TelemetryDevice, TelemetryPoint, TelemetryRow
 
@@ -96,17 +96,37 @@ class TelemetryTable(StoreConnection):
             ).fetchall()
         return [TelemetryDevice(*row) for row in rows]
 
-    def telemetry_latest(self, since_s: float | None = None) -> list[TelemetryRow]:
-        """The newest snapshot of each device (only devices heard from since `since_s`)."""
+    def telemetry_latest(
+        self, since_s: float | None = None, *, damage: list[str] | None = None
+    ) -> list[TelemetryRow]:
+        """The newest snapshot of each device (only devices heard from since `since_s`).
+
+        A newest snapshot whose payload is not JSON raises its one-line StoreDamagedError, or,
+        given a `damage` list, is named there and replaced by that device's newest snapshot
+        that reads, so one damaged row does not hide the fleet."""
         where = "" if since_s is None else "WHERE t_s >= :since"
         sql = (
             f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry t JOIN "
             f"(SELECT device AS d, MAX(t_s) AS m FROM telemetry {where} GROUP BY device) l "
             "ON t.device = l.d AND t.t_s = l.m ORDER BY t.device"
         )
+        latest: list[TelemetryRow] = []
         with self._transaction("DEFERRED") as conn:
-            rows = conn.execute(sql, {"since": since_s}).fetchall()
-        return [self._telemetry_row(row) for row in rows]
+            for row in conn.execute(sql, {"since": since_s}).fetchall():
+                try:
+                    latest.append(self._telemetry_row(row))
+                except StoreDamagedError as exc:
+                    if damage is None:
+                        raise
+                    damage.append(str(exc))
+                    older = conn.execute(  # walks the (device, t_s) index back from the newest
+                        f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND t_s < :t "
+                        "AND t_s >= :since AND json_valid(payload) ORDER BY t_s DESC LIMIT 1",
+                        {"d": row[0], "t": row[1], "since": -math.inf if since_s is None else since_s},
+                    ).fetchone()
+                    if older is not None:
+                        latest.append(self._telemetry_row(older))
+        return latest
 
     def _telemetry_row(self, row: tuple[Any, ...]) -> TelemetryRow:
         device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, payload = row

@@ -6,7 +6,7 @@ import time
 
 import streamlit as st
 
-from dartfl.store import RunStore
+from dartfl.store import RunStore, TelemetryRow
 from dashboard import charts
 from dashboard.config import DashboardConfig
 from dashboard.data import DeviceTile, fleet_frame, fleet_tiles
@@ -22,9 +22,12 @@ def render(cfg: DashboardConfig) -> None:
         feed = get_feed(cfg)
         feed_banner(feed)
         store = get_store(cfg)
-        history = []
+        history: list[TelemetryRow] = []
+        damage: list[str] = []
         with store_part() as part:  # a damaged store still leaves the live tiles to show
-            history = store.telemetry_latest() if store is not None else []
+            history = store.telemetry_latest(damage=damage) if store is not None else []
+        for line in damage:  # a device's newest snapshot did not read: its previous one shows
+            st.error(line)
         tiles = fleet_tiles(history, feed, now, cfg.liveness, cfg.slo_target)
         if not tiles and store is None and cfg.store_path.exists():
             return  # the store did not open (its error is shown) and nothing is live

@@ -149,8 +149,16 @@ def test_a_snapshot_that_is_not_json_is_named_and_series_skip_damaged_rows(
             StoreDamagedError, match=r"the telemetry snapshot of 'dev-001' at t_s=.* is not JSON"
         ):
             store.telemetry_latest()
+        damage: list[str] = []
+        latest = {row.device: row.t_s for row in store.telemetry_latest(damage=damage)}
+        devices = {d.device: d.last_t_s for d in store.telemetry_devices()}
         points = store.telemetry_series("dev-001")
         decisions = store.decisions(1, "dart")
+    # The fleet still reads: dev-001 by its newest snapshot that reads, the damage named.
+    assert latest == {**devices, "dev-001": devices["dev-001"] - 1.0}
+    (line,) = damage
+    assert line.startswith(f"{path}: the telemetry snapshot of 'dev-001' at t_s={devices['dev-001']!r}")
+    assert f"""`sqlite3 {path} "DELETE FROM telemetry WHERE device = 'dev-001' AND t_s = """ in line
     assert len(points) == 120 and points[-1].task_shares == {}  # the damaged one adds no shares
     assert points[0].task_shares  # the others still do
     assert len(decisions) == 200

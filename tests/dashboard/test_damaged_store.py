@@ -91,13 +91,14 @@ def test_malformed_json_is_named_per_run_and_snapshot_and_the_rest_still_draws(
     monkeypatch: pytest.MonkeyPatch, template: Path, tmp_path: Path
 ) -> None:
     path = damaged_copy(template, tmp_path, "malformed-json")
-    seen = {
-        page: (_errors(at), [w.value for w in at.warning], _charts(at))
-        for page, at in _visit(monkeypatch, path)
-    }
+    seen = {}
+    for page, at in _visit(monkeypatch, path):
+        seen[page] = (_errors(at), [w.value for w in at.warning], _charts(at))
+        if page == "Fleet":  # every device still shows, dev-001 by its newest snapshot that reads
+            assert {m.label: m.value for m in at.metric}["devices"] == "3"
     (error,), _, charts = seen["Fleet"]
     assert error.startswith(f"{path}: the telemetry snapshot of 'dev-001' at t_s=") and "is not JSON" in error
-    assert charts == 1  # the fleet's SLO over the last hour still reads
+    assert charts == 2  # p99/SLO per device and the fleet's SLO over the last hour
     assert seen["Device"] == ([], [], 5)  # dev-000's series; dev-001's damaged rows add no shares
     (error,), (warning,), charts = seen["Experiments"]
     assert warning.startswith(f"{path}: run 1's config is not JSON")
