@@ -48,7 +48,7 @@ def register(sub: Any) -> None:
         help="keep at most this many snapshots per device, the oldest go first (default 200000)",
     )
     p.add_argument(
-        "--max-devices", type=int, default=10_000, help="record at most this many devices (default 10000)"
+        "--max-devices", type=int, default=1_000, help="record at most this many devices (default 1000)"
     )
     p.add_argument("--duration-s", type=float, help="stop after this long (default: run until stopped)")
     add_mqtt_arguments(p)
