@@ -110,16 +110,17 @@ class Recorder:
             return
         self._warned_s[reason] = now
         if reason == "ahead":
-            detail = f"{row.t_s - now:.0f} s ahead of this host's clock (limit {self.limits.max_ahead_s:g} s)"
+            why = (
+                f"dated {row.t_s - now:.0f} s ahead of this host's clock (limit "
+                f"{self.limits.max_ahead_s:g} s): check that device's clock"
+            )
         elif reason == "behind":
-            detail = f"{now - row.t_s:.0f} s old, past the {self.limits.retention_s:g}-s retention"
+            why = f"dated {now - row.t_s:.0f} s ago, past the {self.limits.retention_s:g}-s retention"
+            why += ": check that device's clock"
         else:
-            detail = f"already recording {self.limits.max_devices} devices (--max-devices)"
+            why = f"already recording {self.limits.max_devices} devices (--max-devices raises it)"
         log.warning(
-            "refused a snapshot of %r dated %s: check that device's clock; %d refused so far",
-            row.device,
-            detail,
-            sum(self.refused.values()),
+            "refused a snapshot of %r %s; %d refused so far", row.device, why, sum(self.refused.values())
         )
 
     def flush(self) -> int:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import NoReturn, Self
 from urllib.parse import quote
 
 from dartfl.errors import ConfigError
@@ -69,7 +69,7 @@ class StoreConnection:
                     self._create_schema(conn)
         except sqlite3.Error as exc:  # outside a transaction: a pragma on a damaged file
             self._conn.close()
-            raise self._store_error(exc) from exc
+            self._raise_store_error(exc)
         except BaseException:
             self._conn.close()
             raise
@@ -103,7 +103,7 @@ class StoreConnection:
                 uri, uri=True, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False
             )
         except sqlite3.Error as exc:
-            raise self._store_error(exc) from exc
+            self._raise_store_error(exc)
 
     def _enable_wal(self) -> None:
         # Switching a new file to WAL fails at once (no busy wait) while another process that
@@ -200,12 +200,15 @@ class StoreConnection:
             f"restore a backup"
         )
 
-    def _store_error(self, exc: sqlite3.Error) -> BaseException:
-        """The one-line StoreError for `exc`, or `exc` itself when the file is not to blame."""
+    def _raise_store_error(self, exc: sqlite3.Error) -> NoReturn:
+        """Raise the one-line StoreError for `exc`, or `exc` itself when the file is not to
+        blame (a value the caller passed, or a bug)."""
         translated = translate(
             exc, self.path, busy_timeout_s=self._busy_timeout_s, missing_table=self._missing_table
         )
-        return exc if translated is None else translated
+        if translated is None:
+            raise exc
+        raise translated from exc
 
     def _refuse_writing(self) -> StoreError:
         if self.notice is not None:
@@ -232,7 +235,7 @@ class StoreConnection:
                         self._conn.execute("ROLLBACK")
                     raise
             except sqlite3.Error as exc:
-                raise self._store_error(exc) from exc
+                self._raise_store_error(exc)
 
     def close(self) -> None:
         with self._lock:
