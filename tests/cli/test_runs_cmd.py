@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from dartfl.arrivals import Arrivals
 from dartfl.cli.main import main
 from dartfl.store import SCHEMA_VERSION, RunStore
 from dartfl.store import connection as store_connection
@@ -232,7 +233,6 @@ def test_runs_list_on_a_locked_store_exits_1_saying_so(
 def test_a_recorded_run_lasts_from_its_start_not_from_when_it_was_recorded(tmp_path: Path) -> None:
     # `dc sim` of 62 s was recorded as 0.02 s, replays as 0.0 s: the run was started in the
     # store only once it was over. record_runs takes when it began.
-    from dartfl.arrivals import Arrivals
     from dartfl.cli.recording import record_runs
 
     arrivals = Arrivals(np.array([0.5, 1.0]), np.array([0, 0]), ("digits",), 2.0)
@@ -261,4 +261,26 @@ def test_dartfl_sim_records_the_time_the_simulation_took(
     assert main([*argv, "--no-plot", "--json", "--store", str(store)]) == 0
     with RunStore(store) as runs:
         (run,) = runs.list_runs()
+    assert run.duration_s is not None and run.duration_s >= 62.0
+
+
+def test_an_edge_replay_is_recorded_from_when_it_began(tmp_path: Path) -> None:
+    # Replays were recorded as 0.0 s long.
+    from types import SimpleNamespace
+
+    from dartfl.cli.edge_cmd import _record_replay
+    from dartfl.metrics import RunRecord
+
+    times = np.array([0.5, 1.0])
+    record = RunRecord(
+        "dart", ("digits",), (0.25,), 2.0, times, times + 0.01, np.zeros(2, np.int64),
+        np.zeros(2, bool), (0,), 0.0, 0.0, 0.0, 1, np.zeros(0),
+    )  # fmt: skip
+    arrivals = Arrivals(times, np.array([0, 0]), ("digits",), 2.0)
+    args = argparse.Namespace(store=tmp_path / "s.sqlite", device="pi-01", seed=1)
+    started = time.time() - 62.0
+    _record_replay(args, arrivals, SimpleNamespace(record=record, summary={"requests": 2}), started)
+    with RunStore(tmp_path / "s.sqlite") as store:
+        (run,) = store.list_runs()
+    assert (run.kind, run.created_s) == ("replay", started)
     assert run.duration_s is not None and run.duration_s >= 62.0
