@@ -85,10 +85,6 @@ class TelemetryAdmission:
         self.limits = limits
         self._rows = dict(rows_per_device)
 
-    @property
-    def devices(self) -> int:
-        return len(self._rows)
-
     def refusal(self, device: str, t_s: float, now_s: float) -> str | None:
         """Why a snapshot of `device` dated `t_s` is refused at `now_s` (a key of REFUSALS),
         or None to store it."""
