@@ -15,14 +15,11 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError
-
-if TYPE_CHECKING:
-    pass
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"

@@ -116,10 +116,7 @@ def run(args: argparse.Namespace) -> int:
     if report is not None:
         summary["agent_report"] = report
     if not args.no_store:
-        from dartfl.cli.recording import record_runs
-
-        label = f"replay on {args.device}"
-        record_runs(args.store, "replay", args, outcome.arrivals, label, [(outcome.record, summary)])
+        _record(args, outcome, summary)
     if args.json:
         from dartfl.store import to_jsonable
 
@@ -130,6 +127,15 @@ def run(args: argparse.Namespace) -> int:
 
         print_replay_table(summary, outcome.arrivals, args.device, args.policy)
     return 0
+
+
+def _record(args: argparse.Namespace, replayed: _Replayed, summary: dict[str, Any]) -> None:
+    """The replay in the run store, from when it began (so its duration is the replay's)."""
+    from dartfl.cli.recording import record_runs
+
+    runs = [(replayed.record, summary)]
+    label = f"replay on {args.device}"
+    record_runs(args.store, "replay", args, replayed.arrivals, label, runs, started_s=replayed.started_s)
 
 
 def _run_replay(
@@ -155,16 +161,17 @@ def _run_replay(
     options = ReplayOptions(
         url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security
     )
+    started_s = time.time()  # the run store's start of the run, recorded once it is over
     with _Progress(arrivals.num_requests, args.device) as on_progress:
         outcome = replay(arrivals, options, images, profile, args.policy, on_progress)
-    return _Replayed(outcome, arrivals)
+    return _Replayed(outcome, arrivals, started_s)
 
 
 class _Replayed:
     """A replay's outcome and the arrivals it sent (they may have been sized after the agent)."""
 
-    def __init__(self, outcome: ReplayOutcome, arrivals: Arrivals) -> None:
-        self.outcome, self.arrivals = outcome, arrivals
+    def __init__(self, outcome: ReplayOutcome, arrivals: Arrivals, started_s: float) -> None:
+        self.outcome, self.arrivals, self.started_s = outcome, arrivals, started_s
         self.record = outcome.record
 
     @property

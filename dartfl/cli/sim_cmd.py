@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
     specs = args.policies or list(DEFAULT_POLICIES)
+    started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     outcome = run_policies(
         arrivals,
         profile,
@@ -100,7 +102,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_store:
         from dartfl.cli.recording import record_sim
 
-        run_id = record_sim(args.store, args, arrivals, profile, outcome)
+        run_id = record_sim(args.store, args, arrivals, profile, outcome, started_s=started_s)
     if plot_path is not None:
         from dartfl.cli.plots import plot_sim
 
