@@ -4,6 +4,11 @@ store, so the dashboard's history survives restarts (`dartfl record`).
 Snapshots are buffered and written in one transaction per `flush_s` (run-store guidance:
 batches, not single rows); the buffer is bounded, so a store that cannot keep up drops the
 oldest snapshots with a warning rather than growing without limit.
+
+A subscription the broker refuses ends the recorder (`fatal_error`, an MqttAclError naming
+the topic). Mosquitto's ACL file refuses none: it drops, without a word, every message the
+account may not read. So a recorder that has heard nothing says so (`silence`): once as a
+warning after QUIET_WARNING_S, and `dartfl record --duration-s` fails with it.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dartfl.errors import ConfigError, ProtocolError
 from dartfl.store import RunStore, TelemetryRow
 from dashboard.feed import TELEMETRY_SUBSCRIPTION, Subscriber
 from dashboard.telemetry import row_from_snapshot
+from messaging.accounts import grant_hint
 from messaging.link import Message
 from messaging.security import MqttSecurity
 
@@ -29,6 +35,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Recorder"]
 
 MAX_BUFFERED = 100_000
+QUIET_WARNING_S = 60.0  # heard nothing for this long since the start: say why that may be
 
 
 class Recorder:
@@ -57,6 +64,7 @@ class Recorder:
         self.received = 0
         self.written = 0
         self.bad = 0
+        self._account = security.username if security is not None else None
         self.subscriber = Subscriber(
             broker_url,
             "recorder",
@@ -121,6 +129,21 @@ class Recorder:
                 log.warning("dropping a snapshot of %r the store refuses: %s", row.device, exc)
         return written
 
+    def silence(self) -> str | None:
+        """Why nothing arrived (one line: the topic, the account and what to check), or None
+        once any message did."""
+        if self.received or self.bad:
+            return None
+        url = self.subscriber.url
+        if not self.subscriber.connected and self.subscriber.error is not None:
+            return f"no telemetry recorded: {self.subscriber.error}"
+        who = f"account {self._account!r}" if self._account else "this anonymous client"
+        return (
+            f"no telemetry arrived on {TELEMETRY_SUBSCRIPTION} from {url}: no device publishes, or "
+            f"the broker drops it without a word because {who} may not read it; "
+            f"{grant_hint('read', TELEMETRY_SUBSCRIPTION, self._account)}"
+        )
+
     def prune(self) -> int:
         if self.retention_s is None:
             return 0
@@ -129,12 +152,18 @@ class Recorder:
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
         """Flush every `flush_s` until `stop` is set (or `duration_s` has passed); prune hourly.
         Raises the subscriber's MqttSecurityError: wrong TLS or login settings never heal."""
-        deadline = None if duration_s is None else time.monotonic() + duration_s
+        started = time.monotonic()
+        deadline = None if duration_s is None else started + duration_s
         next_prune = 0.0
+        quiet_warned = False
         while not stop.wait(self.flush_s):
             if self.subscriber.fatal_error is not None:
                 raise self.subscriber.fatal_error
             self.flush()
+            if not quiet_warned and time.monotonic() - started >= QUIET_WARNING_S:
+                quiet_warned = True
+                if (why := self.silence()) is not None:
+                    log.warning("%s", why)
             if time.monotonic() >= next_prune:
                 pruned = self.prune()
                 if pruned:

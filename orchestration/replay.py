@@ -4,6 +4,12 @@ Every request carries a real test image of its task. Every reply is matched by i
 correlation id, and the metrics are computed from the requester's side: latency runs from
 send to receipt, so it includes the broker round trip. Training progress comes from the
 agent's telemetry: the difference between the first and the last snapshot of the replay.
+
+Replies come back on dartfl/v1/_reply/<requester>/<run> (the reply rule, docs/protocol.md),
+<requester> being the broker account. Before the workload starts, one probe request must be
+answered: a broker that drops the requests or the replies (its ACL) stops the replay at once,
+naming the topic, instead of counting every request as lost. Under MQTT 5 a request the broker
+refuses stops it too (a PUBACK reason code, messaging.refusals).
 """
 
 from __future__ import annotations
@@ -21,11 +27,15 @@ import numpy as np
 
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
-from dartfl.errors import DartflError
+from dartfl.errors import ConfigError, DartflError
 from dartfl.metrics import RunRecord, summarize
-from dartfl.protocol import DeviceStatus, Telemetry
+from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
+from messaging.accounts import grant_hint
+from messaging.link import MQTT_V311, MqttAclError, MqttLink, connect
 from messaging.security import MqttSecurity
+from messaging.versions import connect_preferring_v5
+from orchestration.agent_watch import AgentSighting
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +54,9 @@ HEADLINE_KEYS = (
     "accuracy",
     "agent_overhead_cpu_fraction",
 )
+ANONYMOUS_REQUESTER = "replay"  # the requester name on a broker without logins
+PROBE_ID = "probe"
+PROBE_TIMEOUT_S = 10.0
 
 
 @dataclass
@@ -66,60 +79,13 @@ class ReplayOutcome:
     agent_report: Telemetry | None
 
 
-def wait_for_status(
-    broker_url: str,
-    device: str,
-    want: str = "online",
-    timeout_s: float = 60.0,
-    security: MqttSecurity | None = None,
-    check: Callable[[], None] | None = None,
-) -> DeviceStatus:
-    """Block until the device's retained status says `want`; return that status message.
-
-    `check` is called about once a second while waiting and may raise to stop the wait (say,
-    the agent process it waits for has exited), on the one broker connection."""
-    from messaging.link import connect
-
-    got: list[DeviceStatus] = []
-    ready = threading.Event()
-
-    def on_message(message: Any) -> None:
-        try:
-            status = protocol.decode_status(message.payload, message.topic)
-        except DartflError:
-            return
-        if status.online == (want == "online"):
-            got.append(status)
-            ready.set()
-
-    link = connect(
-        broker_url,
-        client_id=f"dartfl-wait-{uuid.uuid4().hex[:8]}",
-        on_message=on_message,
-        subscriptions=[(protocol.status_topic(device), 1)],
-        security=security,
-    )
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ready.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-            if check is not None:
-                check()
-            if time.monotonic() >= deadline:
-                raise DartflError(
-                    f"device {device!r} did not report {want!r} on {broker_url} within {timeout_s:.0f} s"
-                )
-    finally:
-        link.close()
-    return got[-1]
-
-
-def profile_from_status(status: DeviceStatus) -> DeviceProfile:
-    """The cost profile an agent publishes in its status message."""
-    if status.profile is None:
+def profile_of(sighting: AgentSighting) -> DeviceProfile:
+    """The cost profile an agent publishes (in its status message and its telemetry)."""
+    if sighting.profile is None:
         raise DartflError(
-            f"device {status.device!r} publishes no cost profile in its status; pass --profile-file"
+            f"device {sighting.device!r} publishes no cost profile in its status; pass --profile-file"
         )
-    return status.profile
+    return sighting.profile
 
 
 def replay(
@@ -134,13 +100,15 @@ def replay(
     settle_s: float = 10.0,
     on_progress: Callable[[int, int], None] | None = None,
     security: MqttSecurity | None = None,
+    mqtt5: bool = True,
 ) -> ReplayOutcome:
-    """Send `arrivals` to `device` at their times; `images[task]` = (uint8 images, labels)."""
-    from messaging.link import connect
+    """Send `arrivals` to `device` at their times; `images[task]` = (uint8 images, labels).
 
+    `mqtt5`: try MQTT 5 first (False for a broker known to speak 3.1.1 only)."""
     n = arrivals.num_requests
     inbox = _Inbox(np.full(n, np.nan), [None] * n, np.full(n, -1))
-    reply_topic = f"dartfl/v1/replay/{uuid.uuid4().hex[:12]}/reply"
+    reply_topic = _reply_topic(security)
+    probe_answered = threading.Event()
     t0 = [math.inf]
 
     def on_message(message: Any) -> None:
@@ -149,6 +117,9 @@ def replay(
         if topic == reply_topic:
             try:
                 reply = protocol.decode_reply(payload)
+                if reply.id == PROBE_ID:
+                    probe_answered.set()
+                    return
                 i = int(reply.id or "-1")
             except (DartflError, ValueError, TypeError):
                 log.warning("unreadable reply on %s", topic)
@@ -165,13 +136,18 @@ def replay(
         elif topic == protocol.telemetry_topic(device):
             inbox.telemetry.append(protocol.decode_telemetry(payload, topic))
 
-    link = connect(
-        broker_url,
-        client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
-        on_message=on_message,
-        subscriptions=[(reply_topic, 1), (protocol.telemetry_topic(device), 1)],
-        security=security,
-    )
+    def link_of(version: str) -> MqttLink:
+        return connect(
+            broker_url,
+            client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
+            on_message=on_message,
+            subscriptions=[(reply_topic, 1), (protocol.telemetry_topic(device), 1)],
+            protocol=version,
+            security=security,
+        )
+
+    lost = "requests the broker refuses are noticed by the probe only"
+    link = connect_preferring_v5(link_of, broker_url, lost) if mqtt5 else link_of(MQTT_V311)
     try:
         # 1. Pick each request's image up front so sending is only encode + publish.
         picks: list[int] = [0] * n
@@ -185,6 +161,8 @@ def replay(
             per_task[name] += 1
             picks[i] = j
             truth[i] = labels[j]
+        first_name = arrivals.task_names[tasks[0]] if n else arrivals.task_names[0]
+        _probe(link, device, first_name, images[first_name][0][0], reply_topic, probe_answered, security)
         first_telemetry = _await_telemetry(inbox, timeout_s=5.0, newer_than=len(inbox.telemetry))
         # 2. Send at wall-clock pace.
         times = arrivals.times_s.tolist()
@@ -200,6 +178,7 @@ def replay(
             )
             sent[i] = time.monotonic() - t0[0]
             link.publish(protocol.request_topic(device, name), payload, qos=1)
+            _stop_if_refused(link)
             if on_progress is not None and i % 256 == 0:
                 on_progress(i, n)
         # 3. The training window closes with the first snapshot after the last request, so
@@ -209,6 +188,51 @@ def replay(
     finally:
         link.close()
     return _outcome(arrivals, sent, inbox, truth, profile, policy, slo_s, first_telemetry, last_telemetry)
+
+
+def _reply_topic(security: MqttSecurity | None) -> str:
+    """This run's reply topic: under the requester's account, a private level per run."""
+    requester = (security.username if security is not None else None) or ANONYMOUS_REQUESTER
+    try:
+        return protocol.reply_topic(requester, uuid.uuid4().hex[:12])
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--mqtt-username {requester!r} cannot name a requester (its replies come back on "
+            f"{protocol.REPLY_ROOT}/<account>/...): {exc}"
+        ) from None
+
+
+def _stop_if_refused(link: MqttLink) -> None:
+    if link.refusal is not None:
+        raise MqttAclError(f"replay: {link.refusal}")
+
+
+def _probe(
+    link: MqttLink,
+    device: str,
+    task: str,
+    image: np.ndarray,
+    reply_topic: str,
+    answered: threading.Event,
+    security: MqttSecurity | None,
+) -> None:
+    """One request that must be answered before the workload starts: silence here means the
+    broker drops the requests or the replies (or the agent is not serving)."""
+    payload = protocol.encode_request(PROBE_ID, image, reply_topic, sent_at=time.time())
+    link.publish(protocol.request_topic(device, task), payload, qos=protocol.REQUEST_QOS)
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    while not answered.wait(0.05):
+        _stop_if_refused(link)
+        if time.monotonic() >= deadline:
+            account = security.username if security is not None else None
+            request = protocol.request_topic(device, task)
+            raise DartflError(
+                f"no reply on {reply_topic} to a probe request on {request} within "
+                f"{PROBE_TIMEOUT_S:.0f} s: the agent is not serving, or the broker drops the request "
+                f"or the reply without a word ({grant_hint('write', request, account)}; "
+                f"{grant_hint('read', reply_topic, account)}; the device's account must write replies)"
+            )
+    _stop_if_refused(link)
 
 
 def _await_telemetry(inbox: _Inbox, timeout_s: float, newer_than: int = 0) -> Telemetry | None:

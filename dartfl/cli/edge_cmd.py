@@ -23,12 +23,12 @@ from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, seed_arg
 from dartfl.errors import ConfigError, DartflError
-from dartfl.protocol import DeviceStatus
 
 if TYPE_CHECKING:
     from dartfl.arrivals import Arrivals
     from dartfl.types import DeviceProfile
     from messaging.security import MqttSecurity
+    from orchestration.agent_watch import AgentSighting
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
@@ -128,6 +128,13 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         default=30.0,
         help="serve the locally trained model every so often (default 30 s; 0: only after FL rounds)",
     )
+    p.add_argument(
+        "--reply-topics",
+        choices=("requester", "any"),
+        default="requester",
+        help="answer only on dartfl/v1/_reply/<requester>/... (default), or on any non-device "
+        "topic as protocol v1 first allowed, for requesters not yet moved (docs/protocol.md)",
+    )
     _model_arguments(p)
     add_mqtt_arguments(p)
 
@@ -179,6 +186,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         round_channel=getattr(args, "round_channel", None),
         seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
+        reply_topics=args.reply_topics,
     )
 
 
@@ -279,16 +287,16 @@ def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | No
 
 def _wait_for_spawned_agent(
     agent: subprocess.Popen[bytes], agent_log: IO[bytes], url: str, device: str
-) -> DeviceStatus:
-    """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
-    from orchestration.replay import wait_for_status
+) -> AgentSighting:
+    """The agent, once alive; fails as soon as the agent exits instead (a bad --agent-arg)."""
+    from orchestration.agent_watch import wait_for_agent
 
     def still_running() -> None:
         if agent.poll() is not None:
             error = ConfigError if agent.returncode == 2 else DartflError  # 2: it rejected its flags
             raise error(f"the spawned agent exited with code {agent.returncode}: {_last_line(agent_log)}")
 
-    return wait_for_status(url, device, "online", timeout_s=AGENT_ONLINE_TIMEOUT_S, check=still_running)
+    return wait_for_agent(url, device, timeout_s=AGENT_ONLINE_TIMEOUT_S, check=still_running)
 
 
 def _agent_stderr(agent_log: IO[bytes]) -> str:
@@ -312,7 +320,8 @@ def _echo_agent_log(agent_log: IO[bytes]) -> None:
 def _replay(args: argparse.Namespace) -> int:
     from dartfl.profiles import load_profile_toml
     from fltask.data import load_tasks
-    from orchestration.replay import profile_from_status, replay, wait_for_status
+    from orchestration.agent_watch import wait_for_agent
+    from orchestration.replay import profile_of, replay
 
     security = _check_replay_flags(args)
     file_profile = load_profile_toml(args.profile_file) if args.profile_file else None
@@ -325,11 +334,11 @@ def _replay(args: argparse.Namespace) -> int:
             broker = _start_broker()
             url = broker.url
             agent = _spawn(args, url, agent_log)
-            status = _wait_for_spawned_agent(agent, agent_log, url, args.device)
+            sighting = _wait_for_spawned_agent(agent, agent_log, url, args.device)
         else:
             timeout_s = AGENT_ONLINE_TIMEOUT_S
-            status = wait_for_status(url, args.device, "online", timeout_s=timeout_s, security=security)
-        profile = file_profile or profile_from_status(status)
+            sighting = wait_for_agent(url, args.device, timeout_s=timeout_s, security=security)
+        profile = file_profile or profile_of(sighting)
         if arrivals is None:
             arrivals = arrivals_from_args(args, profile)
         tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
@@ -348,6 +357,7 @@ def _replay(args: argparse.Namespace) -> int:
                 policy=args.policy,
                 on_progress=lambda done, _total: bar.update(job, completed=done),
                 security=security,
+                mqtt5=broker is None or broker.kind == "mosquitto",  # amqtt speaks 3.1.1 only
             )
     finally:
         try:
