@@ -8,7 +8,8 @@ agent's telemetry: the difference between the first and the last snapshot of the
 Replies come back on dartfl/v1/_reply/<requester>/<run> (the reply rule, docs/protocol.md),
 <requester> being the broker account. Before the workload starts, one probe request must be
 answered: a broker that drops the requests or the replies (its ACL) stops the replay at once,
-naming the topic, instead of counting every request as lost. Under MQTT 5 a request the broker
+naming the topic, instead of counting every request as lost. (The agent's own counters
+include that probe; the replay's figures do not.) Under MQTT 5 a request the broker
 refuses stops it too (a PUBACK reason code, messaging.refusals).
 """
 
