@@ -13,6 +13,7 @@ import getpass
 import json
 import logging
 import subprocess
+import time
 from collections.abc import Iterator
 from glob import glob
 from pathlib import Path
@@ -156,3 +157,21 @@ def test_dartfl_record_refused_its_subscription_exits_2_in_one_line(
     assert main([*args, "--duration-s", "30", "--flush-s", "0.2"]) == 2
     (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("dartfl:")]
     assert TELEMETRY in line and "--recorder nobody" in line
+
+
+@pytest.mark.integration
+def test_the_dashboard_feed_stops_on_a_refused_subscription_and_shows_why(
+    checking_broker: BrokerHandle,
+) -> None:
+    from dashboard.feed import LiveFeed
+
+    feed = LiveFeed(checking_broker.url, retry_s=0.3, security=_nobody())
+    try:
+        deadline = time.monotonic() + 10
+        while feed.subscriber.fatal_error is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert isinstance(feed.subscriber.fatal_error, MqttAclError)  # no retrying: settings are wrong
+        error = feed.state().error or ""
+        assert TELEMETRY in error and "--recorder nobody" in error
+    finally:
+        feed.close()
