@@ -37,7 +37,7 @@ from dartfl.errors import ConfigError
 from messaging.brokers import parse_broker_address
 from messaging.errors import MqttAclError, MqttConnectError, MqttSecurityError
 from messaging.messages import Message, Will, message_from_paho
-from messaging.refusals import PublishRefusals, Refusal, refused_subscription
+from messaging.refusals import Drops, PublishRefusals, Refusal, refused_subscription
 from messaging.security import MqttSecurity
 from messaging.tls import FailedAttempts, apply_security
 
@@ -67,7 +67,6 @@ _PROTOCOLS: Final = {
 MAX_QUEUED_OUTGOING: Final = 1000
 RECONNECT_MIN_S: Final = 1
 RECONNECT_MAX_S: Final = 10
-SESSION_TAKEN_OVER: Final = 0x8E  # MQTT 5 DISCONNECT: another client connected with this id
 
 # What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
 _AUTH_REFUSALS = ("not authorized", "bad user name or password")
@@ -111,6 +110,7 @@ class MqttLink:
         self._pending: dict[int, str] = {}  # mid -> topic of a subscribe() not yet answered
         self._account = account
         self._refusals = PublishRefusals(label, account) if protocol == paho.MQTTv5 else None
+        self._drops = Drops(label, account)
         self._closed = False
         self._last_sent: paho.MQTTMessageInfo | None = None
         # Called on paho's thread each time the link is ready again after a reconnect.
@@ -174,15 +174,7 @@ class MqttLink:
             self._connected = False
             self._ready = False
             self._cond.notify_all()
-        if getattr(reason, "value", None) == SESSION_TAKEN_OVER:
-            # Two processes on one account close each other's connection, over and over.
-            log.error(
-                "%s: another client connected as %r and the broker closed this connection: every "
-                "process needs its own account (docs/deployment.md section 5)",
-                self._label,
-                self._account,
-            )
-        elif not self._closed:
+        if not self._closed and not self._drops.lost(reason):
             log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
 
     def _handle_subscribe(

@@ -11,12 +11,18 @@ A broker says no in two ways:
 
 `PublishRefusals` keeps the topic of each QoS > 0 publish in flight (MQTT 5 only) so that a
 refused one can be named; paho only reports its message id.
+
+A broker also closes a connection when another client connects with the same client id: with
+client ids bound to accounts, two processes on one account close each other's connection,
+over and over. MQTT 5 allows a DISCONNECT saying so (0x8E Session taken over); Mosquitto 2.0.11
+just closes the socket. `Drops` notices either and says what is likely going on.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,12 +32,16 @@ from messaging.accounts import grant_hint
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PublishRefusals", "Refusal", "refused_subscription"]
+__all__ = ["Drops", "PublishRefusals", "Refusal", "refused_subscription"]
 
 # Publishes in flight whose topic is kept; beyond it the oldest are forgotten (a broker that
 # never acknowledges must not grow this).
 MAX_TRACKED: Final = 4096
 MAX_TOPICS_LOGGED: Final = 20  # refused topics logged one by one, then only counted
+SESSION_TAKEN_OVER: Final = 0x8E  # MQTT 5 DISCONNECT: another client connected with this id
+# This many lost connections within the window look like a fight over one client id.
+DROPS_IN_WINDOW: Final = 3
+DROP_WINDOW_S: Final = 30.0
 
 
 @dataclass(frozen=True)
@@ -113,3 +123,33 @@ class PublishRefusals:
                 self._logged.add(topic)
         if say:
             log.error("%s: %s", self._label, refusal)
+
+
+class Drops:
+    """The connections a link lost: a takeover, or a run of them, is said as an error."""
+
+    def __init__(self, label: str, account: str | None) -> None:
+        self._label = label
+        self._account = account
+        self._lock = threading.Lock()
+        self._times: list[float] = []
+
+    def lost(self, reason: Any) -> bool:
+        """One lost connection (paho's thread); True when it was said as an error."""
+        now = time.monotonic()
+        with self._lock:
+            self._times = [t for t in self._times if now - t < DROP_WINDOW_S] + [now]
+            many = len(self._times) >= DROPS_IN_WINDOW
+            if many:
+                self._times.clear()  # once per run of drops
+        if getattr(reason, "value", None) == SESSION_TAKEN_OVER:
+            why = f"another client connected as {self._account!r} and the broker closed this connection"
+        elif many:
+            why = (
+                f"the broker closed this connection {DROPS_IN_WINDOW} times within {DROP_WINDOW_S:.0f} s: "
+                f"is another process logged in as {self._account!r}, or is the network failing?"
+            )
+        else:
+            return False
+        log.error("%s: %s; one account is one connection (docs/deployment.md section 5)", self._label, why)
+        return True

@@ -13,6 +13,7 @@ first.
 
 from __future__ import annotations
 
+import logging
 import queue
 import re
 import threading
@@ -383,3 +384,20 @@ def test_record_without_the_right_to_read_telemetry_fails_naming_the_topic_and_t
     assert _record(broker, "recorder", tmp_path / "allowed.sqlite", monkeypatch) == 0
     written = re.search(r"(\d+) snapshots written", capsys.readouterr().out)
     assert written is not None and int(written.group(1)) > 0
+
+
+def test_two_clients_on_one_account_are_told_why_they_keep_losing_the_connection(
+    broker: ProductionBroker, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The same account is the same client id: each reconnect closes the other's connection.
+    first = _as(broker, "other-app")
+    try:
+        with caplog.at_level(logging.ERROR):
+            second = _as(broker, "other-app")
+            deadline = time.monotonic() + 30
+            while "one account is one connection" not in caplog.text and time.monotonic() < deadline:
+                time.sleep(0.05)
+            second.close()
+        assert "is another process logged in as 'other-app'" in caplog.text
+    finally:
+        first.close()
