@@ -145,9 +145,10 @@ class Drops:
         if getattr(reason, "value", None) == SESSION_TAKEN_OVER:
             why = f"another client connected as {self._account!r} and the broker closed this connection"
         elif many:
+            suspect = f"is another process logged in as {self._account!r}, or " if self._account else ""
             why = (
                 f"the broker closed this connection {DROPS_IN_WINDOW} times within {DROP_WINDOW_S:.0f} s: "
-                f"is another process logged in as {self._account!r}, or is the network failing?"
+                f"{suspect}is the network failing?"
             )
         else:
             return False
