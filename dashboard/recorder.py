@@ -9,6 +9,11 @@ What the decoder lets through is bounded once more against this host's clock and
 (dartfl.store.limits): snapshots dated too far ahead or older than the retention, and new
 devices past the device limit, are refused, counted in `refused` and logged; a device past
 its row limit loses its oldest rows; pruning also removes rows dated in the future.
+
+A subscription the broker refuses ends the recorder (`fatal_error`, an MqttAclError naming
+the topic). Mosquitto's ACL file refuses none: it drops, without a word, every message the
+account may not read. So a recorder that has heard nothing says so (`silence`): once as a
+warning after QUIET_WARNING_S, and `dartfl record --duration-s` fails with it.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from dartfl.store import RunStore, StoreBusyError, StoreWriteError, TelemetryRow
 from dartfl.store.limits import REFUSALS, TelemetryAdmission, TelemetryLimits
 from dashboard.feed import TELEMETRY_SUBSCRIPTION, Subscriber
 from dashboard.telemetry import row_from_snapshot
+from messaging.accounts import grant_hint
 from messaging.link import Message
 from messaging.security import MqttSecurity
 
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 __all__ = ["Recorder"]
 
 MAX_BUFFERED = 100_000
+QUIET_WARNING_S = 60.0  # heard nothing for this long since the start: say why that may be
 
 # What a store refuses about one row (its content), as opposed to the store being unwritable:
 # such a batch is written row by row, so one bad snapshot costs only itself.
@@ -69,6 +76,7 @@ class Recorder:
         self.written = 0
         self.bad = 0
         self.refused: Counter[str] = Counter()  # by reason, a key of dartfl.store.limits.REFUSALS
+        self._account = security.username if security is not None else None
         self.subscriber = Subscriber(
             broker_url,
             "recorder",
@@ -181,6 +189,21 @@ class Recorder:
                 log.warning("dropping a snapshot of %r the store refuses: %s", row.device, exc)
         return written
 
+    def silence(self) -> str | None:
+        """Why nothing arrived (one line: the topic, the account and what to check), or None
+        once any message did."""
+        if self.received or self.bad:
+            return None
+        url = self.subscriber.url
+        if not self.subscriber.connected and self.subscriber.error is not None:
+            return f"no telemetry recorded: {self.subscriber.error}"
+        who = f"account {self._account!r}" if self._account else "this anonymous client"
+        return (
+            f"no telemetry arrived on {TELEMETRY_SUBSCRIPTION} from {url}: no device publishes, or "
+            f"the broker drops it without a word because {who} may not read it; "
+            f"{grant_hint('read', TELEMETRY_SUBSCRIPTION, self._account)}"
+        )
+
     def prune(self) -> int:
         """Delete rows past the retention and rows dated ahead of the clock (recorded before
         they were refused, or by another writer); recount what each device holds."""
@@ -204,12 +227,18 @@ class Recorder:
     def run(self, stop: threading.Event, duration_s: float | None = None) -> None:
         """Flush every `flush_s` until `stop` is set (or `duration_s` has passed); prune hourly.
         Raises the subscriber's MqttSecurityError: wrong TLS or login settings never heal."""
-        deadline = None if duration_s is None else time.monotonic() + duration_s
+        started = time.monotonic()
+        deadline = None if duration_s is None else started + duration_s
         next_prune = 0.0  # on the first pass: the store may hold future-dated rows from before
+        quiet_warned = False
         while not stop.wait(self.flush_s):
             if self.subscriber.fatal_error is not None:
                 raise self.subscriber.fatal_error
             self.flush()
+            if not quiet_warned and time.monotonic() - started >= QUIET_WARNING_S:
+                quiet_warned = True
+                if (why := self.silence()) is not None:
+                    log.warning("%s", why)
             if time.monotonic() >= next_prune:
                 next_prune = time.monotonic() + (3600.0 if self._prune_now() else 60.0)
             if deadline is not None and time.monotonic() >= deadline:

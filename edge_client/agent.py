@@ -285,7 +285,13 @@ class Agent:
     def _on_message(self, message: Message) -> None:
         started = time.thread_time()
         admit_request(
-            message, self.task_index, self.config.max_payload_bytes, self._admit, self.stats, self._reply
+            message,
+            self.task_index,
+            self.config.max_payload_bytes,
+            self._admit,
+            self.stats,
+            self._reply,
+            reply_rule=self.config.reply_topics,
         )
         self._add_overhead(time.thread_time() - started)
 

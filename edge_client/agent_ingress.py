@@ -2,7 +2,9 @@
 
 It decodes and queues, or answers at once: an error reply for a malformed request, a
 rejection when the task's queue is full or the agent is shutting down. It never waits for
-the model, so a slow model cannot stall the network thread.
+the model, so a slow model cannot stall the network thread. A request whose reply topic breaks
+the reply rule (docs/protocol.md) is counted as an error and not answered at all: answering it
+on that topic is exactly the reflection the rule stops.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy.typing as npt
 from dartfl import protocol
 from dartfl.errors import ProtocolError
 from dartfl.executor import Admission
+from dartfl.protocol import ReplyTopicRule
 from edge_client.telemetry import RequestStats
 from messaging.link import Message
 
@@ -52,6 +55,8 @@ def admit_request(
     admit: Admit,
     stats: RequestStats,
     reply: Reply,
+    *,
+    reply_rule: ReplyTopicRule = "requester",
 ) -> None:
     """Decode one request message (messaging.link.Message) and queue it, or answer it now."""
     received = time.monotonic()
@@ -66,11 +71,13 @@ def admit_request(
             content_type=message.content_type,
             response_topic=message.response_topic,
             correlation_data=message.correlation_data,
+            reply_rule=reply_rule,
         )
     except ProtocolError as exc:
         stats.count(errors=1)
         # Only the reply address the decoder validated: a raw Response Topic may be another
-        # device's request topic, or a wildcard that the client refuses to publish to.
+        # device's request topic, a topic outside the reply namespace (reflection), or a
+        # wildcard that the client refuses to publish to.
         reply_to = getattr(exc, "reply_to", None)
         if reply_to:
             binary = protocol.is_binary(message.payload, message.content_type)

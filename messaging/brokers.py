@@ -39,6 +39,7 @@ __all__ = [
     "parse_broker_url",
     "start_embedded_broker",
     "start_mosquitto",
+    "start_mosquitto_with_config",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -61,6 +62,7 @@ _AUTO_PORT_TRIES = 3
 # CONNACK that accepts it: proves the port is an MQTT broker, not just any listener.
 _PROBE_CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00"
 _PROBE_CONNACK = b"\x20\x02\x00\x00"
+_PROBE_REFUSED = b"\x20\x02\x00\x05"  # not authorized: a broker without anonymous access
 _PROBE_DISCONNECT = b"\xe0\x00"
 
 
@@ -167,7 +169,8 @@ def free_port() -> int:
 
 
 def _probe_mqtt(port: int, timeout_s: float = 0.5) -> bool:
-    """True if an MQTT broker on 127.0.0.1:port accepts a CONNECT."""
+    """True if an MQTT broker on 127.0.0.1:port answers a CONNECT (accepting it, or refusing
+    it for want of a login)."""
     try:
         with socket.create_connection((LOOPBACK, port), timeout=timeout_s) as sock:
             sock.sendall(_PROBE_CONNECT)
@@ -178,7 +181,7 @@ def _probe_mqtt(port: int, timeout_s: float = 0.5) -> bool:
                     return False
                 answer += chunk
             sock.sendall(_PROBE_DISCONNECT)
-            return answer == _PROBE_CONNACK
+            return answer in (_PROBE_CONNACK, _PROBE_REFUSED)
     except OSError:
         return False
 
@@ -258,11 +261,12 @@ def _stop_process(
         workdir.cleanup()
 
 
-def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: int) -> BrokerHandle | str:
-    """Start Mosquitto on `port` (and `tls_port`): its handle, or the reason it did not come up."""
+def _try_mosquitto(binary: str, config: str, port: int, tls_port: int | None) -> BrokerHandle | str:
+    """Start Mosquitto on `config` (listening on `port`, and `tls_port`): its handle, or the
+    reason it did not come up."""
     workdir = tempfile.TemporaryDirectory(prefix="dartfl-mosquitto-")
     conf = Path(workdir.name) / "mosquitto.conf"
-    conf.write_text(_mosquitto_conf(port, tls, tls_port))
+    conf.write_text(config)
     log_path = Path(workdir.name) / "mosquitto.log"
     with log_path.open("wb") as log_file:
         # stderr goes to a file we opened, so the log survives Mosquitto dropping root.
@@ -283,7 +287,7 @@ def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: i
                 "mosquitto",
                 lambda: _stop_process(proc, workdir),
                 pid=proc.pid,
-                tls_port=tls_port if tls is not None else None,
+                tls_port=tls_port,
             )
         time.sleep(0.02)
     exited = proc.poll()
@@ -296,25 +300,44 @@ def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: i
     return f"mosquitto on {LOOPBACK}:{port} {status}; log tail:\n{tail}"
 
 
-def start_mosquitto(
-    port: int | None = None, *, mosquitto: str = "mosquitto", tls: MosquittoTls | None = None
-) -> BrokerHandle:
-    """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None), with a TLS
-    listener on another free port when `tls` is given (`handle.tls_url`)."""
+def _mosquitto_binary(mosquitto: str) -> str:
     binary = shutil.which(mosquitto) or shutil.which(mosquitto, path="/usr/sbin:/usr/local/sbin")
     if binary is None:
         raise BrokerStartError(
             f"Mosquitto binary {mosquitto!r} not found on PATH or in /usr/sbin; "
             "install it with `apt-get install mosquitto` or use the embedded broker"
         )
+    return binary
+
+
+def start_mosquitto(
+    port: int | None = None, *, mosquitto: str = "mosquitto", tls: MosquittoTls | None = None
+) -> BrokerHandle:
+    """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None), with a TLS
+    listener on another free port when `tls` is given (`handle.tls_url`)."""
+    binary = _mosquitto_binary(mosquitto)
     tries = 1 if port is not None else _AUTO_PORT_TRIES
     reason = ""
     for _ in range(tries):  # a port picked by free_port() can be taken before Mosquitto binds it
-        result = _try_mosquitto(binary, port if port is not None else free_port(), tls, free_port())
+        plain, tls_port = port if port is not None else free_port(), free_port()
+        config = _mosquitto_conf(plain, tls, tls_port)
+        result = _try_mosquitto(binary, config, plain, tls_port if tls is not None else None)
         if isinstance(result, BrokerHandle):
             return result
         reason = result
     raise BrokerStartError(reason)
+
+
+def start_mosquitto_with_config(
+    config: str, port: int, *, tls_port: int | None = None, mosquitto: str = "mosquitto"
+) -> BrokerHandle:
+    """Start Mosquitto on a config of the caller's (the production set-up of `dartfl broker
+    setup`, in tests): it must listen on 127.0.0.1:`port` (plain MQTT, where start-up is
+    detected, logins or not) and may add a TLS listener on `tls_port`."""
+    result = _try_mosquitto(_mosquitto_binary(mosquitto), config, port, tls_port)
+    if isinstance(result, str):
+        raise BrokerStartError(result)
+    return result
 
 
 # --- embedded amqtt -------------------------------------------------------------------------

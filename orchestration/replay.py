@@ -6,6 +6,13 @@ computed from the requester's side: latency runs from send to receipt, so it inc
 broker round trip. The sender measures how far behind its plan it publishes (`send_lag_s`):
 a replay whose sender cannot keep up measures the sender, not the device, and says so.
 Training and busy times come from the agent's telemetry over the replay (replay_report.py).
+
+Replies come back on dartfl/v1/_reply/<requester>/<run> (the reply rule, docs/protocol.md),
+<requester> being the broker account. Before the workload starts, one probe request must be
+answered: a broker that drops the requests or the replies (its ACL) stops the replay at once,
+naming the topic, instead of counting every request as lost. (The agent's own counters
+include that probe; the replay's figures do not.) Under MQTT 5 a request the broker refuses
+stops it too (a PUBACK reason code, messaging.refusals).
 """
 
 from __future__ import annotations
@@ -23,17 +30,25 @@ import numpy.typing as npt
 
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
-from dartfl.errors import DartflError
+from dartfl.errors import ConfigError, DartflError
 from dartfl.metrics import RunRecord
-from dartfl.protocol import DeviceStatus, Telemetry
+from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
-from messaging.link import Message, MqttLink, connect
+from messaging.accounts import grant_hint
+from messaging.link import MQTT_V311, MqttAclError, MqttLink, connect
+from messaging.messages import Message
 from messaging.security import MqttSecurity
+from messaging.versions import connect_preferring_v5
+from orchestration.agent_watch import AgentSighting
 from orchestration.replay_report import ReplayReport, Replies, replay_report
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplayOptions", "ReplayOutcome", "profile_from_status", "replay", "wait_for_status"]
+__all__ = ["ReplayOptions", "ReplayOutcome", "profile_of", "replay"]
+
+ANONYMOUS_REQUESTER = "replay"  # the requester name on a broker without logins
+PROBE_ID = "probe"
+PROBE_TIMEOUT_S = 10.0
 
 Payload = Literal["binary", "json"]
 # (requests sent, requests in all, seconds behind plan now)
@@ -54,6 +69,7 @@ class ReplayOptions:
     grace_s: float = 2.0
     lag_warning_s: float | None = None
     security: MqttSecurity | None = None
+    mqtt5: bool = True  # try MQTT 5 first (False: a broker known to speak 3.1.1 only)
 
 
 @dataclass(frozen=True)
@@ -106,58 +122,13 @@ class _Inbox:
             return Replies(self.status.copy(), self.finish_s.copy(), self.labels.copy(), self.late.copy())
 
 
-def wait_for_status(
-    broker_url: str,
-    device: str,
-    want: str = "online",
-    timeout_s: float = 60.0,
-    security: MqttSecurity | None = None,
-    check: Callable[[], None] | None = None,
-) -> DeviceStatus:
-    """Block until the device's retained status says `want`; return that status message.
-
-    `check` is called about once a second while waiting and may raise to stop the wait (say,
-    the agent process it waits for has exited), on the one broker connection."""
-    got: list[DeviceStatus] = []
-    ready = threading.Event()
-
-    def on_message(message: Message) -> None:
-        try:
-            status = protocol.decode_status(message.payload, message.topic)
-        except DartflError:
-            return
-        if status.online == (want == "online"):
-            got.append(status)
-            ready.set()
-
-    link = connect(
-        broker_url,
-        client_id=f"dartfl-wait-{uuid.uuid4().hex[:8]}",
-        on_message=on_message,
-        subscriptions=[(protocol.status_topic(device), 1)],
-        security=security,
-    )
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ready.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-            if check is not None:
-                check()
-            if time.monotonic() >= deadline:
-                raise DartflError(
-                    f"device {device!r} did not report {want!r} on {broker_url} within {timeout_s:.0f} s"
-                )
-    finally:
-        link.close()
-    return got[-1]
-
-
-def profile_from_status(status: DeviceStatus) -> DeviceProfile:
-    """The cost profile an agent publishes in its status message."""
-    if status.profile is None:
+def profile_of(sighting: AgentSighting) -> DeviceProfile:
+    """The cost profile an agent publishes (in its status message and its telemetry)."""
+    if sighting.profile is None:
         raise DartflError(
-            f"device {status.device!r} publishes no cost profile in its status; pass --profile-file"
+            f"device {sighting.device!r} publishes no cost profile in its status; pass --profile-file"
         )
-    return status.profile
+    return sighting.profile
 
 
 def replay(
@@ -171,8 +142,9 @@ def replay(
     """Send `arrivals` to the device at their times; `images[task]` = (uint8 images, labels)."""
     n = arrivals.num_requests
     inbox = _Inbox(n)
-    reply_topic = protocol.reply_topic(f"replay-{uuid.uuid4().hex[:12]}")
+    reply_topic = _reply_topic(options.security)
     telemetry_topic = protocol.telemetry_topic(options.device)
+    probe_answered = threading.Event()
     t0 = [time.monotonic()]
 
     def on_message(message: Message) -> None:
@@ -185,22 +157,32 @@ def replay(
             return
         try:
             replies = protocol.decode_any_replies(message.payload, message.content_type)
-            answered = [(int(reply.id or "-1"), reply) for reply in replies]
-        except (DartflError, ValueError):
+            answered = [(reply.id, reply) for reply in replies]
+        except DartflError:
             log.warning("unreadable reply on %s", message.topic)
             return
-        for index, reply in answered:
-            inbox.reply(index, reply, at)
+        for ident, reply in answered:
+            if ident == PROBE_ID:
+                probe_answered.set()
+            elif ident is not None and ident.isdigit():
+                inbox.reply(int(ident), reply, at)
 
-    link = connect(
-        options.broker_url,
-        client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
-        on_message=on_message,
-        subscriptions=[(reply_topic, protocol.REPLY_QOS), (telemetry_topic, protocol.TELEMETRY_QOS)],
-        security=options.security,
-    )
+    def link_of(version: str) -> MqttLink:
+        return connect(
+            options.broker_url,
+            client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
+            on_message=on_message,
+            subscriptions=[(reply_topic, protocol.REPLY_QOS), (telemetry_topic, protocol.TELEMETRY_QOS)],
+            protocol=version,
+            security=options.security,
+        )
+
+    lost = "requests the broker refuses are noticed by the probe only"
+    link = connect_preferring_v5(link_of, options.broker_url, lost) if options.mqtt5 else link_of(MQTT_V311)
     try:
         truth, encode = _requests(arrivals, images, reply_topic, options.payload)
+        if n:
+            _probe(link, options, encode, probe_answered)
         _await_telemetry(inbox, 5.0)  # the window opens with a snapshot before the first request
         sent, lag = _send(link, arrivals, options, encode, t0, on_progress)
         _await_telemetry(inbox, 5.0)  # and closes with the first one after the last request
@@ -220,7 +202,8 @@ def replay(
     return ReplayOutcome(report, record, snapshots[-1] if snapshots else None)
 
 
-Encoder = Callable[[int], tuple[str, bytes, str | None]]
+# (request index, its id on the wire or None: the index) -> (task, payload, content type)
+Encoder = Callable[[int, str | None], tuple[str, bytes, str | None]]
 
 
 def _requests(
@@ -243,13 +226,14 @@ def _requests(
         used[names[k]] += 1
         truth[i] = labels[picks[i]]
 
-    def encode(i: int) -> tuple[str, bytes, str | None]:
+    def encode(i: int, ident: str | None = None) -> tuple[str, bytes, str | None]:
         name = names[tasks[i]]
         image = images[name][0][picks[i]]
+        ident = str(i) if ident is None else ident
         if payload == "binary":
-            body = protocol.encode_binary_request(str(i), image, reply_topic, sent_at=time.time())
+            body = protocol.encode_binary_request(ident, image, reply_topic, sent_at=time.time())
             return name, body, protocol.REQUEST_CONTENT_TYPE
-        return name, protocol.encode_request(str(i), image, reply_topic, sent_at=time.time()), None
+        return name, protocol.encode_request(ident, image, reply_topic, sent_at=time.time()), None
 
     return truth, encode
 
@@ -275,17 +259,62 @@ def _send(
         delay = start + times[i] - time.monotonic()
         if delay > 0.0005:  # sleeping less than that costs more than it waits
             time.sleep(delay)
-        name, body, content_type = encode(i)
+        name, body, content_type = encode(i, None)
         now = time.monotonic() - start
         lag[i] = max(0.0, now - times[i])
         if link.publish(topics[name], body, qos=protocol.REQUEST_QOS, content_type=content_type):
             sent[i] = now
+        _stop_if_refused(link)
         if on_progress is not None and now >= next_report:
             on_progress(i + 1, n, lag[i])
             next_report = now + 1.0
     if on_progress is not None:
         on_progress(n, n, float(lag[-1]) if n else 0.0)
     return sent, lag
+
+
+def _reply_topic(security: MqttSecurity | None) -> str:
+    """This run's reply topic: under the requester's account, a private level per run."""
+    requester = (security.username if security is not None else None) or ANONYMOUS_REQUESTER
+    try:
+        return protocol.reply_topic(requester, uuid.uuid4().hex[:12])
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--mqtt-username {requester!r} cannot name a requester (its replies come back on "
+            f"{protocol.REPLY_ROOT}/<account>/...): {exc}"
+        ) from None
+
+
+def _stop_if_refused(link: MqttLink) -> None:
+    if link.refusal is not None:
+        raise MqttAclError(f"replay: {link.refusal}")
+
+
+def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: threading.Event) -> None:
+    """One request that must be answered before the workload starts (the first request's
+    image, under the probe's id): silence here means the broker drops the requests or the
+    replies (or the agent is not serving)."""
+    name, body, content_type = encode(0, PROBE_ID)
+    request = protocol.request_topic(options.device, name)
+    link.publish(request, body, qos=protocol.REQUEST_QOS, content_type=content_type)
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    while not answered.wait(0.05):
+        _stop_if_refused(link)
+        if time.monotonic() >= deadline:
+            account = options.security.username if options.security is not None else None
+            reply_topic = _reply_topic_of(body, content_type)
+            raise DartflError(
+                f"no reply on {reply_topic} to a probe request on {request} within "
+                f"{PROBE_TIMEOUT_S:.0f} s: the agent is not serving, or the broker drops the request "
+                f"or the reply without a word ({grant_hint('write', request, account)}; "
+                f"{grant_hint('read', reply_topic, account)}; the device's account must write replies)"
+            )
+    _stop_if_refused(link)
+
+
+def _reply_topic_of(body: bytes, content_type: str | None) -> str:
+    """The reply topic a request of ours names (for an error message)."""
+    return protocol.decode_any_request(body, "probe", {"probe"}, content_type=content_type).reply_to
 
 
 def _await_telemetry(inbox: _Inbox, timeout_s: float) -> None:

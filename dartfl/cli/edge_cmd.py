@@ -111,6 +111,13 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         default=30.0,
         help="serve the locally trained model every so often (default 30 s; 0: only after FL rounds)",
     )
+    p.add_argument(
+        "--reply-topics",
+        choices=("requester", "any"),
+        default="requester",
+        help="answer only on dartfl/v1/_reply/<requester>/... (default), or on any non-device "
+        "topic as protocol v1 first allowed, for requesters not yet moved (docs/protocol.md)",
+    )
     _model_arguments(p)
     add_mqtt_arguments(p)
 
@@ -163,6 +170,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         deadline_admission=not args.no_deadline_admission,
         seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
+        reply_topics=args.reply_topics,
     )
 
 

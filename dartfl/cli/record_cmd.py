@@ -2,7 +2,9 @@
 
 Runs until interrupted (Ctrl-C or SIGTERM) or for `--duration-s`. The dashboard's device
 history and fleet charts read what it writes. A broker that is down is retried; nothing is
-lost while the recorder runs except what devices could not publish.
+lost while the recorder runs except what devices could not publish. A run of `--duration-s`
+that heard no telemetry at all fails (exit 1) saying why that may be: a broker's ACL drops
+what an account may not read without telling it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
-from dartfl.errors import InputError
+from dartfl.errors import DartflError, InputError
 
 
 def register(sub: Any) -> None:
@@ -77,8 +79,11 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print(f"dartfl record: {args.broker} -> {store}", flush=True)
+    silence = None
     try:
         recorder.run(stop, args.duration_s)
+        if args.duration_s is not None:
+            silence = recorder.silence()  # while the subscriber still says how it is doing
     except KeyboardInterrupt:
         pass
     finally:
@@ -86,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         recorder.close()
     print(f"dartfl record: {_summary(recorder)}")
     sys.stdout.flush()
+    if silence is not None:
+        raise DartflError(silence)
     return 0
 
 

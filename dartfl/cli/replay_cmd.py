@@ -1,9 +1,10 @@
 """`dartfl edge replay`: replay a workload against a live device agent (or one it spawns).
 
-`--target-load` sizes the rate from the agent's own end-to-end cost profile (its status
-message: the model and the request path, measured on the agent), so half the capacity is half
-of what the agent can serve, not of what its model alone could. Heavy imports happen inside the
-handler so `dartfl --help` stays fast.
+`--target-load` sizes the rate from the agent's own end-to-end cost profile (in its status
+message and its telemetry: the model and the request path, measured on the agent), so half the
+capacity is half of what the agent can serve, not of what its model alone could. An agent counts
+as alive when its status says online or its telemetry flows (orchestration/agent_watch.py).
+Heavy imports happen inside the handler so `dartfl --help` stays fast.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ from dartfl.errors import ConfigError, DartflError
 
 if TYPE_CHECKING:
     from dartfl.arrivals import Arrivals
-    from dartfl.protocol import DeviceStatus
     from dartfl.types import DeviceProfile
     from messaging.brokers import BrokerHandle
     from messaging.security import MqttSecurity
+    from orchestration.agent_watch import AgentSighting
     from orchestration.replay import ReplayOutcome
 
 log = logging.getLogger(__name__)
@@ -96,14 +97,13 @@ def run(args: argparse.Namespace) -> int:
             broker = start_local_broker()
             url = broker.url
             agent = _spawn(args, url, agent_log)
-            status = _wait_for_spawned_agent(agent, agent_log, url, args.device)
+            sighting = _wait_for_spawned_agent(agent, agent_log, url, args.device)
         else:
-            from orchestration.replay import wait_for_status
+            from orchestration.agent_watch import wait_for_agent
 
-            status = wait_for_status(
-                url, args.device, "online", timeout_s=AGENT_ONLINE_TIMEOUT_S, security=security
-            )
-        outcome = _run_replay(args, url, status, file_profile, arrivals, security)
+            sighting = wait_for_agent(url, args.device, timeout_s=AGENT_ONLINE_TIMEOUT_S, security=security)
+        mqtt5 = broker is None or broker.kind == "mosquitto"  # amqtt speaks 3.1.1 only
+        outcome = _run_replay(args, url, sighting, file_profile, arrivals, security, mqtt5)
     finally:
         try:
             report = _stop_agent(agent)
@@ -141,25 +141,27 @@ def _record(args: argparse.Namespace, replayed: _Replayed, summary: dict[str, An
 def _run_replay(
     args: argparse.Namespace,
     url: str,
-    status: DeviceStatus,
+    sighting: AgentSighting,
     file_profile: DeviceProfile | None,
     arrivals: Arrivals | None,
     security: MqttSecurity | None,
+    mqtt5: bool,
 ) -> _Replayed:
     from fltask.data import load_tasks
-    from orchestration.replay import ReplayOptions, profile_from_status, replay
+    from orchestration.replay import ReplayOptions, profile_of, replay
 
-    profile = file_profile or profile_from_status(status)
+    profile = file_profile or profile_of(sighting)
     if arrivals is None:
         arrivals = arrivals_from_args(args, profile)
     tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
     images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
     payload = args.payload
-    if payload == "binary" and "binary" not in status.payloads:
+    forms = sighting.status.payloads if sighting.status is not None else ("json",)
+    if payload == "binary" and "binary" not in forms:
         log.warning("%s does not say it decodes binary requests; sending JSON", args.device)
         payload = "json"
     options = ReplayOptions(
-        url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security
+        url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security, mqtt5=mqtt5
     )
     started_s = time.time()  # the run store's start of the run, recorded once it is over
     with _Progress(arrivals.num_requests, args.device) as on_progress:
@@ -250,16 +252,16 @@ def _spawn(args: argparse.Namespace, broker_url: str, agent_log: IO[bytes]) -> s
 
 def _wait_for_spawned_agent(
     agent: subprocess.Popen[bytes], agent_log: IO[bytes], url: str, device: str
-) -> DeviceStatus:
-    """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
-    from orchestration.replay import wait_for_status
+) -> AgentSighting:
+    """The agent, once alive; fails as soon as the agent exits instead (a bad --agent-arg)."""
+    from orchestration.agent_watch import wait_for_agent
 
     def still_running() -> None:
         if agent.poll() is not None:
             error = ConfigError if agent.returncode == 2 else DartflError  # 2: it rejected its flags
             raise error(f"the spawned agent exited with code {agent.returncode}: {_last_line(agent_log)}")
 
-    return wait_for_status(url, device, "online", timeout_s=AGENT_ONLINE_TIMEOUT_S, check=still_running)
+    return wait_for_agent(url, device, timeout_s=AGENT_ONLINE_TIMEOUT_S, check=still_running)
 
 
 def _agent_stderr(agent_log: IO[bytes]) -> str:

@@ -49,6 +49,7 @@ from dartfl.protocol.topics import (
     PROTOCOL_VERSION,
     REJECT_REASONS,
     RejectReason,
+    ReplyTopicRule,
     reply_topic_problem,
 )
 
@@ -127,10 +128,13 @@ def decode_binary_request(
     *,
     response_topic: str | None = None,
     correlation_data: bytes | None = None,
+    reply_rule: ReplyTopicRule = "requester",
 ) -> Request:
-    """Validate and decode one binary request; raises RequestError, and nothing else."""
+    """Validate and decode one binary request; raises RequestError, and nothing else. A reply
+    topic that breaks `reply_rule` is never carried on the error (docs/protocol.md)."""
     prop_id = correlation_id(correlation_data)
-    fail = Failure(prop_id, response_topic if reply_topic_problem(response_topic) is None else None)
+    prop_reply = response_topic if reply_topic_problem(response_topic, reply_rule) is None else None
+    fail = Failure(prop_id, prop_reply)
     if not isinstance(payload, bytes | bytearray | memoryview):
         fail("bad-data", f"payload must be bytes, got {type(payload).__name__}")
     view = memoryview(payload)
@@ -152,7 +156,7 @@ def decode_binary_request(
     reply, at = _text(view, at, topic_len, "reply topic", fail)
     if ident and valid_id(ident) is not None:
         fail.correlation_id = ident
-    if reply and reply_topic_problem(reply) is None:
+    if reply and reply_topic_problem(reply, reply_rule) is None:
         fail.reply_to = reply
     # Version and task first, as in the JSON form: nothing else matters if either is wrong.
     if version != PROTOCOL_VERSION:
@@ -160,7 +164,7 @@ def decode_binary_request(
     if task not in known_tasks:
         fail("unknown-task", f"task {short(task)} is not served here; known tasks: {sorted(known_tasks)}")
     request_id = _request_id(ident, prop_id, correlation_data, fail)
-    reply_to = _reply_to(reply, response_topic, fail)
+    reply_to = _reply_to(reply, response_topic, fail, reply_rule)
     if (height, width) != IMAGE_SHAPE:
         fail("bad-shape", f"the image must be {list(IMAGE_SHAPE)}, got {[height, width]}")
     if dtype != _UINT8:
@@ -190,6 +194,7 @@ def decode_any_request(
     content_type: str | None = None,
     response_topic: str | None = None,
     correlation_data: bytes | None = None,
+    reply_rule: ReplyTopicRule = "requester",
 ) -> Request:
     """A request in either form, told apart by its content type or first bytes."""
     decode = decode_binary_request if is_binary(payload, content_type) else decode_request
@@ -200,6 +205,7 @@ def decode_any_request(
         max_bytes,
         response_topic=response_topic,
         correlation_data=correlation_data,
+        reply_rule=reply_rule,
     )
 
 
@@ -227,11 +233,11 @@ def _request_id(ident: str, prop_id: str | None, correlation_data: bytes | None,
     fail("missing-field", "the id is empty (and no MQTT 5 Correlation Data)")
 
 
-def _reply_to(reply: str, response_topic: str | None, fail: Failure) -> str:
+def _reply_to(reply: str, response_topic: str | None, fail: Failure, rule: ReplyTopicRule) -> str:
     topic = reply or response_topic
     if topic is None:
         fail("missing-field", "the reply topic is empty (and no MQTT 5 Response Topic)")
-    problem = reply_topic_problem(topic)
+    problem = reply_topic_problem(topic, rule)
     if problem is not None:
         fail("bad-field", f"the reply topic {problem}")
     return topic

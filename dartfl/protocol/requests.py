@@ -25,6 +25,7 @@ from dartfl.protocol.topics import (
     MAX_ID_CHARS,
     MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
+    ReplyTopicRule,
     reply_topic_problem,
 )
 
@@ -84,21 +85,28 @@ def decode_request(
     *,
     response_topic: str | None = None,
     correlation_data: bytes | None = None,
+    reply_rule: ReplyTopicRule = "requester",
 ) -> Request:
     """Validate and decode one request published on the request topic of `task`.
 
     `response_topic` / `correlation_data` are the MQTT 5 properties of the message, when
     present: they stand in for `reply_to` / `id` missing from the payload (the payload wins
-    when both are given). Raises RequestError, and nothing else, for any input.
+    when both are given). `reply_rule` says which reply topics are valid (docs/protocol.md).
+    Raises RequestError, and nothing else, for any input; a reply topic that breaks the rule
+    is never carried on the error, so nobody can have an error reply sent there either.
     """
+
+    def valid_reply(value: object) -> bool:
+        return reply_topic_problem(value, reply_rule) is None
+
     # 1. What the MQTT 5 properties give, so even an unparsable payload can be answered.
     prop_id = correlation_id(correlation_data)
-    prop_reply = response_topic if reply_topic_problem(response_topic) is None else None
+    prop_reply = response_topic if valid_reply(response_topic) else None
     fail = Failure(prop_id, prop_reply)
     # 2. Size, JSON, then recover id and reply_to before judging anything else.
     obj = parse_object(payload, max_bytes, fail)
     fail.correlation_id = valid_id(obj.get("id")) or prop_id
-    if reply_topic_problem(obj.get("reply_to")) is None:
+    if valid_reply(obj.get("reply_to")):
         fail.reply_to = obj["reply_to"]
     # 3. Version and task: nothing else matters if either is wrong.
     check_version(obj, fail)
@@ -122,12 +130,12 @@ def decode_request(
     else:
         fail("missing-field", "field 'id' is missing (and no MQTT 5 Correlation Data)")
     if "reply_to" in obj:
-        problem = reply_topic_problem(obj["reply_to"])
+        problem = reply_topic_problem(obj["reply_to"], reply_rule)
         if problem is not None:
             fail("bad-field", f"field 'reply_to' {problem}")
         reply_to: str = obj["reply_to"]
     elif response_topic is not None:
-        problem = reply_topic_problem(response_topic)
+        problem = reply_topic_problem(response_topic, reply_rule)
         if problem is not None:
             fail("bad-field", f"MQTT 5 Response Topic {problem}")
         reply_to = response_topic

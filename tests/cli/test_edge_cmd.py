@@ -19,7 +19,7 @@ from dartfl.cli.main import main
 from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import load_profile_toml
 from messaging.brokers import BrokerHandle
-from orchestration.replay import wait_for_status
+from orchestration.agent_watch import wait_for_status
 from tests.messaging import mqtt_fixtures as fx
 
 
@@ -116,7 +116,7 @@ def test_waiting_for_a_spawned_agent_stops_when_it_exits(
             time.sleep(0.1)
         raise DartflError("did not report 'online'")
 
-    monkeypatch.setattr("orchestration.replay.wait_for_status", never_online)
+    monkeypatch.setattr("orchestration.agent_watch.wait_for_agent", never_online)
     script = f"import sys; sys.stderr.write('loading\\nbad flag --x\\n'); sys.exit({code})"
     with tempfile.TemporaryFile() as agent_log:
         agent = subprocess.Popen([sys.executable, "-c", script], stderr=agent_log)
