@@ -136,6 +136,7 @@ class Agent:
 
     def start(self) -> str:
         """Connect to the broker (starting the embedded one if none is given); return its URL.
+        A broker that is not up yet is waited for until `request_stop` (MqttWaitStoppedError).
 
         If that fails the agent is finished: it lets go of what it holds, its temp dir too.
         """
@@ -148,7 +149,7 @@ class Agent:
     def _start(self) -> str:
         from edge_client.agent_link import DeviceLink, open_agent_link
 
-        link, broker, url = open_agent_link(self.config, self._on_message)
+        link, broker, url = open_agent_link(self.config, self._on_message, self._stop)
         link.on_reconnected = self._republish_online
         self._link = DeviceLink(self.config.device_id, link, broker)
         if self.profile.request_path == RequestPathCost():  # the profile prices the model alone

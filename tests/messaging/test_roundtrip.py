@@ -18,7 +18,7 @@ import pytest
 
 from dartfl import protocol
 from messaging.brokers import BrokerHandle, _probe_mqtt, free_port, start_embedded_broker, start_mosquitto
-from messaging.link import MQTT_V5, MQTT_V311, Message, MqttConnectError, Will, connect
+from messaging.link import MQTT_V5, MQTT_V311, Message, MqttConnectError, MqttVersionError, Will, connect
 from tests.messaging import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,8 @@ def test_mqtt5_response_topic_and_correlation_data(mosquitto: BrokerHandle) -> N
 
 
 def test_embedded_broker_refuses_mqtt5_with_a_hint(embedded: BrokerHandle) -> None:
-    with pytest.raises(MqttConnectError, match=r"3\.1\.1 only"):
+    # A refusal of the version, told apart from a broker that is not up: only it may fall back.
+    with pytest.raises(MqttVersionError, match=r"3\.1\.1 only"):
         connect(embedded.url, "v5-client", on_message=lambda m: None, protocol=MQTT_V5, timeout=3)
 
 
