@@ -198,11 +198,15 @@ def check_cpu_build() -> None:
     print(f"  torch {torch.__version__} is a CPU build (torch.version.cuda is None, no NVIDIA packages)")
 
 
-def compare(what: str, got: np.ndarray, want: np.ndarray, tol: dict[str, float]) -> None:
+def compare(
+    what: str, got: np.ndarray, want: np.ndarray, tol: dict[str, float], against: str = "host"
+) -> None:
+    """`got` (computed here) must match `want` (from `against`) within `tol`."""
+    diff = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("nan")
     if got.shape != want.shape or not np.allclose(got, want, **tol):
-        worst = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("nan")
-        fail(f"{what}: max |arm64 - host| = {worst:.3g} exceeds rtol {tol['rtol']:g}, atol {tol['atol']:g}")
-    print(f"  {what}: max |arm64 - host| = {float(np.max(np.abs(got - want))):.2g}")
+        bound = f"rtol {tol['rtol']:g}, atol {tol['atol']:g}"
+        fail(f"{what}: max |arm64 - {against}| = {diff:.3g} exceeds {bound}")
+    print(f"  {what}: max |arm64 - {against}| = {diff:.2g}")
 
 
 def check(ref: Path, cpu: str, work: Path) -> None:
@@ -223,7 +227,8 @@ def check(ref: Path, cpu: str, work: Path) -> None:
     known = json.loads((ref / "expected.json").read_text())
     with step("ONNX Runtime inference on the host's ONNX files"):
         for task in TASKS:
-            compare(f"onnxruntime {task}", ort_logits(ref / "model" / f"{task}.onnx", x), expected[f"ort.{task}"], LOGITS_TOL)
+            logits = ort_logits(ref / "model" / f"{task}.onnx", x)
+            compare(f"onnxruntime {task}", logits, expected[f"ort.{task}"], LOGITS_TOL)
     with step("torch forward with the host's weights"):
         model = p.build_model(TASKS, width=1.0, seed=SEED)
         p.set_weights(model, dict(np.load(ref / "initial.npz")))
@@ -244,8 +249,8 @@ def check(ref: Path, cpu: str, work: Path) -> None:
         served = export_and_serve(p, model, work / "trained-model", x)
         eager = torch_logits(model, x)
         for task in TASKS:
-            compare(f"exported {task} vs torch", served[task], eager[task], LOGITS_TOL)
-            compare(f"exported {task} vs host", served[task], trained[f"ort.{task}"], TRAINED_TOL)
+            compare(f"exported {task}", served[task], eager[task], LOGITS_TOL, against="torch here")
+            compare(f"exported {task}", served[task], trained[f"ort.{task}"], TRAINED_TOL)
 
 
 def main() -> None:
