@@ -2,8 +2,9 @@
 # The smoke test inside the emulated Raspberry Pi: smoke.sh CPU_MODEL (cortex-a72 | cortex-a76).
 # scripts/test-arm64 runs it in the arm64 Debian chroot under QEMU_CPU=CPU_MODEL, with a Pi's
 # /proc/cpuinfo and a loopback-only network. Everything runs through the installed venv, as on
-# a device: the numbers (tests/arm64/numerics.py), then a real Mosquitto, a real agent
-# (`dartfl edge run`) and a real requester (`dartfl edge replay`) talking MQTT on 127.0.0.1.
+# a device: pip check, the commands start (dartfl, flower-supernode), the numbers
+# (tests/arm64/numerics.py), then a real Mosquitto, a real agent (`dartfl edge run`) and a
+# real requester (`dartfl edge replay`) talking MQTT on 127.0.0.1.
 set -euo pipefail
 cpu=${1:?usage: smoke.sh CPU_MODEL}
 here=$(cd "$(dirname "$0")" && pwd)
@@ -49,6 +50,12 @@ done_ "pip check"
 begin "dartfl --help"
 dartfl --help >/dev/null || fail "the installed dartfl command does not start"
 done_ "dartfl --help"
+
+# The device's second service: Flower's SuperNode loads grpcio, cryptography and protobuf,
+# native code that must run on this CPU too.
+begin "flower-supernode --help"
+flower-supernode --help >/dev/null || fail "flower-supernode does not start: $(why $?)"
+done_ "flower-supernode --help"
 
 begin "numerics (imports, CPU build, ONNX Runtime inference, training with backward, ONNX export)"
 python "$here/numerics.py" check "$here/ref" --cpu "$cpu" --work /tmp/numerics \
