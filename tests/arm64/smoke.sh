@@ -48,13 +48,14 @@ fi
 done_ "pip check"
 
 begin "dartfl --help"
-dartfl --help >/dev/null || fail "the installed dartfl command does not start"
+dartfl --help >/dev/null || fail "the installed dartfl command does not start: $(why $?)"
 done_ "dartfl --help"
 
 # The device's second service: Flower's SuperNode loads grpcio, cryptography and protobuf,
 # native code that must run on this CPU too.
 begin "flower-supernode --help"
-flower-supernode --help >/dev/null || fail "flower-supernode does not start: $(why $?)"
+flower-supernode --help >/tmp/supernode.txt 2>&1 \
+  || fail "flower-supernode does not start ($(why $?)): $(tail -n 3 /tmp/supernode.txt)"
 done_ "flower-supernode --help"
 
 begin "numerics (imports, CPU build, ONNX Runtime inference, training with backward, ONNX export)"
