@@ -86,9 +86,9 @@ dartfl edge run --broker "$BROKER" --device "$DEVICE" --tasks "$TASKS" --max-tra
   >/tmp/agent.out 2>/tmp/agent.err &
 agent_pid=$!
 trap 'kill "$agent_pid" "$broker_pid" 2>/dev/null || true' EXIT
-# Up to 15 minutes: torch alone takes 40 s to import here, minutes on a loaded host. (Bash
-# built-ins only in the loop: every other command is one more emulated process.)
-for _ in $(seq 900); do
+# Up to 25 minutes: torch alone takes 40 s to import here, and a loaded host slows emulation
+# up to 10x. (Bash built-ins only in the loop: every other command is one more emulated process.)
+for _ in $(seq 1500); do
   [[ $(</tmp/agent.err) == *serving* ]] && break
   if ! kill -0 "$agent_pid" 2>/dev/null; then
     wait "$agent_pid" && rc=0 || rc=$?
@@ -96,7 +96,7 @@ for _ in $(seq 900); do
   fi
   read -rt 1 <> <(:) || true  # sleep 1, without an emulated /usr/bin/sleep
 done
-[[ $(</tmp/agent.err) == *serving* ]] || fail "the agent did not come online in 15 minutes: $(tail -n 5 /tmp/agent.err)"
+[[ $(</tmp/agent.err) == *serving* ]] || fail "the agent did not come online in 25 minutes: $(tail -n 5 /tmp/agent.err)"
 done_ "agent start"
 
 begin "replay: $((REPLAY_S * REPLAY_RATE)) requests over ${REPLAY_S} s (dartfl edge replay)"
