@@ -50,11 +50,13 @@ KILL_PHASES: tuple[str, ...] = get_args(KillPhase)
 
 @dataclass
 class SupernodeKill:
-    """What a SuperNode killer did: `killed_after_s` since it started (None: it never struck)."""
+    """What a SuperNode killer did: `killed_after_s` since it started, and when in Unix time
+    (to set against the checkpoints' times); both None if it never struck."""
 
     device: int
     phase: KillPhase
     killed_after_s: float | None = None
+    killed_at_unix_s: float | None = None
 
 
 def check_kill_phase(phase: str) -> KillPhase:
@@ -96,7 +98,7 @@ def start_supernode_kill(
         if ready:
             log.warning("killing SuperNode pid %d (%s its round)", supernode.pid, kill.phase)
             supernode.kill()
-            kill.killed_after_s = time.monotonic() - t0
+            kill.killed_after_s, kill.killed_at_unix_s = time.monotonic() - t0, time.time()
 
     thread = threading.Thread(target=strike, name=f"kill-supernode-{kill.device}", daemon=True)
     thread.start()
