@@ -55,7 +55,10 @@ class CollectingGrid(Protocol):
 class RoundReplies:
     """The replies of one round, and the nodes given up before they replied."""
 
-    replies: list[Message]  # updates and error replies, in the order the messages were sent
+    # (node, its reply: an update or an error), in the order the messages were sent. The node
+    # is the message's destination: an error the SuperLink or HttpGrid made up for a node comes
+    # from the SuperLink's own node id.
+    replies: list[tuple[int, Message]]
     # Left the federation (missed heartbeats) before their reply was in, or before their
     # message was (the SuperLink refuses a message to a node it no longer has).
     left: list[int]
@@ -149,7 +152,7 @@ def collect_replies(
         puller.cancel()
 
     # A node given up just as its reply came in still counts: its reply is whole.
-    replies = [r for p in pullers if (r := p.reply) is not None]
+    replies = [(p.node, r) for p in pullers if (r := p.reply) is not None]
     answered = {p.node for p in pullers if p.reply is not None}
     left = [n for n in left if n not in answered]
     timed_out = sorted(n for n in waiting if n not in answered)

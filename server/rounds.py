@@ -286,12 +286,12 @@ def _add_counters(totals: dict[str, float], client_metrics: list[dict[str, float
 
 
 def _usable_updates(
-    replies: list[Message], weights: dict[str, np.ndarray], cfg: FlConfig, server_round: int
+    replies: list[tuple[int, Message]], weights: dict[str, np.ndarray], cfg: FlConfig, server_round: int
 ) -> tuple[list[ClientUpdate], list[dict[str, float]], list[int]]:
-    """The replies' updates, metrics and nodes, without error replies and unusable updates."""
+    """The (node, reply) pairs' updates, metrics and nodes, without error replies and unusable
+    updates."""
     updates, client_metrics, nodes = [], [], []
-    for reply in replies:
-        node = reply.metadata.src_node_id
+    for node, reply in replies:
         if reply.has_error():
             log.warning("round %d: node %s failed: %s", server_round, node, reply.error.reason)
             continue

@@ -9,9 +9,9 @@ round-timeout-s (round-deadline-s + 180 s), and the survivor's update was lost w
 took ~200 s and aggregated nothing. Now the dead node is given up once it has missed its
 heartbeats (40-60 s after the kill).
 
-About 4 minutes per run, 12.5 minutes for the three, on a 2-core machine shared with other
-jobs (start-up ~1 min, round 1 ~1-1.5 min, rounds 2 and 3 ~20 s each, shutdown); run under
-`scripts/loopback-run` like the other Flower tests.
+About 3-4 minutes per run, 9-12.5 minutes for the three, on a 2-core machine shared with
+other jobs (start-up ~1 min, round 1 ~1-1.5 min, rounds 2 and 3 ~20 s each, shutdown); run
+under `scripts/loopback-run` like the other Flower tests.
 """
 
 from __future__ import annotations

@@ -11,10 +11,13 @@ import time
 from collections.abc import Iterable, Iterator
 
 import pytest
-from flwr.app import Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Context, Error, Message, MessageType, Metadata, MetricRecord, RecordDict
+from flwr.app.message import make_message
 from flwr.clientapp import ClientApp
+from flwr.common.constant import SUPERLINK_NODE_ID
+from flwr.supercore.constant import SYSTEM_MESSAGE_TYPE
 
-from server.collect import collect_replies
+from server.collect import RoundReplies, collect_replies
 from server.local_grid import LocalGrid
 
 echo = ClientApp()
@@ -43,6 +46,10 @@ def _updates_from(replies: list[Message]) -> list[int]:
     return sorted(r.metadata.src_node_id for r in replies if not r.has_error())
 
 
+def _updated(out: RoundReplies) -> list[int]:
+    return sorted(node for node, r in out.replies if not r.has_error())
+
+
 def test_flowers_send_and_receive_loses_the_survivor_behind_a_stalled_reply(grid: LocalGrid) -> None:
     # Why the round loop does not use it: the first pull gets only the half-uploaded reply of
     # the killed node and blocks on it past the timeout; the survivor's reply, stored on the
@@ -65,7 +72,7 @@ def test_a_node_killed_while_uploading_costs_neither_the_survivors_update_nor_th
     t0 = time.monotonic()
     out = collect_replies(grid, _messages(), timeout_s=30.0, poll_s=0.1)
     took_s = time.monotonic() - t0
-    assert _updates_from(out.replies) == [10]
+    assert _updated(out) == [10]
     assert out.left == [11] and out.timed_out == []
     # Given up when it left the federation, not after the 60-s push session or the timeout.
     assert took_s < 10.0
@@ -75,9 +82,9 @@ def test_a_node_killed_while_training_is_given_up_once_it_leaves_the_federation(
     grid.kill(11, "training")
     t0 = time.monotonic()
     out = collect_replies(grid, _messages(), timeout_s=30.0, poll_s=0.1)
-    assert _updates_from(out.replies) == [10]
+    assert _updated(out) == [10]
     # Either the round saw it go first, or it pulled the SuperLink's "Node Unavailable" reply.
-    assert out.left == [11] or [r.metadata.src_node_id for r in out.replies if r.has_error()] == [11]
+    assert out.left == [11] or [node for node, r in out.replies if r.has_error()] == [11]
     assert time.monotonic() - t0 < 10.0
 
 
@@ -85,7 +92,7 @@ def test_a_listed_node_that_does_not_answer_is_given_up_at_the_timeout(grid: Loc
     grid.reply_after_s[11] = 120.0  # alive (heartbeats go on) but its reply never comes in time
     t0 = time.monotonic()
     out = collect_replies(grid, _messages(), timeout_s=1.0, poll_s=0.1)
-    assert _updates_from(out.replies) == [10]
+    assert _updated(out) == [10]
     assert out.timed_out == [11] and out.left == []
     assert 1.0 <= time.monotonic() - t0 < 5.0
 
@@ -93,7 +100,7 @@ def test_a_listed_node_that_does_not_answer_is_given_up_at_the_timeout(grid: Loc
 def test_every_reply_in_ends_the_round_at_once(grid: LocalGrid) -> None:
     t0 = time.monotonic()
     out = collect_replies(grid, _messages(), timeout_s=30.0, poll_s=0.1)
-    assert _updates_from(out.replies) == [10, 11]
+    assert _updated(out) == [10, 11]
     assert out.left == [] and out.timed_out == []
     assert time.monotonic() - t0 < 5.0
 
@@ -110,5 +117,30 @@ class _RefusingGrid(LocalGrid):
 def test_a_message_the_superlink_refuses_counts_as_a_node_that_left() -> None:
     grid = _RefusingGrid(echo, {10: {}, 11: {}}, {})
     out = collect_replies(grid, _messages(), timeout_s=30.0, poll_s=0.1)
-    assert _updates_from(out.replies) == [10]
+    assert _updated(out) == [10]
     assert out.left == [11]
+
+
+class _SuperLinkErrorsGrid(LocalGrid):
+    """Node 11's message is answered by an error the SuperLink made up, as HttpGrid's "objects
+    unavailable" and the SuperLink's "Node Unavailable" are: it comes from the SuperLink's id."""
+
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        out = []
+        for reply in super().pull_messages(message_ids):
+            if reply.metadata.src_node_id == 11:
+                meta = Metadata(
+                    run_id=1, message_id="", src_node_id=SUPERLINK_NODE_ID, dst_node_id=SUPERLINK_NODE_ID,
+                    reply_to_message_id=reply.metadata.reply_to_message_id, group_id="", created_at=0.0,
+                    ttl=0.0, message_type=SYSTEM_MESSAGE_TYPE,
+                )  # fmt: skip
+                reply = make_message(metadata=meta, error=Error(code=5, reason="Node Unavailable"))
+            out.append(reply)
+        return out
+
+
+def test_an_error_the_superlink_made_up_is_put_down_to_the_node_it_answers() -> None:
+    # The round's warnings used to say "node 1 failed": the SuperLink's own id.
+    grid = _SuperLinkErrorsGrid(echo, {10: {}, 11: {}}, {})
+    out = collect_replies(grid, _messages(), timeout_s=30.0, poll_s=0.1)
+    assert sorted((node, r.has_error()) for node, r in out.replies) == [(10, False), (11, True)]
