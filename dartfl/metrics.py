@@ -50,6 +50,10 @@ class RunRecord:
     round_samples: tuple[int, ...] = ()  # samples trained in each finished FL round
     round_target_samples: int = 0
     end_s: float | None = None  # when the device's last work ended, if after the horizon
+    # Per request, where the executor tracks it (dartfl.attribution): the training time of its
+    # busy period before its service started, and when the latest of those steps started.
+    training_delay_s: FloatArray | None = None
+    delay_cause_s: FloatArray | None = None
 
     @property
     def run_s(self) -> float:

@@ -26,6 +26,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
+from dartfl.attribution import BusyPeriodDelay, is_training_miss
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
 from dartfl.executor import ShareGate, most_urgent
@@ -109,6 +110,8 @@ def simulate(
     n = len(times)
     finish = np.full(n, np.nan)
     rejected = np.zeros(n, dtype=bool)
+    delay = [0.0] * n  # training delay of each request's busy period at its service start
+    delay_cause = [math.nan] * n  # start of the latest step in that delay
     horizon = arrivals.duration_s
     queues: list[deque[int]] = [deque() for _ in range(k_tasks)]
     rates = EwmaRates(k_tasks, cfg.rate_time_constant_s)
@@ -118,6 +121,8 @@ def simulate(
     misses_since = [0] * k_tasks
     training_misses_since = [0] * k_tasks
     last_step_end = -math.inf  # when the latest training step ended (or will end)
+    step_start = 0.0
+    training_delay = BusyPeriodDelay()
     decision_ns: list[int] = []
     rec_shares: list[tuple[float, ...]] = []
     rec: dict[str, list[float]] = {
@@ -155,10 +160,11 @@ def simulate(
                     k = task_of[r]
                     if now - times[r] > slo[k]:
                         misses_since[k] += 1
-                        if times[r] < last_step_end:
+                        if is_training_miss(now - times[r], slo[k], delay[r]):
                             training_misses_since[k] += 1
                 running_batch = []
             elif running_m:
+                training_delay.step_ended(now, step_start)
                 for k, got in enumerate(splitter.split(running_m, alloc.task_shares)):
                     trained[k] += got
                 round_trained += running_m
@@ -184,6 +190,7 @@ def simulate(
                 misses_since[k] += 1
             else:
                 queues[k].append(i)
+                training_delay.request_queued(now)
                 backlog_total += 1
                 if backlog_total > max_backlog:
                     max_backlog = backlog_total
@@ -238,11 +245,17 @@ def simulate(
         # 4. The device is free: choose the next work item (dartfl.executor, as the agent does).
         training_open = now < horizon and alloc.microbatch > 0
         share = alloc.inference_share
+        if backlog_total == 0:
+            training_delay.device_free_and_empty()
         if gate.should_serve(backlog_total, share, training_open):
             k = most_urgent([times[q[0]] + slo[j] if q else math.inf for j, q in enumerate(queues)])
             q = queues[k]
             size = min(len(q), alloc.max_batch)
             running_batch = [q.popleft() for _ in range(size)]
+            if training_delay.delay_s > 0.0:
+                for r in running_batch:
+                    delay[r] = training_delay.delay_s
+                    delay_cause[r] = training_delay.cause_s
             backlog_total -= size
             duration = fixed[k] + per[k] * size
             if cfg.exponential_service:
@@ -259,6 +272,7 @@ def simulate(
             if m > 0:
                 duration = a_t + c_t * m
                 running_m = m
+                step_start = now
                 gate.trained(duration, share)
                 training_busy += duration
                 busy_until = last_step_end = now + duration
@@ -290,6 +304,8 @@ def simulate(
         max_backlog=max_backlog,
         decision_us=np.asarray(decision_ns, dtype=np.float64) / 1e3,
         periods=periods,
+        training_delay_s=np.asarray(delay, dtype=np.float64),
+        delay_cause_s=np.asarray(delay_cause, dtype=np.float64),
         round_samples=tuple(round_samples),
         round_target_samples=cfg.round_target_samples,
         end_s=max(horizon, last_answer, last_step_end),
