@@ -25,6 +25,7 @@ __all__ = ["WINDOWS", "SurpriseEnvelope"]
 # the longest window's surprise scaled by its length.
 WINDOWS = (1, 2, 4, 8)
 _RING = 16  # a power of two above max(WINDOWS)
+_MASK = _RING - 1
 SCALE_RATE = 0.01  # the mean work per window forgets in about 100 periods
 
 
@@ -67,22 +68,27 @@ class SurpriseEnvelope:
         work, forecast, sums, q, scale = self._work, self._forecast, self._sums, self.q, self._scale
         work[pos] = work_s
         n = self._n + 1 if self._n < _RING else _RING
-        eta, p = self._eta, self._quantile
-        for j, length in enumerate(WINDOWS):
-            total = sums[j] + work_s - work[(pos - length) % _RING]
+        up = self._eta * self._quantile
+        down = self._eta * (1.0 - self._quantile)
+        for j in range(len(WINDOWS)):
+            length = WINDOWS[j]
+            start = (pos - length) & _MASK
+            total = sums[j] + work_s - work[start]
             sums[j] = total
             if n <= length:  # the window is not full yet
                 continue
-            # The forecast made when this window began, L periods ago.
-            surprise = total - forecast[(pos - length) % _RING] * length * period_s
-            scale[j] += SCALE_RATE * (total - scale[j])
-            if surprise > q[j]:
-                q[j] += eta * p * (surprise - q[j])
+            # The surprise: what arrived beyond the forecast made when this window began.
+            surprise = total - forecast[start] * length * period_s
+            mean = scale[j] + SCALE_RATE * (total - scale[j])
+            scale[j] = mean
+            level = q[j]
+            if surprise > level:
+                q[j] = level + up * (surprise - level)
             else:
-                level = q[j] - eta * (1.0 - p) * scale[j]
+                level -= down * mean
                 q[j] = level if level > 0.0 else 0.0
         forecast[pos] = forecast_rate
-        self._pos = (pos + 1) % _RING
+        self._pos = (pos + 1) & _MASK
         self._n = n
 
     def surprise_s(self, step_s: float, period_s: float) -> float:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.policies.burst import SurpriseEnvelope
-from dartfl.policies.miss_debt import MissDebt
+from dartfl.policies.miss_debt import MissDebt, StepRisk
 from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
 from dartfl.types import Allocation, Observation
 
@@ -37,12 +37,12 @@ class DartConfig:
 
     v: float = 0.05  # worth of one trained sample in SLO misses (0.05: a miss costs 20 samples)
     miss_budget: float = 0.005  # delta: long-run fraction of requests training may make miss
-    debt_limit: float = 20.0  # H_max: the miss debt (requests) at which voluntary training stops
+    debt_s: float = 1.0  # H_max = debt_s x the long-run arrival rate: the debt that stops training
     slack_margin: float = 0.05  # gamma: SLO fraction kept in reserve (< 0: plan past the SLO)
     burst_memory_s: float = 10.0  # how long the step size remembers a past burst's rate
     burst_weight: float = 0.5  # fraction of a remembered burst rate the step size plans for
     rate_window: int = 4  # periods of recent per-period counts the step size plans for (max)
-    surprise_quantile: float = 0.99  # p: the level of unforecast work a step is planned for
+    surprise_quantile: float = 0.95  # p: the level of unforecast work a step is planned for
     surprise_memory_s: float = 120.0  # how long a learnt surprise level lasts without a repeat
     share_floor: float = 0.05  # epsilon: least training share any task gets
     # `demand`: shares follow the device's demand; `uniform`: every task alike, for fleets with
@@ -55,10 +55,8 @@ class DartConfig:
             raise ConfigError(f"dart knob v must be a finite number >= 0, got {self.v}")
         if not 0.0 <= self.miss_budget < 1.0:
             raise ConfigError(f"dart miss budget must lie in [0, 1), got {self.miss_budget}")
-        if not (math.isfinite(self.debt_limit) and self.debt_limit > 0):
-            raise ConfigError(
-                f"dart debt limit must be a finite number of requests > 0, got {self.debt_limit}"
-            )
+        if not (math.isfinite(self.debt_s) and self.debt_s > 0):
+            raise ConfigError(f"dart debt must be a finite number of seconds > 0, got {self.debt_s}")
         if not -1.0 < self.slack_margin < 1.0:
             raise ConfigError(f"dart slack margin must lie in (-1, 1), got {self.slack_margin}")
         if not (math.isfinite(self.burst_memory_s) and self.burst_memory_s >= 0):
@@ -68,9 +66,7 @@ class DartConfig:
         if not (isinstance(self.rate_window, int) and self.rate_window >= 1):
             raise ConfigError(f"dart rate window must be an integer >= 1, got {self.rate_window!r}")
         if not 0.5 <= self.surprise_quantile < 1.0:
-            raise ConfigError(
-                f"dart surprise quantile must lie in [0.5, 1), got {self.surprise_quantile}"
-            )
+            raise ConfigError(f"dart surprise quantile must lie in [0.5, 1), got {self.surprise_quantile}")
         if not (math.isfinite(self.surprise_memory_s) and self.surprise_memory_s >= 0):
             raise ConfigError(
                 f"dart surprise memory must be a finite number >= 0 s (0: plan on rates only), "
@@ -91,6 +87,9 @@ class DartConfig:
 # The pace line reaches the round's target at this fraction of the round, so that a device
 # that trains only when behind the line still finishes before the deadline.
 PACE_LEAD = 0.9
+# The idle fraction a step's miss rate is scaled by never falls below this (a busy device
+# still trains in its gaps).
+IDLE_FLOOR = 0.05
 
 
 def training_deficit(obs: Observation) -> float:
@@ -109,7 +108,8 @@ class DartPolicy(Policy):
     def __init__(self, config: DartConfig | None = None) -> None:
         self.config = config or DartConfig()
         self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
-        self.debt = MissDebt(self.config.miss_budget, self.config.debt_limit)  # H, H_max, kappa
+        self.debt = MissDebt(self.config.miss_budget, self.config.debt_s)  # H and its limit
+        self.risk = StepRisk()  # what steps of each size have cost
         self.peak_rates: list[float] = []  # per task, decaying with burst_memory_s
         self.recent_max: list[int] = []  # per task: most arrivals in one of the last periods
         self._ring: list[list[int]] = []  # last `rate_window` per-period counts, per task
@@ -133,6 +133,7 @@ class DartPolicy(Policy):
 
     def reset(self) -> None:
         self.debt.reset()
+        self.risk.reset()
         self._last_m = 0
         self._last_step_s = 0.0
         self.peak_rates = []
@@ -147,15 +148,14 @@ class DartPolicy(Policy):
         tau = obs.period_s
         # H <- max(H + M - delta * A, 0), with M the misses training caused (docs/allocator.md,
         # "What counts as a training-caused miss"), or every miss if the executor cannot tell.
-        misses = obs.training_misses_since_last or obs.slo_misses_since_last
-        self.debt.update(
-            sum(misses),
-            sum(obs.arrivals_since_last),
+        misses = sum(obs.training_misses_since_last or obs.slo_misses_since_last)
+        self.risk.update(
+            misses,
             tau,
             obs.round_start_s,
             obs.round_trained_samples,
-            self._last_step_s,
             self._last_m,
+            self._last_step_s,
         )
         if tau != self._decay_period_s:
             memory = cfg.burst_memory_s
@@ -183,6 +183,7 @@ class DartPolicy(Policy):
             forecast += per[k] * max(rate, g * peak, most / tau)
         self._ring_pos = (pos + 1) % cfg.rate_window
         self.envelope.update(work, forecast, tau)
+        self.debt.update(misses, sum(obs.arrivals_since_last), work, tau)
 
     def decide(self, obs: Observation) -> Allocation:
         cfg = self.config
@@ -223,23 +224,25 @@ class DartPolicy(Policy):
         envelope = self.envelope
         s_safe = envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau)
 
-        # 3. Step size m maximising (Z + V) r_T(m) - (1 + H) r_M(m) per second of training, the
-        #    misses r_M the plan foresees priced at 1 + H. Owed training pays the base price
-        #    only, so a round's deadline is met even past the miss budget. Voluntary steps are
-        #    also capped to what the budget allows given the misses steps have brought
-        #    (`MissDebt.step_cap_s`), and stop at H >= H_max: the promise.
+        # 3. Step size m maximising (Z + V) r_T(m) - pi r_M(m) per second of training: r_M the
+        #    misses the plan foresees, priced pi = 1 / (1 - H / H_max). A voluntary step is then
+        #    cut to the largest whose class has cost no more misses per second than the budget
+        #    allows (`StepRisk.affordable`), and none runs at H >= H_max: the promise. Owed
+        #    training pays the base price only, so a round's deadline is met even past the
+        #    miss budget.
         deficit = training_deficit(obs)
         gain = deficit + cfg.v
-        miss_price = 1.0 if deficit > 0.0 else 1.0 + max(self.debt.queue, 0.0)
+        price = 1.0 if deficit > 0.0 else self.debt.price()
         if lam_cost >= 1.0 and deficit > 0.0:  # overloaded: owed work in the smallest steps
             m = 1
+        elif price == math.inf:
+            m = 0
         else:
-            m = _best_microbatch(obs, envelope, s_safe, budget_s, lam_cost, active_fixed, lam_total, gain, miss_price)
-            if deficit <= 0.0 and m > 0:
-                cap_s = self.debt.step_cap_s()
-                if cap_s < a_t + c_t * m:
-                    # Below H_max the smallest step still runs: fewer steps then follow from H.
-                    m = 0 if cap_s <= 0.0 else max(1, min(m, int((cap_s - a_t) / c_t)))
+            plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
+            m = _best_microbatch(obs, envelope, *plan, gain, price)
+            if m > 0 and deficit <= 0.0:
+                idle = max(IDLE_FLOOR, 1.0 - self.debt.load)
+                m = self.risk.affordable(m, a_t, c_t, self.debt.allowance_per_s(), idle)
 
         self._last_m, self._last_step_s = m, a_t + c_t * m
 
@@ -248,9 +251,11 @@ class DartPolicy(Policy):
         #    something only to owed work: strict priority unless Z > 0. Then max-weight in
         #    device-seconds: task k outranks training while its queued work Q_k c_k(b) is at
         #    least the owed training work Z s(m) / m; the others wait.
+        #    The owed work is priced per sample at the cheapest step, s(m_max) / m_max, not at
+        #    s(m) / m: m itself falls as demand grows, and the share must not.
         share = 1.0
-        if m > 0 and deficit > 0.0:
-            share = _deficit_share(obs, lam, deficit * (a_t + c_t * m) / m)
+        if deficit > 0.0:
+            share = _deficit_share(obs, lam, deficit * (a_t / m_max + c_t))
 
         # 5. Inference batch cap: shrink it only when that lets the most urgent head meet its
         #    SLO, never below the batch that keeps up with the arrival rate.
@@ -278,7 +283,7 @@ def _best_microbatch(
     active_fixed: float,
     lam_total: float,
     gain: float,
-    miss_price: float,
+    price: float,
 ) -> int:
     """argmax over {0, m_safe, a coarse grid above it} of the per-second objective.
 
@@ -298,7 +303,7 @@ def _best_microbatch(
         step = a_t + c_t * m
         stretched = step * (1.0 + lam_cost) + envelope.surprise_s(step, tau)
         late = min(1.0, (stretched + active_fixed - budget_s) / stretched)
-        j = gain * m / step - miss_price * lam_total * max(0.0, late)
+        j = gain * m / step - price * lam_total * max(0.0, late)
         if j > best_j:
             best_m, best_j = m, j
     return best_m
@@ -309,15 +314,23 @@ def _deficit_share(obs: Observation, lam: list[float], owed_work_s: float) -> fl
     backlog, fixed, per, tau = obs.backlog, obs.batch_fixed_s, obs.per_request_s, obs.period_s
     needed = 0.0
     all_outrank = True
+    single_outranks = True  # would one request of every task outrank training?
+    present = False
     for k, rate in enumerate(lam):
         if rate <= 0.0 and not backlog[k]:
+            single_outranks = single_outranks and per[k] + fixed[k] >= owed_work_s
             continue
+        present = True
         expected = max(1.0, backlog[k] + rate * tau)
         cost = per[k] + fixed[k] / min(obs.max_batch, expected)
         if max(1, backlog[k]) * cost >= owed_work_s:
             needed += expected * cost / tau
         else:
             all_outrank = False
+    if not present:
+        # Nothing waits or is expected: the share is what a first arrival would get, so that
+        # more demand never lowers it (the share is monotone in backlog and rates).
+        return 1.0 if single_outranks else 0.0
     return 1.0 if all_outrank else min(1.0, needed)
 
 

@@ -1,124 +1,252 @@
-"""DART's promise: the miss-debt virtual queue H, its limit H_max, and the step it allows.
+"""DART's promise: the miss-debt virtual queue H, and what each step size has cost.
 
-H(t+1) = max(H(t) + M(t) - delta A(t), 0) counts the training-caused misses M beyond the
-budget delta of the arrivals A. Voluntary training stops while H >= H_max, so H never exceeds
-H_max by more than the misses of steps already under way, and on any trace the training-caused
-misses are at most delta A + H_max + E (docs/allocator.md, "The promise").
+`MissDebt` keeps H(t+1) = max(H(t) + M(t) - delta A(t), -C(t)): the training-caused misses M
+beyond the budget delta of the arrivals A, with unused budget banked down to a credit of
+C = delta lambda CREDIT_S. Voluntary training stops while H >= H_max, so on any trace the
+training-caused misses are at most delta A + H_max + E, E the misses of steps already under
+way when H reached H_max (docs/allocator.md, "The promise"). Banking does not change that
+bound: H(T) - H(0) still bounds the misses beyond the budget.
 
-H_max (`debt`, in requests) is fixed, so the promise's slack, (H_max + E) / A, falls as the
-arrivals grow, whatever the run's length or the device's speed. Below H_max, `step_cap_s` sizes steps so
-that training spends the budget rather than waiting for H to grow: a step of length s finds a
-burst that starts during it half-way on average, and delays the work behind it by up to s, so
-the training-caused misses per second of training grow as kappa s. The device measures its
-miss rate y and its mean step length s-bar (both exponentially weighted), and allows
-s-bar x allowance / y, with the allowance delta lambda (1 - H / H_max): the budget, less what
-repays the debt.
+`StepRisk` learns, per class of step size, how many training-caused misses a second of
+training in such steps has brought: the knee where steps start to cost (a clump no longer
+fits behind a step, a burst onset is hit) is learnt from the device's own history, not
+assumed. Within a class the rate is taken to grow with the step length s (a burst that starts
+during a step is found half-way through it on average and the work behind it is delayed by up
+to s), so the class keeps misses per (training second x step length). Misses are blamed on the
+steps of the last few periods, in proportion to their exposure; estimates forget towards a
+miss-free prior, so a class that stopped being used is tried again later.
 
-Plain floats, O(1) per period.
+Plain floats and preallocated lists: O(classes + blame window) per period.
 """
 
 from __future__ import annotations
 
 import math
 
-__all__ = ["RATE_MEMORY_S", "RATE_WARMUP_S", "RISK_MEMORY_S", "MissDebt"]
+__all__ = ["CLASSES", "MissDebt", "StepRisk", "step_class"]
 
-# The long-run arrival rate (the budget's pace) forgets over RATE_MEMORY_S. Until that much
-# time has been seen it is averaged over RATE_WARMUP_S at least, so a run that opens with a
-# burst does not start with a large allowance.
+# The long-run arrival rate (the budget's pace) forgets over RATE_MEMORY_S, and is averaged
+# over RATE_WARMUP_S at least, so a run that opens with a burst does not start rich.
 RATE_MEMORY_S = 600.0
 RATE_WARMUP_S = 10.0
-# Unused budget is banked, up to the budget of this many seconds at the long-run rate: H may
-# fall to -delta lambda CREDIT_S. Banking leaves the bound as it is (H(t) - H(0) still bounds the
-# misses beyond the budget), and lets one unforeseeable burst be paid from savings instead of
-# by minutes without training.
+# Unused budget is banked up to the budget of this many seconds at the long-run rate, so one
+# unforeseeable burst is paid from savings instead of by minutes without training.
 CREDIT_S = 600.0
-# The miss rate and the step length the cap is measured from forget over this time: misses
-# that stopped training are forgotten after a few minutes, and steps grow back.
-RISK_MEMORY_S = 120.0
+
+# Step-size classes: m in [2^j, 2^(j+1)), the last open-ended.
+CLASSES = 6
+# What a class has cost forgets over RISK_MEMORY_S, towards a prior of PRIOR_TRAINING_S
+# seconds of training without a miss.
+RISK_MEMORY_S = 600.0
+PRIOR_TRAINING_S = 5.0
+# Misses are blamed on the steps of this many past periods (a step's victims are served, and
+# counted, up to a few periods after it).
+BLAME_PERIODS = 4
+
+
+def step_class(microbatch: int) -> int:
+    """The class of a step of `microbatch` >= 1 samples: floor(log2 m), at most CLASSES - 1."""
+    j = microbatch.bit_length() - 1
+    return j if j < CLASSES else CLASSES - 1
 
 
 class MissDebt:
-    """H, H_max and the measured miss rate per step length, updated once per control period."""
+    """H, its credit floor and the long-run arrival rate, updated once per control period."""
 
     __slots__ = (
         "_arrived",
         "_decay",
-        "_exposure_s2",
-        "_misses",
         "_period_s",
-        "_risk_decay",
-        "_round_start_s",
-        "_round_trained",
         "_seen_s",
-        "_time_s",
-        "_training_s",
+        "_work_s",
         "budget",
         "debt_limit",
+        "debt_s",
+        "load",
+        "max_debt_limit",
         "queue",
         "rate_per_s",
     )
 
-    def __init__(self, budget: float, debt_limit: float) -> None:
+    def __init__(self, budget: float, debt_s: float) -> None:
         self.budget = budget
-        self.debt_limit = debt_limit  # H_max, requests
+        self.debt_s = debt_s
         self._period_s = -1.0
-        self._decay = self._risk_decay = 1.0
+        self._decay = 1.0
         self.reset()
 
     def reset(self) -> None:
-        self.queue = 0.0  # H, requests
-        self.rate_per_s = 0.0  # the long-run arrival rate
-        self._arrived = self._seen_s = 0.0  # exponentially weighted arrivals and seconds
-        # Exponentially weighted over RISK_MEMORY_S: misses, seconds, training seconds and
-        # training seconds x step length (the exposure).
-        self._misses = self._time_s = self._training_s = self._exposure_s2 = 0.0
+        self.queue = 0.0  # H, requests (negative: banked budget)
+        self.debt_limit = 0.0  # H_max = debt_s x the long-run arrival rate, requests
+        self.max_debt_limit = 0.0  # the largest H_max so far: the promise's slack uses it
+        self.rate_per_s = 0.0
+        self.load = 0.0  # the long-run inference work per second
+        self._arrived = self._seen_s = self._work_s = 0.0  # exponentially weighted sums
+
+    def update(self, misses: int, arrivals: int, work_s: float, period_s: float) -> None:
+        """Fold in one period: `misses` training-caused misses, `arrivals` requests that need
+        `work_s` device-seconds of inference."""
+        if period_s != self._period_s:
+            self._period_s = period_s
+            self._decay = math.exp(-period_s / RATE_MEMORY_S)
+        d = self._decay
+        self._arrived = self._arrived * d + arrivals
+        self._work_s = self._work_s * d + work_s
+        self._seen_s = self._seen_s * d + period_s
+        seen = max(self._seen_s, RATE_WARMUP_S)
+        self.rate_per_s = self._arrived / seen
+        self.load = self._work_s / seen
+        self.debt_limit = self.debt_s * self.rate_per_s
+        if self.debt_limit > self.max_debt_limit:
+            self.max_debt_limit = self.debt_limit
+        h = self.queue + misses - self.budget * arrivals
+        credit = self.budget * self.rate_per_s * CREDIT_S
+        self.queue = h if h > -credit else -credit
+
+    def allowance_per_s(self) -> float:
+        """Training-caused misses per second the budget allows now: delta lambda, less what
+        repays the debt (1 - H / H_max); 0 at H >= H_max. Banked budget is kept, not spent."""
+        if self.queue >= self.debt_limit:
+            return 0.0
+        h = self.queue / self.debt_limit
+        return self.budget * self.rate_per_s * (1.0 - h if h > 0.0 else 1.0)
+
+    def price(self) -> float:
+        """The price of a training-caused miss: 1 / (1 - H / H_max), 1 while in credit, inf at
+        H >= H_max (the derivative of the barrier Lyapunov term -H_max ln(1 - H / H_max))."""
+        h = self.queue
+        if h <= 0.0:
+            return 1.0
+        if h >= self.debt_limit:
+            return math.inf
+        return 1.0 / (1.0 - h / self.debt_limit)
+
+
+class StepRisk:
+    """Training-caused misses per second of training per second of step length, per class.
+
+    The exponentially weighted sums are kept in units that grow by 1 / decay each period
+    (`_unit`), so forgetting costs O(1) instead of a pass over the classes; they are rescaled
+    before the unit overflows.
+    """
+
+    __slots__ = (
+        "_blame_class",
+        "_blame_exposure",
+        "_blame_total",
+        "_decay",
+        "_exposure",
+        "_floor",
+        "_misses",
+        "_period_s",
+        "_pos",
+        "_round_start_s",
+        "_round_trained",
+        "_unit",
+    )
+
+    def __init__(self) -> None:
+        self._period_s = -1.0
+        self._decay = 1.0
+        self._misses = [0.0] * CLASSES  # exponentially weighted, per class, in `_unit`s
+        self._exposure = [0.0] * CLASSES  # training seconds x step length, weighted alike
+        self._floor = [0.0] * CLASSES  # scratch for `_kappas`
+        self._blame_class = [0] * BLAME_PERIODS
+        self._blame_exposure = [0.0] * BLAME_PERIODS
+        self.reset()
+
+    def reset(self) -> None:
+        for j in range(CLASSES):
+            self._misses[j] = self._exposure[j] = 0.0
+        for i in range(BLAME_PERIODS):
+            self._blame_class[i] = 0
+            self._blame_exposure[i] = 0.0
+        self._blame_total = 0.0
+        self._unit = 1.0
+        self._pos = 0
         self._round_start_s = math.nan
         self._round_trained = 0
 
     def update(
         self,
         misses: int,
-        arrivals: int,
         period_s: float,
         round_start_s: float,
         round_trained: int,
-        step_s: float,
         microbatch: int,
+        step_s: float,
     ) -> None:
-        """Fold in one period: `misses` training-caused misses and `arrivals` requests; the
-        round's progress tells how many samples were trained, in steps of `microbatch`
-        samples and `step_s` seconds (the last decision)."""
-        h = self.queue + misses - self.budget * arrivals
+        """Fold in one period: `misses` training-caused misses were counted; the round's
+        progress tells how many samples were trained, in steps of `microbatch` samples and
+        `step_s` seconds (the last decision)."""
         if period_s != self._period_s:
             self._period_s = period_s
-            self._decay = math.exp(-period_s / RATE_MEMORY_S)
-            self._risk_decay = math.exp(-period_s / RISK_MEMORY_S)
-        d = self._decay
-        self._arrived = self._arrived * d + arrivals
-        self._seen_s = self._seen_s * d + period_s
-        self.rate_per_s = self._arrived / max(self._seen_s, RATE_WARMUP_S)
-        credit = self.budget * self.rate_per_s * CREDIT_S
-        self.queue = h if h > -credit else -credit
-        # Samples trained since the last period: the round's count, restarted by a new round.
+            self._decay = math.exp(-period_s / RISK_MEMORY_S)
         same_round = round_start_s == self._round_start_s
         trained = round_trained - self._round_trained if same_round else round_trained
         self._round_start_s, self._round_trained = round_start_s, round_trained
-        training = trained * step_s / microbatch if microbatch > 0 and trained > 0 else 0.0
-        r = self._risk_decay
-        self._misses = self._misses * r + misses
-        self._time_s = self._time_s * r + period_s
-        self._training_s = self._training_s * r + training
-        self._exposure_s2 = self._exposure_s2 * r + training * step_s
+        unit = self._unit / self._decay
+        if unit > 1e150:  # rescale everything to unit 1
+            scale = 1.0 / unit
+            for j in range(CLASSES):
+                self._misses[j] *= scale
+                self._exposure[j] *= scale
+            unit = 1.0
+        self._unit = unit
+        # This period's exposure joins its class and the blame window.
+        pos = self._pos
+        exposure = trained * step_s * step_s / microbatch if microbatch > 0 and trained > 0 else 0.0
+        self._blame_total += exposure - self._blame_exposure[pos]
+        self._blame_exposure[pos] = exposure
+        if exposure > 0.0:
+            cls = step_class(microbatch)
+            self._blame_class[pos] = cls
+            self._exposure[cls] += exposure * unit
+        self._pos = pos + 1 if pos + 1 < BLAME_PERIODS else 0
+        if misses > 0 and self._blame_total > 0.0:
+            share = misses * unit / self._blame_total
+            for i in range(BLAME_PERIODS):
+                e = self._blame_exposure[i]
+                if e > 0.0:
+                    self._misses[self._blame_class[i]] += share * e
 
-    def step_cap_s(self) -> float:
-        """The longest voluntary step the budget allows now: 0 at H >= H_max, inf if no miss."""
-        h = self.queue / self.debt_limit
-        if h >= 1.0:
-            return 0.0
-        if self._misses <= 0.0 or self._training_s <= 0.0:
-            return math.inf
-        miss_rate = self._misses / max(self._time_s, RATE_WARMUP_S)
-        mean_step_s = self._exposure_s2 / self._training_s
-        allowance = self.budget * self.rate_per_s * (1.0 - h if h > 0.0 else 1.0)
-        return mean_step_s * allowance / miss_rate
+    def kappa(self, cls: int, prior_step_s: float) -> float:
+        """Misses per (training second x second of step) of class `cls`: see `_kappas`."""
+        self._kappas(cls, prior_step_s)
+        return self._floor[cls]
+
+    def _kappas(self, cls: int, prior_step_s: float) -> None:
+        """Fill `_floor[0..cls]` with each class's rate, at least that of any smaller class: a
+        larger class never costs less per second of step, so a miss in a small class also
+        warns off the larger ones nobody has tried yet. The prior is PRIOR_TRAINING_S seconds
+        of training in steps of `prior_step_s` without a miss."""
+        prior = PRIOR_TRAINING_S * prior_step_s * self._unit
+        misses, exposure, floor = self._misses, self._exposure, self._floor
+        most = 0.0
+        for j in range(cls + 1):
+            k = misses[j] / (exposure[j] + prior)
+            if k > most:
+                most = k
+            floor[j] = most
+
+    def affordable(self, microbatch: int, a_t: float, c_t: float, allowance_per_s: float, idle: float) -> int:
+        """The largest m' <= microbatch whose class's learnt miss rate fits the allowance.
+
+        Training a fraction `idle` of the time in steps of s costs kappa_j s idle misses per
+        second; within a class that grows with s, so each class is solved in closed form,
+        largest first. At least 1 (while H < H_max the smallest step still runs: fewer steps
+        then follow from H reaching H_max).
+        """
+        top = step_class(microbatch)
+        self._kappas(top, a_t + c_t)
+        m = microbatch
+        for j in range(top, -1, -1):
+            kappa = self._floor[j]
+            if kappa <= 0.0:
+                return m
+            longest_s = allowance_per_s / (kappa * idle)
+            fits = int((longest_s - a_t) / c_t) if longest_s > a_t else 0
+            if fits >= 1 << j:  # fits inside this class
+                return m if m < fits else fits
+            m = (1 << j) - 1  # try the class below, from its largest step
+        return 1
