@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads._common import FloatArray, check_horizon, require
+from workloads._common import FloatArray, IntArray, check_horizon, require
 from workloads.modulated import _alternating_path
 
 __all__ = ["compound_times"]
@@ -24,6 +24,7 @@ def compound_times(
     *,
     batch_mean: float = 20.0,
     batch_cv: float = 1.0,
+    batch_alpha: float = 0.0,
     spread_s: float = 0.1,
     on_s: float = 2.0,
     off_s: float = 30.0,
@@ -33,7 +34,9 @@ def compound_times(
     """Batches of mean `batch_mean` requests, each spread uniformly over `spread_s` seconds.
 
     Batch sizes are 1 + Poisson(G) with G ~ Gamma of mean batch_mean - 1 and coefficient of
-    variation `batch_cv` (0: Poisson sizes). Batches arrive as a Poisson process inside ON
+    variation `batch_cv` (0: Poisson sizes); or, with `batch_alpha` > 1, heavy-tailed:
+    classical Pareto(batch_alpha) of mean batch_mean, rounded up (most batches small, a few
+    of hundreds or thousands, like an agent fan-out or a backfill job). Batches arrive as a Poisson process inside ON
     periods; ON and OFF periods have classical Pareto(alpha) lengths of means on_s and off_s
     (off_s = 0: always ON, a plain compound Poisson process). A fraction `background` of the
     mean rate arrives as single Poisson requests throughout. The batch rate is scaled on the
@@ -43,6 +46,7 @@ def compound_times(
     check_horizon("compound", duration_s, rate_per_s)
     require("compound", "batch-mean", batch_mean, batch_mean >= 1, ">= 1 request")
     require("compound", "batch-cv", batch_cv, batch_cv >= 0, ">= 0")
+    require("compound", "batch-alpha", batch_alpha, batch_alpha == 0 or batch_alpha > 1, "0 (off) or > 1")
     require("compound", "spread-s", spread_s, spread_s >= 0, ">= 0 seconds")
     require("compound", "on-s", on_s, on_s > 0, "> 0 seconds")
     require("compound", "off-s", off_s, off_s >= 0, ">= 0 seconds (0: always on)")
@@ -67,13 +71,23 @@ def compound_times(
         batch_rate = (1.0 - background) * rate_per_s * duration_s / (batch_mean * float(lengths.sum()))
         counts = rng.poisson(batch_rate * lengths)
         batch_start = np.repeat(starts, counts) + rng.random(int(counts.sum())) * np.repeat(lengths, counts)
-        extra = batch_mean - 1.0
-        if batch_cv > 0 and extra > 0:
-            shape = 1.0 / (batch_cv * batch_cv)
-            level = rng.gamma(shape, extra / shape, batch_start.size)
-        else:
-            level = np.full(batch_start.size, extra)
-        sizes = 1 + rng.poisson(level)
+        sizes = _batch_sizes(rng, batch_start.size, batch_mean, batch_cv, batch_alpha)
         times = np.repeat(batch_start, sizes) + rng.random(int(sizes.sum())) * spread_s
         pieces.append(np.mod(times, duration_s))
     return np.sort(np.concatenate(pieces)) if pieces else np.empty(0, dtype=np.float64)
+
+
+def _batch_sizes(rng: np.random.Generator, n: int, mean: float, cv: float, alpha: float) -> IntArray:
+    if alpha > 0:
+        # ceil of a classical Pareto of mean `mean - 0.5`: the rounding up adds 0.5 on average.
+        x_min = max(mean - 0.5, 0.5) * (alpha - 1.0) / alpha
+        pareto: IntArray = np.ceil((1.0 + rng.pareto(alpha, n)) * x_min).astype(np.int64)
+        return pareto
+    extra = mean - 1.0
+    if cv > 0 and extra > 0:
+        shape = 1.0 / (cv * cv)
+        level = rng.gamma(shape, extra / shape, n)
+    else:
+        level = np.full(n, extra)
+    sizes: IntArray = 1 + rng.poisson(level)
+    return sizes

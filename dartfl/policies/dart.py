@@ -37,7 +37,7 @@ class DartConfig:
 
     v: float = 0.05  # worth of one trained sample in SLO misses (0.05: a miss costs 20 samples)
     miss_budget: float = 0.005  # delta: long-run fraction of requests training may make miss
-    debt_s: float = 1.0  # H_max = debt_s x the long-run arrival rate: the debt that stops training
+    debt: float = 1.0  # H_max = debt x sqrt(arrivals so far): the miss debt that stops training
     slack_margin: float = 0.05  # gamma: SLO fraction kept in reserve (< 0: plan past the SLO)
     burst_memory_s: float = 10.0  # how long the step size remembers a past burst's rate
     burst_weight: float = 0.5  # fraction of a remembered burst rate the step size plans for
@@ -55,8 +55,8 @@ class DartConfig:
             raise ConfigError(f"dart knob v must be a finite number >= 0, got {self.v}")
         if not 0.0 <= self.miss_budget < 1.0:
             raise ConfigError(f"dart miss budget must lie in [0, 1), got {self.miss_budget}")
-        if not (math.isfinite(self.debt_s) and self.debt_s > 0):
-            raise ConfigError(f"dart debt must be a finite number of seconds > 0, got {self.debt_s}")
+        if not (math.isfinite(self.debt) and self.debt > 0):
+            raise ConfigError(f"dart debt must be a finite number > 0, got {self.debt}")
         if not -1.0 < self.slack_margin < 1.0:
             raise ConfigError(f"dart slack margin must lie in (-1, 1), got {self.slack_margin}")
         if not (math.isfinite(self.burst_memory_s) and self.burst_memory_s >= 0):
@@ -108,7 +108,7 @@ class DartPolicy(Policy):
     def __init__(self, config: DartConfig | None = None) -> None:
         self.config = config or DartConfig()
         self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
-        self.debt = MissDebt(self.config.miss_budget, self.config.debt_s)  # H and its limit
+        self.debt = MissDebt(self.config.miss_budget, self.config.debt)  # H and its limit
         self.risk = StepRisk()  # what steps of each size have cost
         self.peak_rates: list[float] = []  # per task, decaying with burst_memory_s
         self.recent_max: list[int] = []  # per task: most arrivals in one of the last periods

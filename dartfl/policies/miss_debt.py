@@ -56,29 +56,29 @@ class MissDebt:
     __slots__ = (
         "_arrived",
         "_decay",
+        "_total",
         "_period_s",
         "_seen_s",
         "_work_s",
         "budget",
+        "debt",
         "debt_limit",
-        "debt_s",
         "load",
-        "max_debt_limit",
         "queue",
         "rate_per_s",
     )
 
-    def __init__(self, budget: float, debt_s: float) -> None:
+    def __init__(self, budget: float, debt: float) -> None:
         self.budget = budget
-        self.debt_s = debt_s
+        self.debt = debt
         self._period_s = -1.0
         self._decay = 1.0
         self.reset()
 
     def reset(self) -> None:
         self.queue = 0.0  # H, requests (negative: banked budget)
-        self.debt_limit = 0.0  # H_max = debt_s x the long-run arrival rate, requests
-        self.max_debt_limit = 0.0  # the largest H_max so far: the promise's slack uses it
+        self.debt_limit = 0.0  # H_max = debt sqrt(arrivals so far), requests
+        self._total = 0.0  # arrivals so far
         self.rate_per_s = 0.0
         self.load = 0.0  # the long-run inference work per second
         self._arrived = self._seen_s = self._work_s = 0.0  # exponentially weighted sums
@@ -96,9 +96,8 @@ class MissDebt:
         seen = max(self._seen_s, RATE_WARMUP_S)
         self.rate_per_s = self._arrived / seen
         self.load = self._work_s / seen
-        self.debt_limit = self.debt_s * self.rate_per_s
-        if self.debt_limit > self.max_debt_limit:
-            self.max_debt_limit = self.debt_limit
+        self._total += arrivals
+        self.debt_limit = self.debt * math.sqrt(self._total)
         h = self.queue + misses - self.budget * arrivals
         credit = self.budget * self.rate_per_s * CREDIT_S
         self.queue = h if h > -credit else -credit
