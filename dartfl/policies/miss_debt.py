@@ -56,9 +56,9 @@ class MissDebt:
     __slots__ = (
         "_arrived",
         "_decay",
-        "_total",
         "_period_s",
         "_seen_s",
+        "_total",
         "_work_s",
         "budget",
         "debt",
