@@ -37,11 +37,12 @@ def compound_times(
     variation `batch_cv` (0: Poisson sizes); or, with `batch_alpha` > 1, heavy-tailed:
     classical Pareto(batch_alpha) of mean batch_mean, rounded up (most batches small, a few
     of hundreds or thousands, like an agent fan-out or a backfill job). Batches arrive as a
-    Poisson process inside ON periods; ON and OFF periods have classical Pareto(alpha) lengths of means on_s and off_s
-    (off_s = 0: always ON, a plain compound Poisson process). A fraction `background` of the
-    mean rate arrives as single Poisson requests throughout. The batch rate is scaled on the
-    drawn path so that the expected count is exactly rate x duration; a batch that runs past the
-    horizon wraps its tail around to the start, which keeps the count and moves a few requests.
+    Poisson process inside ON periods; ON and OFF periods have classical Pareto(alpha)
+    lengths of means on_s and off_s (off_s = 0: always ON, a plain compound Poisson process).
+    A fraction `background` of the mean rate arrives as single Poisson requests throughout.
+    The batch rate is scaled on the drawn path so that the expected count is exactly
+    rate x duration; a batch that runs past the horizon wraps its tail around to the start,
+    which keeps the count and moves a few requests.
     """
     check_horizon("compound", duration_s, rate_per_s)
     require("compound", "batch-mean", batch_mean, batch_mean >= 1, ">= 1 request")
