@@ -9,9 +9,10 @@ L in WINDOWS, with what the fast estimate had forecast at the start of those L p
 tracks a high level of the excess (the *surprise*) per window length, a stochastic-
 approximation quantile that learns large surprises at once: a surprise above the level lifts
 it by `eta * p` of the gap, and every other window lowers it by `eta * (1 - p)` of the mean
-work per window. It settles where at most a fraction 1 - p of windows exceed it (fewer when
-surprises are large against the mean: then it behaves like a slowly decaying maximum), and
-it forgets a level of one mean window in `memory_periods`. `surprise_s(s)` interpolates the
+work per window or of the level itself, whichever is larger. It settles where at most a
+fraction 1 - p of windows exceed it (fewer when surprises are large against the mean: then it
+behaves like a slowly decaying maximum), and without exceedances it decays by a factor e in
+`memory_periods`. `surprise_s(s)` interpolates the
 levels linearly in the step length s.
 
 Plain floats and preallocated lists: one update costs O(len(WINDOWS)) and allocates nothing.
@@ -47,8 +48,8 @@ class SurpriseEnvelope:
         self._n = 0  # periods seen, up to _RING
 
     def set_memory(self, memory_periods: float) -> None:
-        """Forget a surprise level of one mean window in `memory_periods` periods without an
-        exceedance (eta * (1 - p) per period); 0 periods: remember nothing."""
+        """Without an exceedance a level decays by e in `memory_periods` periods (eta (1 - p)
+        of it per period); 0 periods: remember nothing."""
         if memory_periods <= 0.0:
             self._eta = 0.0
         else:  # an up-step never overshoots the surprise: eta * p <= 1
@@ -85,7 +86,9 @@ class SurpriseEnvelope:
             if surprise > level:
                 q[j] = level + up * (surprise - level)
             else:
-                level -= down * mean
+                # Down by a fraction of the level or of the mean window, whichever is larger:
+                # a level learnt in a burst is forgotten in a quiet spell, whose mean is tiny.
+                level -= down * (mean if mean > level else level)
                 q[j] = level if level > 0.0 else 0.0
         forecast[pos] = forecast_rate
         self._pos = (pos + 1) & _MASK

@@ -79,7 +79,7 @@ class FleetSurprise:
             mean = self.scale[j] + SCALE_RATE * (total - self.scale[j])
             self.scale[j] = mean
             level = self.q[j]
-            lowered = level - down * mean
+            lowered = level - down * np.where(mean > level, mean, level)
             self.q[j] = np.where(
                 surprise > level, level + up * (surprise - level), np.where(lowered > 0.0, lowered, 0.0)
             )
