@@ -32,7 +32,7 @@ __all__ = [
 ]
 
 SPEC_HELP = {
-    "dart": "dart[:V | :v=V,margin=G,budget=D,memory=S,shares=demand|uniform] - queue-aware allocator",
+    "dart": "dart[:V | :v=V,margin=G,budget=D,debt=C,memory=S,shares=demand|uniform] - queue-aware allocator",
     "inference-only": "inference-only - never trains (latency reference)",
     "inference-first": "inference-first[:m] - strict inference priority, fixed microbatch m",
     "static": "static:<x> - fixed inference share x in [0, 1]",
@@ -59,13 +59,14 @@ DART_KEYS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "v": ("v", float),
     "margin": ("slack_margin", float),
     "budget": ("miss_budget", float),
+    "debt": ("debt", float),
     "memory": ("burst_memory_s", float),
     "shares": ("task_shares", str.strip),  # DartConfig checks it is one of TASK_SHARES
 }
 
 
 def _dart_config(spec: str, arg: str, weighting: str) -> DartConfig:
-    """`dart`, `dart:V` or `dart:key=value,...` with keys v, margin, budget, memory (numbers)
+    """`dart`, `dart:V` or `dart:key=value,...` with keys v, margin, budget, debt, memory (numbers)
     and shares (`demand` or `uniform`)."""
     values: dict[str, Any] = {}
     if arg and "=" not in arg:
