@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["CLASSES", "MissDebt", "StepRisk", "step_class"]
+__all__ = ["CLASSES", "MissDebt", "StepRisk", "efficient_step", "step_class"]
 
 # The long-run arrival rate (the budget's pace) forgets over RATE_MEMORY_S, and is averaged
 # over RATE_WARMUP_S at least, so a run that opens with a burst does not start rich.
@@ -42,6 +42,13 @@ PRIOR_TRAINING_S = 5.0
 # Misses are blamed on the steps of this many past periods (a step's victims are served, and
 # counted, up to a few periods after it).
 BLAME_PERIODS = 4
+
+
+def efficient_step(a_t: float, c_t: float, microbatch: int) -> int:
+    """m* = a_T / c_T rounded half up, in [1, microbatch]: the step that trains the most
+    samples per second of step exposure (m / s(m)^2 is largest there)."""
+    m = int(a_t / c_t + 0.5)
+    return 1 if m < 1 else (microbatch if m > microbatch else m)
 
 
 def step_class(microbatch: int) -> int:
@@ -233,19 +240,25 @@ class StepRisk:
 
         Training a fraction `idle` of the time in steps of s costs kappa_j s idle misses per
         second; within a class that grows with s, so each class is solved in closed form,
-        largest first. At least 1 (while H < H_max the smallest step still runs: fewer steps
-        then follow from H reaching H_max).
+        largest first. Never below the efficient step m* = a_T / c_T (rounded, at most the
+        plan's): samples per unforeseen miss go as m / s(m)^2, largest at m*, so below it a
+        smaller step costs more misses per sample. While H < H_max that step still runs when
+        it does not fit; fewer steps then follow from H reaching H_max.
         """
+        efficient = efficient_step(a_t, c_t, microbatch)
         top = step_class(microbatch)
         self._kappas(top, a_t + c_t)
         m = microbatch
         for j in range(top, -1, -1):
             kappa = self._floor[j]
             if kappa <= 0.0:
-                return m
+                break
             longest_s = allowance_per_s / (kappa * idle)
             fits = int((longest_s - a_t) / c_t) if longest_s > a_t else 0
             if fits >= 1 << j:  # fits inside this class
-                return m if m < fits else fits
+                m = m if m < fits else fits
+                break
             m = (1 << j) - 1  # try the class below, from its largest step
-        return 1
+        else:
+            m = 1
+        return m if m > efficient else efficient

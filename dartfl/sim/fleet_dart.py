@@ -221,9 +221,11 @@ class FleetStepRisk:
         self.exposure[rows, cls] += np.where(has, exposure * unit, 0.0)
         self.pos = pos + 1 if pos + 1 < BLAME_PERIODS else 0
         blame = (misses > 0) & (self.blame_total > 0.0)
+        if not blame.any():
+            return
         with np.errstate(divide="ignore", invalid="ignore"):
             share = misses * unit / self.blame_total
-            for i in range(BLAME_PERIODS):
+            for i in range(BLAME_PERIODS):  # slot by slot, in the scalar policy's order
                 e = self.blame_exposure[i]
                 self.misses[rows, self.blame_class[i]] += np.where(blame & (e > 0.0), share * e, 0.0)
 
@@ -235,17 +237,21 @@ class FleetStepRisk:
         allowance_per_s: FloatArray,
         idle: FloatArray,
     ) -> IntArray:
+        if not self.misses.any():  # nothing has missed: every class is free
+            return microbatch
+        efficient = np.clip(np.floor(a_t / c_t + 0.5), 1.0, microbatch.astype(np.float64))
         top = step_class(np.maximum(microbatch, 1))
+        highest = int(top.max())
         prior = PRIOR_TRAINING_S * (a_t + c_t) * self.unit
         floor = np.zeros(self.misses.shape)
         most = np.zeros(microbatch.shape)
-        for j in range(CLASSES):
+        for j in range(highest + 1):
             k = self.misses[:, j] / (self.exposure[:, j] + prior)
             most = np.where(k > most, k, most)
             floor[:, j] = most
         m = microbatch.astype(np.float64)
         result = np.full(microbatch.shape, np.nan)
-        for j in range(CLASSES - 1, -1, -1):
+        for j in range(highest, -1, -1):
             active = np.isnan(result) & (j <= top)
             kappa = floor[:, j]
             result = np.where(active & (kappa <= 0.0), m, result)
@@ -256,5 +262,6 @@ class FleetStepRisk:
             inside = active & (fits >= (1 << j))
             result = np.where(inside, np.where(m < fits, m, fits), result)
             m = np.where(active & ~inside, float((1 << j) - 1), m)
-        out: IntArray = np.where(np.isnan(result), 1.0, result).astype(np.int64)
+        chosen = np.where(np.isnan(result), 1.0, result)
+        out: IntArray = np.where(chosen > efficient, chosen, efficient).astype(np.int64)
         return out

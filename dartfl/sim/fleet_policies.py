@@ -384,9 +384,11 @@ def _best_microbatch(
     best_j = np.where(m_safe > 0, gain * m_safe / (a_t + c_t * m_safe), 0.0)
     best_m = np.where(m_safe > 0, m_safe, 0)
     span = m_max - m_safe
-    for m in (m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max):
-        step = a_t + c_t * m
-        stretched = step * (1.0 + lam_cost) + envelope.surprise_s(step, tau)
+    grid = np.stack((m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max))
+    steps = a_t + c_t * grid
+    surprises = envelope.surprise_s(steps, tau)  # the three candidates at once
+    for m, step, surprise in zip(grid, steps, surprises, strict=True):
+        stretched = step * (1.0 + lam_cost) + surprise
         late = np.minimum(1.0, (stretched + active_fixed - budget_s) / stretched)
         j = gain * m / step - price * lam_total * np.maximum(0.0, late)
         better = j > best_j
