@@ -42,6 +42,11 @@ PRIOR_TRAINING_S = 5.0
 # Misses are blamed on the steps of this many past periods (a step's victims are served, and
 # counted, up to a few periods after it).
 BLAME_PERIODS = 4
+# Once a step has brought a miss (and until the misses are forgotten), a class of steps opens
+# only after this many steps of the classes below it or larger have run (weighted as the
+# risk is): the device relearns the workload's risk with small steps before it risks large
+# ones again, instead of stepping down one risky class after another.
+PROMOTE_STEPS = 20.0
 
 
 def efficient_step(a_t: float, c_t: float, microbatch: int) -> int:
@@ -148,6 +153,7 @@ class StepRisk:
         "_pos",
         "_round_start_s",
         "_round_trained",
+        "_steps",
         "_unit",
     )
 
@@ -156,6 +162,7 @@ class StepRisk:
         self._decay = 1.0
         self._misses = [0.0] * CLASSES  # exponentially weighted, per class, in `_unit`s
         self._exposure = [0.0] * CLASSES  # training seconds x step length, weighted alike
+        self._steps = [0.0] * CLASSES  # steps run, weighted alike
         self._floor = [0.0] * CLASSES  # scratch for `_kappas`
         self._blame_class = [0] * BLAME_PERIODS
         self._blame_exposure = [0.0] * BLAME_PERIODS
@@ -163,7 +170,7 @@ class StepRisk:
 
     def reset(self) -> None:
         for j in range(CLASSES):
-            self._misses[j] = self._exposure[j] = 0.0
+            self._misses[j] = self._exposure[j] = self._steps[j] = 0.0
         for i in range(BLAME_PERIODS):
             self._blame_class[i] = 0
             self._blame_exposure[i] = 0.0
@@ -197,6 +204,7 @@ class StepRisk:
             for j in range(CLASSES):
                 self._misses[j] *= scale
                 self._exposure[j] *= scale
+                self._steps[j] *= scale
             unit = 1.0
         self._unit = unit
         # This period's exposure joins its class and the blame window.
@@ -208,6 +216,7 @@ class StepRisk:
             cls = step_class(microbatch)
             self._blame_class[pos] = cls
             self._exposure[cls] += exposure * unit
+            self._steps[cls] += trained / microbatch * unit
         self._pos = pos + 1 if pos + 1 < BLAME_PERIODS else 0
         if misses > 0 and self._blame_total > 0.0:
             share = misses * unit / self._blame_total
@@ -248,6 +257,20 @@ class StepRisk:
         efficient = efficient_step(a_t, c_t, microbatch)
         top = step_class(microbatch)
         self._kappas(top, a_t + c_t)
+        if self._floor[top] <= 0.0:  # no step of this size or smaller has brought a miss
+            return microbatch
+        # The largest open class: the efficient step's, or one above classes that have run.
+        opened = step_class(efficient)
+        enough = PROMOTE_STEPS * self._unit
+        run = 0.0
+        for j in range(CLASSES - 1, 0, -1):
+            run += self._steps[j]
+            if run + self._steps[j - 1] >= enough:
+                opened = j if j > opened else opened
+                break
+        if top > opened:
+            microbatch = (1 << (opened + 1)) - 1
+            top = opened
         m = microbatch
         for j in range(top, -1, -1):
             kappa = self._floor[j]

@@ -20,6 +20,7 @@ from dartfl.policies.miss_debt import (
     CLASSES,
     CREDIT_S,
     PRIOR_TRAINING_S,
+    PROMOTE_STEPS,
     RATE_MEMORY_S,
     RATE_WARMUP_S,
     RISK_MEMORY_S,
@@ -179,6 +180,7 @@ class FleetStepRisk:
         if self.misses.shape != (devices, CLASSES):
             self.misses = np.zeros((devices, CLASSES))
             self.exposure = np.zeros((devices, CLASSES))
+            self.steps = np.zeros((devices, CLASSES))
             self.blame_class = np.zeros((BLAME_PERIODS, devices), dtype=np.int64)
             self.blame_exposure = np.zeros((BLAME_PERIODS, devices))
             self.blame_total = np.zeros(devices)
@@ -207,6 +209,7 @@ class FleetStepRisk:
             scale = 1.0 / unit
             self.misses *= scale
             self.exposure *= scale
+            self.steps *= scale
             unit = 1.0
         self.unit = unit
         pos = self.pos
@@ -219,6 +222,8 @@ class FleetStepRisk:
         has = exposure > 0.0
         self.blame_class[pos] = np.where(has, cls, self.blame_class[pos])
         self.exposure[rows, cls] += np.where(has, exposure * unit, 0.0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            self.steps[rows, cls] += np.where(has, trained / microbatch * unit, 0.0)
         self.pos = pos + 1 if pos + 1 < BLAME_PERIODS else 0
         blame = (misses > 0) & (self.blame_total > 0.0)
         if not blame.any():
@@ -240,6 +245,7 @@ class FleetStepRisk:
         if not self.misses.any():  # nothing has missed: every class is free
             return microbatch
         efficient = np.clip(np.floor(a_t / c_t + 0.5), 1.0, microbatch.astype(np.float64))
+        rows = np.arange(microbatch.shape[0])
         top = step_class(np.maximum(microbatch, 1))
         highest = int(top.max())
         prior = PRIOR_TRAINING_S * (a_t + c_t) * self.unit
@@ -249,8 +255,21 @@ class FleetStepRisk:
             k = self.misses[:, j] / (self.exposure[:, j] + prior)
             most = np.where(k > most, k, most)
             floor[:, j] = most
-        m = microbatch.astype(np.float64)
-        result = np.full(microbatch.shape, np.nan)
+        risky = floor[rows, top] > 0.0  # a step of this size or smaller has brought a miss
+        # The largest open class: the efficient step's, or one above classes that have run.
+        opened = step_class(efficient.astype(np.int64))
+        enough = PROMOTE_STEPS * self.unit
+        run = np.zeros(microbatch.shape)
+        found = np.zeros(microbatch.shape, dtype=bool)
+        for j in range(CLASSES - 1, 0, -1):
+            run = run + self.steps[:, j]
+            here = ~found & (run + self.steps[:, j - 1] >= enough)
+            opened = np.where(here, np.maximum(opened, j), opened)
+            found |= here
+        capped = risky & (top > opened)
+        m = np.where(capped, np.left_shift(1, opened + 1) - 1, microbatch).astype(np.float64)
+        top = np.where(capped, opened, top)
+        result = np.where(risky, np.nan, microbatch.astype(np.float64))
         for j in range(highest, -1, -1):
             active = np.isnan(result) & (j <= top)
             kappa = floor[:, j]
