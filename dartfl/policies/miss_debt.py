@@ -43,9 +43,9 @@ PRIOR_TRAINING_S = 5.0
 # counted, up to a few periods after it).
 BLAME_PERIODS = 4
 # Once a step has brought a miss (and until the misses are forgotten), a class of steps opens
-# only after this many steps of the classes below it or larger have run (weighted as the
-# risk is): the device relearns the workload's risk with small steps before it risks large
-# ones again, instead of stepping down one risky class after another.
+# only after this many steps of the classes below it or larger have run since the last miss:
+# the device relearns the workload's risk from the efficient step up, instead of stepping
+# down one untried (so far free) class after another.
 PROMOTE_STEPS = 20.0
 
 
@@ -224,6 +224,8 @@ class StepRisk:
                 e = self._blame_exposure[i]
                 if e > 0.0:
                     self._misses[self._blame_class[i]] += share * e
+            for j in range(CLASSES):  # the ladder starts again from the efficient step
+                self._steps[j] = 0.0
 
     def kappa(self, cls: int, prior_step_s: float) -> float:
         """Misses per (training second x second of step) of class `cls`: see `_kappas`."""

@@ -233,6 +233,7 @@ class FleetStepRisk:
             for i in range(BLAME_PERIODS):  # slot by slot, in the scalar policy's order
                 e = self.blame_exposure[i]
                 self.misses[rows, self.blame_class[i]] += np.where(blame & (e > 0.0), share * e, 0.0)
+        self.steps[blame] = 0.0  # the ladder starts again from the efficient step
 
     def affordable(
         self,

@@ -217,3 +217,25 @@ def test_without_the_closed_loop_the_same_trace_breaks_the_budget(monkeypatch: p
     monkeypatch.setattr(StepRisk, "affordable", lambda self, m, *args: m)
     measured, limit = _run(DartPolicy())
     assert measured > limit
+
+
+def test_a_cut_never_goes_below_the_efficient_step() -> None:
+    # A Jetson-like step: the fixed cost is 14 samples' worth, so samples per second of
+    # exposure, m / s(m)^2, peak at m = 14; cutting to 1 would train 7% of what it exposes.
+    risk = StepRisk()
+    for t in range(8):  # one-sample steps brought misses: every class is risky
+        risk.update(5, 0.25, 0.0, 10 * (t + 1), 1, 0.0086)
+    assert risk.affordable(32, 0.008, 0.00058, allowance_per_s=0.001, idle=0.5) == 14
+
+
+def test_after_misses_larger_classes_reopen_one_at_a_time_as_smaller_steps_run() -> None:
+    risk = StepRisk()
+    risk.update(0, 0.25, 0.0, 0, 16, 0.38)
+    risk.update(30, 0.25, 0.0, 160, 16, 0.38)  # class 4 brought misses
+    # Ample allowance: only the ladder limits the step, back to the efficient one (1 on a pi4).
+    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e9, idle=0.5) == 1
+    trained = 160
+    for _ in range(3):  # 30 one-sample steps (20 after the forgetting): class 1 opens
+        trained += 10
+        risk.update(0, 0.25, 0.0, trained, 1, 0.035)
+    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e9, idle=0.5) == 3
