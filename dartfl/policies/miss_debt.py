@@ -259,8 +259,9 @@ class StepRisk:
         efficient = efficient_step(a_t, c_t, microbatch)
         top = step_class(microbatch)
         self._kappas(top, a_t + c_t)
-        if self._floor[top] <= 0.0:  # no step of this size or smaller has brought a miss
-            return microbatch
+        kappa = self._floor[top]
+        if kappa * (a_t + c_t * microbatch) * idle <= allowance_per_s:
+            return microbatch  # the plan fits the budget: no cut, no ladder
         # The largest open class: the efficient step's, or one above classes that have run.
         opened = step_class(efficient)
         enough = PROMOTE_STEPS * self._unit

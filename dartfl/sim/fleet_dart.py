@@ -256,7 +256,8 @@ class FleetStepRisk:
             k = self.misses[:, j] / (self.exposure[:, j] + prior)
             most = np.where(k > most, k, most)
             floor[:, j] = most
-        risky = floor[rows, top] > 0.0  # a step of this size or smaller has brought a miss
+        # The plan fits the budget: no cut, no ladder.
+        risky = floor[rows, top] * (a_t + c_t * microbatch) * idle > allowance_per_s
         # The largest open class: the efficient step's, or one above classes that have run.
         opened = step_class(efficient.astype(np.int64))
         enough = PROMOTE_STEPS * self.unit

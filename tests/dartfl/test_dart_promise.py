@@ -232,10 +232,12 @@ def test_after_misses_larger_classes_reopen_one_at_a_time_as_smaller_steps_run()
     risk = StepRisk()
     risk.update(0, 0.25, 0.0, 0, 16, 0.38)
     risk.update(30, 0.25, 0.0, 160, 16, 0.38)  # class 4 brought misses
-    # Ample allowance: only the ladder limits the step, back to the efficient one (1 on a pi4).
-    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e9, idle=0.5) == 1
+    # The plan's class does not fit; untried smaller ones are free, but the ladder goes back
+    # to the efficient step (1 on a pi4) instead of jumping to the largest of them.
+    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e-3, idle=0.5) == 1
     trained = 160
     for _ in range(3):  # 30 one-sample steps (20 after the forgetting): class 1 opens
         trained += 10
         risk.update(0, 0.25, 0.0, trained, 1, 0.035)
-    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e9, idle=0.5) == 3
+    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e-3, idle=0.5) == 3
+    assert risk.affordable(31, 0.012, 0.023, allowance_per_s=1e9, idle=0.5) == 31  # it fits
