@@ -6,13 +6,14 @@ seconds, and then rescaled in time to the target mean load of each profile, as
 DART on real traffic). Its burstiness is measured on the reference trace
 (`dartfl workload inspect`: per-second CV of counts, 10-s peak/mean). Workloads:
 
-- `clumps`: a compound Poisson process: 30% single requests, 70% in batches whose sizes are
+- `serverless`: 20% single background requests; the rest in batches whose sizes are
   Pareto(1.3) with mean 10 (most small, a few of hundreds or thousands), each spread over
-  0.2 s. Quiet traffic broken by sudden clumps: nothing in the recent rate predicts them;
-- `serverless`: the same batches inside heavy-tailed ON/OFF periods (Pareto(1.4), ON 10 s,
-  OFF 60 s on average): minutes of background broken by bursts of clumps;
-- `mmpp-extreme`: a two-state MMPP whose high state (5 s mean) is 30 times the low one
-  (60 s mean): overload episodes.
+  0.2 s, inside heavy-tailed ON/OFF periods (Pareto(1.4), ON 5 s, OFF 90 s on average):
+  quiet minutes broken by clumps that nothing in the recent rate announces;
+- `llm-sessions`: 15% background; the rest in sessions of 10 requests (Gamma-mixed, CV 1)
+  spread over 2 s, inside ON/OFF periods (Pareto(1.3), ON 10 s, OFF 150 s);
+- `mmpp-extreme`: a two-state MMPP whose high state (5 s mean) is 100 times the low one
+  (120 s mean): overload episodes.
 
 The targets of the parameters are the traffic the issue describes (per-second CV of counts
 about 2.3, 10-s peak/mean about 13, clumps of 60+ requests in a second, heavy-tailed quiet
@@ -60,23 +61,31 @@ ZIPF = 0.8  # task mix skew, as in the scenario set
 
 # name -> (generator, parameters)
 WORKLOADS: dict[str, tuple[str, dict[str, float]]] = {
-    "clumps": (
-        "compound",
-        {"batch-mean": 10, "batch-alpha": 1.3, "spread-s": 0.2, "off-s": 0, "background": 0.3},
-    ),
     "serverless": (
         "compound",
         {
             "batch-mean": 10,
             "batch-alpha": 1.3,
             "spread-s": 0.2,
-            "on-s": 10,
-            "off-s": 60,
+            "on-s": 5,
+            "off-s": 90,
             "alpha": 1.4,
-            "background": 0.3,
+            "background": 0.2,
         },
     ),
-    "mmpp-extreme": ("mmpp", {"burst": 30, "high-s": 5, "low-s": 60}),
+    "llm-sessions": (
+        "compound",
+        {
+            "batch-mean": 10,
+            "batch-cv": 1.0,
+            "spread-s": 2.0,
+            "on-s": 10,
+            "off-s": 150,
+            "alpha": 1.3,
+            "background": 0.15,
+        },
+    ),
+    "mmpp-extreme": ("mmpp", {"burst": 100, "high-s": 5, "low-s": 120}),
 }
 
 
