@@ -5,13 +5,15 @@ Every control period it weighs three queues against the training it could do:
 - the virtual training-deficit queue Z (samples owed to the current FL round: how far
   training lags the pace that meets the round's target by its deadline);
 - the virtual miss-debt queue H (training-caused misses beyond the budget delta of all
-  arrivals). H prices every voluntary step, and at H >= debt_limit no voluntary step pays,
-  so the long-run fraction of training-caused misses is at most delta plus a slack that
-  vanishes with the run's length, on any arrival trace (docs/allocator.md, "The promise").
+  arrivals, `MissDebt`). H prices the misses a plan foresees, the misses each class of step
+  sizes has brought cut the step to what the budget affords (`StepRisk`), and at H >= H_max
+  no voluntary step runs, so the fraction of requests that miss because of training is at
+  most delta plus a slack that vanishes as the arrivals grow, on any arrival trace
+  (docs/allocator.md, "The promise").
 One knob, V, prices a trained sample in SLO misses (V = 0.05: one miss is worth 20 samples).
 The step is planned against the recent rate and the surprise work the device has learnt to
-expect within a step (`SurpriseEnvelope`). The decision is closed form plus a scan over at
-most seven candidate step sizes: O(K).
+expect within a step (`SurpriseEnvelope`). The decision is closed form plus a scan over five
+candidate step sizes and at most six step classes: O(K).
 
 Numbered steps in `decide` follow the derivation in docs/allocator.md.
 """
