@@ -22,7 +22,7 @@ from dartfl import protocol
 
 __all__ = ["RECENT", "RecentRequests"]
 
-RECENT: Final = 20_000  # about 4 MB; at 300 requests/s, the last minute
+RECENT: Final = 20_000  # about 10 MB (measured: 0.5 KB a request); at 300 requests/s, the last minute
 
 
 Key = tuple[str, str]  # (reply topic, request id)
