@@ -148,7 +148,7 @@ class MqttLink:
         if reason.is_failure:
             hint, kind = "", MqttConnectError
             if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
-                hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+                hint = " (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
             elif str(reason).lower() in _AUTH_REFUSALS:
                 hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
                 kind = MqttSecurityError
