@@ -9,7 +9,6 @@ requirement check below fails if one comes back into an extra, whatever it pins.
 
 from __future__ import annotations
 
-import importlib.metadata as md
 import subprocess
 import sys
 import tomllib
@@ -32,17 +31,27 @@ def test_flwr_command_starts() -> None:
 
 
 def test_every_requirement_of_every_published_extra_is_installed_and_satisfied() -> None:
-    extras = inst.published_extras(md.distribution(inst.PROJECT))
-    assert {"edge", "fl", "dashboard", "dev"} <= set(extras)
-    closure = inst.requirement_closure(inst.PROJECT, extras)
+    requires, extras = inst.project_requirements(ROOT / "pyproject.toml")
+    assert {"edge", "edge-base", "fl", "dashboard", "dev"} <= set(extras)
+    closure = inst.requirement_closure(requires, extras)
     assert closure.problems == []
     assert {"flwr", "torch", "onnxruntime", "paho-mqtt", "streamlit", "typer"} <= set(closure.dists)
+
+
+def test_edge_base_is_edge_without_onnx_runtime() -> None:
+    # A Jetson installs onnxruntime-gpu (the same module) instead: edge-base must not bring the
+    # CPU build, which would overwrite it, and must bring everything else of edge.
+    requires, _ = inst.project_requirements(ROOT / "pyproject.toml")
+    edge = set(inst.requirement_closure(requires, ["edge"]).dists)
+    base = set(inst.requirement_closure(requires, ["edge-base"]).dists)
+    assert "onnxruntime" not in base
+    assert {"onnxruntime"} <= edge - base and {"torch", "paho-mqtt", "onnx"} <= base
 
 
 def test_no_published_extra_brings_amqtt() -> None:
     # It cannot coexist with Flower (see the module docstring); the agent's zero-setup broker is
     # a private Mosquitto instead.
-    closure = inst.requirement_closure(inst.PROJECT, inst.published_extras(md.distribution(inst.PROJECT)))
+    closure = inst.requirement_closure(*inst.project_requirements(ROOT / "pyproject.toml"))
     assert "amqtt" not in closure.dists
 
 

@@ -101,7 +101,10 @@ def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, st
 
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("streamlit") is None:
-        raise DartflError("streamlit is not installed: pip install -e '.[dashboard]'")
+        raise DartflError(
+            "streamlit is not installed: pip install 'dartfl[dashboard]' "
+            "(in a checkout: scripts/pip-install PYTHON dashboard)"
+        )
     argv, env = streamlit_command(args)
     print(f"dartfl dashboard: serving http://{args.address}:{args.port} (run store {env['DARTFL_STORE']})")
     sys.stdout.flush()

@@ -43,7 +43,8 @@ __all__ = ["register"]
 
 DEFAULT_POLICIES = ("dart", "inference-first")
 NO_STORE = "none"  # fltask.config.NO_STORE: imported lazily there (it pulls in the policies)
-_ROUND_LINE = re.compile(r"round \d+/\d+: .*")
+# The ServerApp's first line (which dartfl it runs) and its line per round (server.rounds).
+_ROUND_LINE = re.compile(r"DART-FL \S+ ServerApp \(.*|round \d+/\d+: .*")
 # The headline experiment's fleet (docs/experiments.md); each can be overridden with --set KEY=VALUE.
 HEADLINE: dict[str, int | float | str] = {
     "zipf": 2.0,
@@ -206,7 +207,7 @@ def _sim(args: argparse.Namespace) -> int:
 
 
 def _show_progress(line: str) -> None:
-    """The ServerApp's one line per round (server.rounds), from the run's log, on stderr."""
+    """The ServerApp's progress (`_ROUND_LINE`), from the run's log, on stderr."""
     if (found := _ROUND_LINE.search(line)) is not None:
         print(f"dartfl fl sim: {found.group(0)}", file=sys.stderr, flush=True)
 
