@@ -13,13 +13,14 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help venv system-deps demo lint test test-fast bench clean distclean
+.PHONY: help venv system-deps demo lint test test-fast bench wheel clean distclean
 
 help:
 	@echo "make demo       set up, then simulate DART vs baselines on a bursty workload (out/demo-sim.png)"
 	@echo "make test       set up, lint, then the full test suite in a loopback-only network namespace"
 	@echo "make test-fast  fast tests only (no slow, no integration), no lint"
 	@echo "make lint       ruff check, ruff format --check, mypy"
+	@echo "make wheel      build dist/dartfl-VERSION-py3-none-any.whl (pip install 'dist/...whl[edge,fl]')"
 	@echo "make venv | system-deps | bench | clean | distclean"
 
 venv: $(STAMP)
@@ -62,6 +63,11 @@ bench: venv system-deps
 	else \
 	    echo "no benchmarks yet (benchmarks/run_all.py is missing)"; \
 	fi
+
+# The installable package; tests/test_wheel.py builds it the same way and installs it outside
+# the checkout. No build isolation: setuptools comes from the venv, nothing from the index.
+wheel: venv
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
 
 clean:
 	rm -rf build dist out test-artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
+LOCAL_SUPERLINK_PORT = 39091  # where Flower 1.42's `flwr run` starts its own SuperLink
 SMALL = "max-train-per-task=400 max-test-per-task=200 favourite-tasks='' node-wait-s=120.0"
 
 
@@ -71,6 +72,20 @@ def _pids_with(marker: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def _listener(port: int, pids: list[int]) -> int:
+    """Which of `pids` listens on TCP `port` (this namespace's /proc/net/tcp, by socket inode)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+            inodes.add(f"socket:[{fields[9]}]")
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            if any(os.readlink(fd) in inodes for fd in Path(f"/proc/{pid}/fd").iterdir()):
+                return pid
+    raise AssertionError(f"none of {pids} listens on {port}")
 
 
 def _zombie(proc: Path) -> bool:
@@ -132,8 +147,16 @@ def test_flwr_run_dot_simulates_locally_shows_rounds_and_records_by_default(
     store = tmp_path / "home" / ".local" / "share" / "dartfl" / "runs.sqlite"  # the default store
     assert f"in the run store {store}" in out
     assert _recorded_fl_run(store) == ("ok", [2, 2])
-    # The SuperLink `flwr run` started detached outlives it: the fixture stops it by PID.
-    assert _pids_with(f"FLWR_HOME={activated['FLWR_HOME']}")
+    # The SuperLink `flwr run` started detached outlives it. As docs/deployment.md says, ending
+    # the process that listens on 39091 ends the rest (the SuperExec watches its parent's PID).
+    marker = f"FLWR_HOME={activated['FLWR_HOME']}"
+    left = _pids_with(marker)
+    superlink = _listener(LOCAL_SUPERLINK_PORT, left)
+    os.kill(superlink, signal.SIGTERM)
+    deadline = time.monotonic() + 30
+    while _pids_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _pids_with(marker) == [], f"left running after the SuperLink (pid {superlink}) stopped: {left}"
 
 
 @pytest.fixture
