@@ -163,6 +163,7 @@ def test_flwr_run_dot_simulates_locally_shows_rounds_and_records_by_default(
 def superlink(tmp_path: Path, activated: dict[str, str]) -> Iterator[str]:
     """A deployment SuperLink with two SuperNodes (the simulation back end of the ClientApp),
     named `lab` in the activated environment's $FLWR_HOME/config.toml."""
+    (tmp_path / "link").mkdir()
     with LocalSuperLink(tmp_path / "link", simulation=False) as link:
         nodes: list[ManagedProcess] = []
         try:
