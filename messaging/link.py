@@ -362,8 +362,8 @@ def connect(
 
     `client_id` is for an anonymous client; a logged-in one is its account's name.
 
-    `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
-    (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
+    `protocol` is MQTT_V311 (Mosquitto, and brokers that speak 3.1.1 only) or MQTT_V5
+    (Mosquitto 1.6 and newer; adds Response Topic / Correlation Data properties). Clean sessions:
     requests that arrive while a device is away are not kept for it.
     """
     address = parse_broker_address(url)
