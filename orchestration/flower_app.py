@@ -14,7 +14,11 @@ packed into the FAB); tests/orchestration/test_flower_app.py keeps its component
 equal to these.
 
 Module paths that the installed package names as strings live here and nowhere else
-(`SERVER_APP`, `CLIENT_APP`, `INSTALLED_PACKAGES`).
+(`SERVER_APP`, `CLIENT_APP`, `INSTALLED_PACKAGES`). They are the names of this install: a
+checkout imports its top-level folders as they are (`server`, `edge_client`...), and the wheel
+installs every one but `dartfl` as `dartfl_<folder>` (`dartfl_server`, ...; scripts/dartfl_build.py
+renames them and their imports when it builds the wheel), so that no installed name can
+collide with other code. Which of the two this is, this module's own name says.
 """
 
 from __future__ import annotations
@@ -30,20 +34,17 @@ __all__ = [
     "CLIENT_APP",
     "INSTALLED_PACKAGES",
     "PUBLISHER",
+    "REPOSITORY_PACKAGES",
     "SERVER_APP",
+    "WHEEL_PREFIX",
     "app_table",
     "default_run_config",
     "toml_value",
     "write_app",
 ]
 
-# The Flower components, as `module:attribute` of the installed package.
-SERVER_APP = "server.server_app:app"
-CLIENT_APP = "edge_client.client_app:app"
-PUBLISHER = "dartfl"
-APP_FILE = "pyproject.toml"
-# The top-level import names the wheel installs (pyproject.toml's packages.find lists the same).
-INSTALLED_PACKAGES = (
+# The repository's top-level folders (pyproject.toml's packages.find lists the same).
+REPOSITORY_PACKAGES = (
     "dartfl",
     "workloads",
     "fltask",
@@ -54,6 +55,17 @@ INSTALLED_PACKAGES = (
     "orchestration",
     "ray_engine",
 )
+# What the wheel puts before every folder's name but `dartfl`'s (scripts/dartfl_build.py).
+WHEEL_PREFIX = "dartfl_"
+# "" in a checkout, WHEEL_PREFIX in the wheel: this module is orchestration.flower_app there.
+_PREFIX = __name__.removesuffix("orchestration.flower_app")
+# The top-level import names of this install.
+INSTALLED_PACKAGES = tuple(name if name == "dartfl" else _PREFIX + name for name in REPOSITORY_PACKAGES)
+# The Flower components, as `module:attribute` of this install.
+SERVER_APP = f"{_PREFIX}server.server_app:app"
+CLIENT_APP = f"{_PREFIX}edge_client.client_app:app"
+PUBLISHER = "dartfl"
+APP_FILE = "pyproject.toml"
 
 _HEADER = """\
 # A Flower app for DART-FL {version}, written by `dartfl fl app`. It carries no code: the

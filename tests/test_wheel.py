@@ -9,13 +9,15 @@ requirements (every published extra) pull in from this venv, added to its sys.pa
 file, with their console scripts written into its bin/. Neither this project's editable
 install nor anything outside that closure is visible in it, so `pip check` there says whether
 the closure is consistent, and a module that exists both in the wheel and in a dependency is a
-collision. The wheel installs exactly the top-level names of
-orchestration.flower_app.INSTALLED_PACKAGES; the strict xfail below says that they still
-collide with other code (`server`, `dashboard`...) until they are renamed.
+collision. The wheel installs `dartfl` and every other top-level folder of the repository as
+`dartfl_<folder>` (scripts/dartfl_build.py), so no installed name can collide with other code;
+every import of the shipped modules points at those names, and nothing in the fresh venv
+imports a module by a repository folder's name.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -34,10 +36,14 @@ import numpy as np
 import pytest
 
 import dartfl
-from orchestration.flower_app import INSTALLED_PACKAGES
+from orchestration.flower_app import REPOSITORY_PACKAGES, WHEEL_PREFIX
 from tests import install_fixtures as inst
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+# The names the wheel installs, and the repository's names it must not install.
+WHEEL_PACKAGES = tuple(n if n == "dartfl" else WHEEL_PREFIX + n for n in REPOSITORY_PACKAGES)
+RENAMED = frozenset(REPOSITORY_PACKAGES) - {"dartfl"}
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the wheel is built from: the checkout without what never ships.
@@ -185,21 +191,87 @@ def _top_level_of(wheel: Path) -> set[str]:
 
 
 def test_the_wheel_installs_exactly_the_expected_top_level_names_and_its_data(wheel: Path) -> None:
-    assert _top_level_of(wheel) == set(INSTALLED_PACKAGES)
+    assert _top_level_of(wheel) == set(WHEEL_PACKAGES)
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-    assert "workloads/data/azure_llm_conv_2023.csv" in names  # the bundled trace
-    assert {"messaging/mosquitto/dartfl.conf.template", "messaging/mosquitto/acl.template"} <= names
-    assert "dashboard/app.py" in names
+        top_level = zf.read(f"dartfl-{dartfl.__version__}.dist-info/top_level.txt").decode().split()
+    assert sorted(top_level) == sorted(WHEEL_PACKAGES)
+    assert "dartfl_workloads/data/azure_llm_conv_2023.csv" in names  # the bundled trace
+    assert {
+        "dartfl_messaging/mosquitto/dartfl.conf.template",
+        "dartfl_messaging/mosquitto/acl.template",
+    } <= names
+    assert "dartfl_dashboard/app.py" in names
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the installed names are renamed at the end of issue 17 (server -> dartfl_server...)"
-)
-def test_every_installed_name_is_the_projects_own() -> None:
-    # `server`, `dashboard`, `workloads` and the rest collide with other code in one environment.
-    # When the rename is in, this passes, and the strict xfail fails: remove the marker then.
-    assert all(name == "dartfl" or name.startswith("dartfl_") for name in INSTALLED_PACKAGES)
+def test_every_installed_name_is_the_projects_own(wheel: Path) -> None:
+    # `server`, `dashboard`, `workloads` and the rest would collide with other code in one
+    # environment; the wheel installs them as dartfl_server, dartfl_dashboard...
+    assert all(name == "dartfl" or name.startswith(WHEEL_PREFIX) for name in _top_level_of(wheel))
+
+
+def _imported_modules(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
+def test_no_shipped_module_imports_or_names_a_repository_folder(wheel: Path) -> None:
+    # Imports inside functions too, which importing a module does not run. A string naming a
+    # module (`"server.x:app"`) is a reference no rewrite sees: only flower_app builds them,
+    # from its own name.
+    bad = []
+    with zipfile.ZipFile(wheel) as zf:
+        for name in (n for n in zf.namelist() if n.endswith(".py")):
+            tree = ast.parse(zf.read(name), name)
+            bad += [
+                (name, line, mod) for line, mod in _imported_modules(tree) if mod.split(".")[0] in RENAMED
+            ]
+            if name == "dartfl_orchestration/flower_app.py":
+                continue
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    head = re.match(r"([a-z_]+)[.:][a-z_]", node.value)
+                    if head and head.group(1) in RENAMED:
+                        bad.append((name, node.lineno, node.value))
+    assert bad == []
+
+
+def test_the_wheels_flower_components_are_its_own(fresh: FreshVenv) -> None:
+    code = "from dartfl_orchestration import flower_app as f; print(f.SERVER_APP, f.CLIENT_APP)"
+    done = fresh.run("python", "-c", code)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["dartfl_server.server_app:app", "dartfl_edge_client.client_app:app"]
+
+
+def test_a_wheel_built_from_the_sdist_is_the_same_renamed_wheel(wheel: Path, tmp_path: Path) -> None:
+    # The sdist is the repository's layout and carries the build backend (MANIFEST.in), so pip
+    # building from it (any install that is not from the wheel) gets the same names.
+    src = tmp_path / "src"
+    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(*_NOT_SHIPPED, *_CACHES), symlinks=True)
+    build = (
+        "import sys; sys.path.insert(0, 'scripts'); import dartfl_build; "
+        "print(dartfl_build.build_sdist(sys.argv[1]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", build, str(tmp_path / "sdist")],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    sdist = tmp_path / "sdist" / done.stdout.strip().splitlines()[-1]
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index"]
+    done = subprocess.run(
+        [*cmd, "-w", str(tmp_path / "dist"), str(sdist)], capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    [again] = (tmp_path / "dist").glob("dartfl-*.whl")
+    with zipfile.ZipFile(wheel) as first, zipfile.ZipFile(again) as second:
+        assert sorted(first.namelist()) == sorted(second.namelist())
 
 
 def test_no_dependency_provides_a_name_the_wheel_installs(fresh: FreshVenv, wheel: Path) -> None:
@@ -216,18 +288,32 @@ def test_the_fresh_venv_is_consistent_by_pip_check(fresh: FreshVenv) -> None:
     assert "No broken requirements found" in done.stdout
 
 
-def test_every_package_imports_from_the_wheel_and_nothing_from_the_checkout(fresh: FreshVenv) -> None:
+def test_every_module_imports_from_the_wheel_and_nothing_from_the_checkout(
+    fresh: FreshVenv, wheel: Path
+) -> None:
+    # Every shipped module but the dashboard's Streamlit script (it runs the page when imported);
+    # then no module of a repository folder's own name is loaded, and none could be.
+    with zipfile.ZipFile(wheel) as zf:
+        modules = sorted(
+            n.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
+            for n in zf.namelist()
+            if n.endswith(".py") and n != "dartfl_dashboard/app.py"
+        )
     code = (
-        "import importlib.util, json, sys; "
-        f"print(json.dumps({{'path': sys.path, 'origins': {{n: importlib.util.find_spec(n).origin "
-        f"for n in {list(INSTALLED_PACKAGES)!r}}}}}))"
+        "import importlib, importlib.util, json, sys\n"
+        f"for m in {modules!r}: importlib.import_module(m)\n"
+        "print(json.dumps({'path': sys.path, "
+        f"'origins': {{n: importlib.util.find_spec(n).origin for n in {list(WHEEL_PACKAGES)!r}}}, "
+        f"'loaded': sorted(m for m in sys.modules if m.split('.')[0] in {sorted(RENAMED)!r}), "
+        f"'findable': [n for n in {sorted(RENAMED)!r} if importlib.util.find_spec(n)]}}))"
     )
     done = fresh.run("python", "-c", code)
-    assert done.returncode == 0, done.stderr
-    seen = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
     for name, origin in seen["origins"].items():
         assert Path(origin).is_relative_to(fresh.site), (name, origin)
     assert not [p for p in seen["path"] if p and Path(p).resolve().is_relative_to(ROOT.resolve())]
+    assert (seen["loaded"], seen["findable"]) == ([], [])
 
 
 def test_dartfl_version_is_the_wheels(fresh: FreshVenv, wheel: Path) -> None:
@@ -240,7 +326,7 @@ def test_dartfl_version_is_the_wheels(fresh: FreshVenv, wheel: Path) -> None:
 
 
 def test_sim_runs_on_the_bundled_trace_and_records(fresh: FreshVenv) -> None:
-    trace = fresh.site / "workloads" / "data" / "azure_llm_conv_2023.csv"
+    trace = fresh.site / "dartfl_workloads" / "data" / "azure_llm_conv_2023.csv"
     done = fresh.run(
         "dartfl", "sim", "--trace", str(trace), "--duration-s", "120", "--target-load", "0.5",
         "--profile", "pi4", "--policy", "dart", "--policy", "inference-first", "--json",
@@ -360,4 +446,4 @@ def test_dashboard_serves_the_wheels_app_on_loopback(
     # `dartfl dashboard` became Streamlit (exec); it runs the wheel's dashboard/app.py.
     argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
     [app] = [Path(a.decode()) for a in argv if a.endswith(b"app.py")]
-    assert app.is_relative_to(fresh.site / "dashboard")
+    assert app.is_relative_to(fresh.site / "dartfl_dashboard")

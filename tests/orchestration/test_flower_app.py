@@ -20,6 +20,7 @@ from dartfl.cli.main import main
 from orchestration.flower_app import (
     CLIENT_APP,
     INSTALLED_PACKAGES,
+    REPOSITORY_PACKAGES,
     SERVER_APP,
     app_table,
     default_run_config,
@@ -43,9 +44,15 @@ def test_the_repository_app_names_the_same_components_and_defaults() -> None:
     assert flwr_app["config"] == default_run_config()
 
 
-def test_the_installed_package_list_is_the_one_pyproject_builds() -> None:
+def test_the_repository_package_list_is_the_one_pyproject_builds() -> None:
     include = _repo_pyproject()["tool"]["setuptools"]["packages"]["find"]["include"]  # type: ignore[index]
-    assert {pattern.rstrip("*") for pattern in include} == set(INSTALLED_PACKAGES)
+    assert {pattern.rstrip("*") for pattern in include} == set(REPOSITORY_PACKAGES)
+
+
+def test_a_checkout_imports_its_folders_under_their_own_names() -> None:
+    # The wheel's names (dartfl_server...) are tests/test_wheel.py's business.
+    assert INSTALLED_PACKAGES == REPOSITORY_PACKAGES
+    assert (SERVER_APP, CLIENT_APP) == ("server.server_app:app", "edge_client.client_app:app")
 
 
 @pytest.mark.parametrize(("ref", "kind"), [(SERVER_APP, ServerApp), (CLIENT_APP, ClientApp)])
