@@ -123,6 +123,10 @@ def _write_console_scripts(bin_dir: Path, python: Path, closure: inst.Closure) -
             script.chmod(0o755)
 
 
+def _without_pythonpath() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _build_wheel(tmp_path_factory.mktemp("wheel"))
@@ -141,10 +145,14 @@ def fresh(tmp_path_factory: pytest.TempPathFactory, wheel: Path) -> FreshVenv:
         ).stdout.strip()
     )  # fmt: skip
     pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    # Without PYTHONPATH: a checkout on it that holds a dartfl.egg-info (left by an in-tree
+    # `make wheel`) makes pip call dartfl installed already and install nothing.
     done = subprocess.run(
-        [*pip, "install", "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True
-    )
+        [*pip, "install", "--no-deps", "--no-index", str(wheel)], capture_output=True, text=True,
+        env=_without_pythonpath(),
+    )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (site / f"dartfl-{dartfl.__version__}.dist-info").is_dir(), done.stdout[-2000:]
     requires, extras = _wheel_requirements(wheel)
     closure = inst.requirement_closure(requires, extras)
     assert closure.problems == []
@@ -282,7 +290,7 @@ def test_no_dependency_provides_a_name_the_wheel_installs(fresh: FreshVenv, whee
 def test_the_fresh_venv_is_consistent_by_pip_check(fresh: FreshVenv) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(fresh.bin / "python"), "check"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True, text=True, timeout=120, env=_without_pythonpath(),
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "No broken requirements found" in done.stdout
