@@ -208,9 +208,9 @@ def _lengths(args: argparse.Namespace, values: dict[str, Any]) -> Any:
     if args.trace is None:
         from importlib import resources
 
-        from workloads.traces.load import BUNDLED_AZURE_CONV
+        from workloads.traces.load import bundled_azure_conv_file
 
-        with resources.as_file(resources.files("workloads.data").joinpath(BUNDLED_AZURE_CONV)) as path:
+        with resources.as_file(bundled_azure_conv_file()) as path:
             requests = read_azure_llm_requests(path)
     else:
         requests = read_azure_llm_requests(args.trace)
