@@ -21,8 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scenarios import WORKLOADS, Scenario, arrivals_for, profiles_and_slos
 
-from dartfl.cli.simulation import run_policies
 from dartfl.sim import SimConfig
+from dartfl.sim.compare import compare_policies, task_specs
 
 FAMILIES = {
     "dart (slack margin)": [f"dart:margin={g}" for g in (0.4, 0.3, 0.2, 0.1, 0.0, -0.2, -0.4)],
@@ -34,14 +34,9 @@ REFERENCES = ["dart", "inference-only", "clairvoyant"]
 
 def sweep(scenario: Scenario) -> dict[str, Any]:
     specs = [s for family in FAMILIES.values() for s in family] + REFERENCES
-    out = run_policies(
-        arrivals_for(scenario),
-        scenario.profile,
-        None,
-        specs,
-        SimConfig(),
-        slo_s=scenario.slo_s,
-        progress=False,
+    arrivals = arrivals_for(scenario)
+    out = compare_policies(
+        arrivals, scenario.profile, task_specs(arrivals, scenario.slo_s), specs, SimConfig()
     )
     points = {r["policy"]: (r["slo_attainment"], r["harvest_efficiency"]) for r in out.summaries}
     return {"scenario": scenario.name, "workload": scenario.workload, "points": points}

@@ -24,10 +24,10 @@ import numpy as np
 import onnxruntime as ort
 import torch
 
-from edge_client.data import IMAGE_SHAPE, TASK_NAMES
 from edge_client.inference import InferenceEngine, export_onnx
-from edge_client.model import build_model
 from edge_client.threads import cap_threads
+from fltask.data import IMAGE_SHAPE, TASK_NAMES
+from fltask.model import build_model
 
 TASK = "digits"
 

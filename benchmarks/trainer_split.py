@@ -1,4 +1,4 @@
-"""What splitting a microbatch at the optimizer-step boundary costs (edge_client/trainer.py).
+"""What splitting a microbatch at the optimizer-step boundary costs (fltask/trainer.py).
 
 A microbatch that crosses a `step_samples` boundary runs as two forward/backward passes. This
 times 23-sample microbatches (DART's typical size in the FL headline) with `step_samples=32`,
@@ -17,9 +17,9 @@ import time
 import numpy as np
 import torch
 
-from edge_client.data import load_tasks
-from edge_client.model import build_model
-from edge_client.trainer import Trainer
+from fltask.data import load_tasks
+from fltask.model import build_model
+from fltask.trainer import Trainer
 
 
 def measure(width: int, microbatch: int, reps: int) -> dict[str, float | int]:

@@ -17,6 +17,11 @@ one and cites its sources. A measured device should get its own TOML file:
     max-microbatch = 32
     [inference.tasks.fashion]   # optional; missing keys inherit from [inference]
     per-request-s = 0.003
+    [request-path]              # optional: what a request costs besides the model
+    receive-s = 0.00006         # paho receiving and acknowledging it
+    ingress-s = 0.00002         # decoding and admitting it
+    egress-s = 0.00006          # encoding and publishing its reply
+    per-batch-s = 0.0
 
 Unknown keys are accepted so that the format can grow, with a warning that names the nearest
 known key: `per_request_s` for `per-request-s` is a typo that would silently keep the default.
@@ -35,7 +40,7 @@ from types import MappingProxyType
 from typing import Any
 
 from dartfl.errors import ConfigError
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "BUILTIN_PROFILE_NAMES",
@@ -51,11 +56,23 @@ log = logging.getLogger(__name__)
 _NO_TASKS: Mapping[str, InferenceCost] = MappingProxyType({})
 
 
+# The request path measured on the reference x86 core (docs/profiles.md, "The request path"):
+# receiving a QoS 1 request, decoding and admitting it (JSON), publishing its reply alone.
+_X86_PATH_S = (58e-6, 22e-6, 57e-6)
+
+
+def _path(dispatch_ratio: float) -> RequestPathCost:
+    """The x86 request path scaled by a device's interpreter-bound speed ratio `Kd`."""
+    receive, ingress, egress = (round(t * dispatch_ratio, 6) for t in _X86_PATH_S)
+    return RequestPathCost(receive_s=receive, ingress_s=ingress, egress_s=egress)
+
+
 def _builtin(
     name: str,
     description: str,
     inference: tuple[float, float, int],
     training: tuple[float, float, int],
+    request_path: RequestPathCost,
 ) -> DeviceProfile:
     batch_fixed_s, per_request_s, max_batch = inference
     microbatch_fixed_s, per_sample_s, max_microbatch = training
@@ -68,12 +85,14 @@ def _builtin(
         ),
         task_inference=_NO_TASKS,
         description=description,
+        request_path=request_path,
     )
 
 
 # Estimates, not measurements: docs/profiles.md derives every number (reference model at
 # width multiplier 6, one intra-op thread on CPUs) and cites the benchmarks behind each ratio.
-# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s, max-microbatch).
+# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s,
+# max-microbatch); then the request path, scaled by the dispatch ratio Kd of each device.
 _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
     p.name: p
     for p in (
@@ -85,6 +104,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "a 250 ms SLO slack: time sharing alone cannot protect latency here.",
             (0.0010, 0.0050, 32),
             (0.012, 0.023, 32),
+            _path(5.5),
         ),
         _builtin(
             "pi5",
@@ -93,6 +113,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "(docs/profiles.md); a full training microbatch takes ~0.24 s.",
             (0.00048, 0.0016, 32),
             (0.0060, 0.0073, 32),
+            _path(2.4),
         ),
         _builtin(
             "jetson-orin-nano",
@@ -101,6 +122,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "the Cortex-A78AE host launching kernels, tiny per-item costs (docs/profiles.md).",
             (0.00087, 0.00016, 64),
             (0.0080, 0.00058, 64),
+            _path(3.8),
         ),
         _builtin(
             "x86-1core",
@@ -109,6 +131,7 @@ _BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "in docs/profiles.md.",
             (0.00018, 0.00064, 32),
             (0.0022, 0.0029, 32),
+            _path(1.0),
         ),
     )
 }
@@ -143,7 +166,9 @@ def resolve_profile(name: str | None, path: str | Path | None) -> DeviceProfile:
 # ---------------------------------------------------------------------------------------------
 # Reading: TOML document -> DeviceProfile, every check naming the file and the dotted key.
 
-_TOP_KEYS = frozenset({"name", "description", "inference", "training"})
+_TOP_KEYS = frozenset({"name", "description", "inference", "training", "request-path"})
+_PATH_ORDER = ("receive-s", "ingress-s", "egress-s", "per-batch-s")
+_REQUEST_PATH_KEYS = frozenset({"receive-s", "ingress-s", "egress-s", "per-batch-s"})
 _INFERENCE_KEYS = frozenset({"batch-fixed-s", "per-request-s", "max-batch", "tasks"})
 _TRAINING_KEYS = frozenset({"microbatch-fixed-s", "per-sample-s", "max-microbatch"})
 _TASK_KEYS = frozenset({"batch-fixed-s", "per-request-s"})
@@ -193,6 +218,15 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
                     "per-request-s", allow_zero=False, default=default_cost.per_request_s
                 ),
             )
+    path = RequestPathCost()
+    if "request-path" in doc:  # older files price the model alone
+        section = top.table("request-path", _REQUEST_PATH_KEYS)
+        path = RequestPathCost(
+            **{
+                key.replace("-", "_"): section.seconds(key, allow_zero=True, default=0.0)
+                for key in _PATH_ORDER
+            }
+        )
     return DeviceProfile(
         name=name,
         inference=default_cost,
@@ -204,6 +238,7 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
         ),
         task_inference=MappingProxyType(task_inference) if task_inference else _NO_TASKS,
         description=description,
+        request_path=path,
     )
 
 
@@ -327,4 +362,8 @@ def profile_to_toml(profile: DeviceProfile) -> str:
             f"batch-fixed-s = {_toml_float(cost.batch_fixed_s)}",
             f"per-request-s = {_toml_float(cost.per_request_s)}",
         ]
+    path = profile.request_path
+    if path != RequestPathCost():
+        lines += ["", "[request-path]"]
+        lines += [f"{key} = {_toml_float(getattr(path, key.replace('-', '_')))}" for key in _PATH_ORDER]
     return "\n".join(lines) + "\n"

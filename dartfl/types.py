@@ -18,6 +18,7 @@ __all__ = [
     "DeviceProfile",
     "InferenceCost",
     "Observation",
+    "RequestPathCost",
     "TaskSpec",
     "TrainingCost",
 ]
@@ -71,11 +72,32 @@ class TrainingCost:
 
 
 @dataclass(frozen=True)
+class RequestPathCost:
+    """What a device spends on a request outside the model (docs/profiles.md), per request:
+    receiving it off the network (`receive_s`), decoding and admitting it (`ingress_s`),
+    encoding and publishing its reply (`egress_s`); and per batch (`per_batch_s`)."""
+
+    receive_s: float = 0.0
+    ingress_s: float = 0.0
+    egress_s: float = 0.0
+    per_batch_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("receive_s", "ingress_s", "egress_s", "per_batch_s"):
+            _positive(f"request-path {name.replace('_', '-')}", getattr(self, name), allow_zero=True)
+
+    @property
+    def per_request_s(self) -> float:
+        return self.receive_s + self.ingress_s + self.egress_s
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """What one device's work costs: the inference and training cost models of docs/allocator.md.
 
-    `inference` is the default per-request cost model; `task_inference` overrides it per task
-    name (a bigger head, a larger input).
+    `inference` is the model's default per-request cost; `task_inference` overrides it per task
+    name (a bigger head, a larger input). `request_path` is what serving a request costs
+    besides the model; `inference_for` adds the two, the end-to-end price everything plans with.
     """
 
     name: str
@@ -84,6 +106,7 @@ class DeviceProfile:
     training: TrainingCost
     task_inference: Mapping[str, InferenceCost] = field(default_factory=dict)
     description: str = ""
+    request_path: RequestPathCost = field(default_factory=RequestPathCost)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -93,8 +116,16 @@ class DeviceProfile:
         # A plain dict, whatever mapping was passed, so profiles pickle into worker processes.
         object.__setattr__(self, "task_inference", dict(self.task_inference))
 
-    def inference_for(self, task: str) -> InferenceCost:
+    def model_inference_for(self, task: str) -> InferenceCost:
+        """The model's own cost for `task` (without the request path)."""
         return self.task_inference.get(task, self.inference)
+
+    def inference_for(self, task: str) -> InferenceCost:
+        """What serving a batch of `task` costs end to end: the model plus the request path."""
+        model, path = self.model_inference_for(task), self.request_path
+        if path.per_batch_s == 0.0 and path.per_request_s == 0.0:
+            return model
+        return InferenceCost(model.batch_fixed_s + path.per_batch_s, model.per_request_s + path.per_request_s)
 
     def capacity_per_s(self, task_names: tuple[str, ...], task_mix: tuple[float, ...]) -> float:
         """Requests per second the device serves at its cheapest per-request cost for a task mix."""

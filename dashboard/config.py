@@ -11,7 +11,7 @@ from pathlib import Path
 from dartfl.errors import ConfigError
 from dartfl.paths import STORE_ENV, default_store_path
 from dashboard.telemetry import Liveness
-from edge_client.mqtt_security import MqttSecurity
+from messaging.security import MqttSecurity
 
 __all__ = ["BROKER_ENV", "GONE_ENV", "SLO_TARGET_ENV", "STALE_ENV", "DashboardConfig"]
 

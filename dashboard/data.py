@@ -16,7 +16,8 @@ from typing import Any
 
 import pandas as pd
 
-from dartfl.store import DecisionPoint, RunInfo, RunStore, TelemetryPoint, TelemetryRow
+from dartfl.protocol import Telemetry
+from dartfl.store import DecisionPoint, RunInfo, RunStore, StoreDamagedError, TelemetryPoint, TelemetryRow
 from dashboard.feed import FeedState
 from dashboard.telemetry import DeviceStatus, Liveness, number, row_from_snapshot
 
@@ -48,8 +49,10 @@ COMPARE_METRICS: dict[str, str] = {
 
 
 def open_store(path: Path) -> RunStore | None:
-    """The run store at `path`, or None if there is none yet (reading never creates one)."""
-    return RunStore(path) if path.is_file() else None
+    """The run store at `path` opened for reading only, or None if there is none yet (reading
+    never creates, migrates or writes one). A file that cannot be read raises its one-line
+    StoreError or ConfigError."""
+    return RunStore(path, read_only=True) if path.exists() else None
 
 
 def _ts(seconds: Iterable[float]) -> pd.Series:
@@ -140,7 +143,7 @@ def fleet_tiles(
         # Which is newer is decided on the device's own clock, the one both carry (the
         # decoder guarantees `t`): its skew against this host's clock must not let an old
         # recorded row hide the live state.
-        if recorded_t.get(name, -math.inf) > snap.snapshot["t"]:
+        if recorded_t.get(name, -math.inf) > snap.snapshot.t:
             continue  # the recorder saw something newer than this process did
         row = row_from_snapshot(snap.snapshot)
         tiles[name] = _tile(
@@ -170,13 +173,11 @@ def fleet_frame(tiles: Sequence[DeviceTile]) -> pd.DataFrame:
 # -- device detail ---------------------------------------------------------------------------
 
 
-def points_from_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> list[TelemetryPoint]:
+def points_from_snapshots(snapshots: Sequence[Telemetry]) -> list[TelemetryPoint]:
     """Live snapshots (kept in memory, at most a few hundred) as one-snapshot points."""
     points = []
     for snap in snapshots:
         row = row_from_snapshot(snap)
-        shares = snap.get("task_shares")
-        trained = snap.get("train_samples_per_task")
         points.append(
             TelemetryPoint(
                 t_s=row.t_s,
@@ -191,14 +192,8 @@ def points_from_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> list[Teleme
                 slo_attainment=row.slo_attainment,
                 slo_attainment_min=row.slo_attainment,
                 train_samples=row.train_samples,
-                task_shares={k: v for k, v in (shares or {}).items() if number(v) is not None}
-                if isinstance(shares, Mapping)
-                else {},
-                train_samples_per_task={
-                    k: int(v) for k, v in (trained or {}).items() if number(v) is not None
-                }
-                if isinstance(trained, Mapping)
-                else {},
+                task_shares=dict(snap.task_shares),
+                train_samples_per_task=dict(snap.train_samples_per_task),
             )
         )
     return points
@@ -259,11 +254,23 @@ def run_title(run: RunInfo) -> str:
     return f"#{run.run_id} {run.kind}: {run.label or 'unlabelled'}"
 
 
-def comparison_frame(store: RunStore, runs: Sequence[RunInfo]) -> pd.DataFrame:
-    """One row per (run, policy) with the `dartfl sim` headline metrics (NaN when missing)."""
+def comparison_frame(
+    store: RunStore, runs: Sequence[RunInfo], damage: list[str] | None = None
+) -> pd.DataFrame:
+    """One row per (run, policy) with the `dartfl sim` headline metrics (NaN when missing).
+
+    A run whose results are damaged is left out, its one-line StoreDamagedError appended to
+    `damage` (raised when no list is given), so the other runs still compare."""
     rows = []
     for run in runs:
-        for policy, metrics in store.results(run.run_id).items():
+        try:
+            results = store.results(run.run_id)
+        except StoreDamagedError as exc:
+            if damage is None:
+                raise
+            damage.append(str(exc))
+            continue
+        for policy, metrics in results.items():
             row: dict[str, Any] = {"run": run_title(run), "run_id": run.run_id, "policy": policy}
             for key in COMPARE_METRICS:
                 row[key] = number(metrics.get(key))

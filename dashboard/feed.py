@@ -15,12 +15,13 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
+from dartfl import protocol
 from dartfl.errors import DartflError, ProtocolError
-from edge_client import protocol
-from edge_client.mqtt import Message, MqttLink, MqttSecurityError, connect
-from edge_client.mqtt_security import MqttSecurity
+from dartfl.protocol import Telemetry
+from messaging.link import Message, MqttLink, MqttSecurityError, connect
+from messaging.security import MqttSecurity
 
 log = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ class LiveSnapshot:
 
     device: str
     received_s: float
-    snapshot: dict[str, Any]
+    snapshot: Telemetry
     offline: bool = False
 
 
@@ -141,7 +142,7 @@ class LiveFeed:
         self._clock = clock
         self._lock = threading.Lock()
         self._latest: dict[str, LiveSnapshot] = {}
-        self._history: dict[str, deque[dict[str, Any]]] = {}
+        self._history: dict[str, deque[Telemetry]] = {}
         self._offline_since: dict[str, float] = {}
         self.subscriber = Subscriber(
             url,
@@ -168,7 +169,7 @@ class LiveFeed:
         except ProtocolError as exc:
             log.debug("ignoring a bad message on %s: %s", message.topic, exc)
             return
-        device = snapshot["device"]
+        device = snapshot.device
         with self._lock:
             gone = _put_newest(self._latest, device, LiveSnapshot(device, now, snapshot))
             if gone is not None:
@@ -188,7 +189,7 @@ class LiveFeed:
             }
         return FeedState(self.subscriber.url, self.subscriber.connected, self.subscriber.error, devices)
 
-    def history(self, device: str) -> list[dict[str, Any]]:
+    def history(self, device: str) -> list[Telemetry]:
         with self._lock:
             return list(self._history.get(device, ()))
 

@@ -1,6 +1,6 @@
 """Synthetic but well-formed data for the dashboard's tests, benchmark and screenshots.
 
-`snapshot()` builds a telemetry object with the agent's fields (edge_client.agent.report,
+`snapshot()` builds a telemetry snapshot with the agent's fields (edge_client.agent_report,
 docs/protocol.md); `fl_results()` and `dc_run()` write runs in the shapes docs/dashboard.md
 defines for the FL and datacenter pages. Deterministic for a seed.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
+from dartfl.protocol import LatencyWindow, RoundProgress, Telemetry
 from dartfl.store import DecisionRow, RunStore, TelemetryRow
 from dashboard.telemetry import row_from_snapshot
 
@@ -31,7 +31,7 @@ def snapshot(
     load: float = 0.5,
     tasks: Sequence[str] = TASKS,
     round_target: int = 2048,
-) -> dict[str, Any]:
+) -> Telemetry:
     """Snapshot number `step` of `device` at Unix time `t_s`: bursty backlog, a share that
     follows it, and counters that grow. `load` > 1 makes a device that misses its SLO."""
     phase = (zlib.crc32(device.encode()) % 97) / 97.0 * 2 * math.pi
@@ -44,39 +44,31 @@ def snapshot(
     raw = np.array([1.0 + k + burst * (len(tasks) - k) for k in range(len(tasks))])
     shares = raw / raw.sum()
     trained_round = int((step % 60) / 60 * round_target * (1.1 - 0.5 * min(1.0, load)))
-    return {
-        "v": 1,
-        "device": device,
-        "t": t_s,
-        "uptime_s": float(step),
-        "policy": "dart",
-        "tasks": list(tasks),
-        "slo_ms": slo_ms,
-        "backlog": {
+    return Telemetry(
+        device=device,
+        t=t_s,
+        uptime_s=float(step),
+        policy="dart",
+        tasks=tuple(tasks),
+        slo_ms=slo_ms,
+        backlog={
             task: backlog // len(tasks) + (k == 0) * (backlog % len(tasks)) for k, task in enumerate(tasks)
         },
-        "inference_share": share,
-        "task_shares": dict(zip(tasks, shares.tolist(), strict=True)),
-        "microbatch": 16 if burst < 0.3 else 4,
-        "max_batch": 8,
-        "latency_ms": {"p50_ms": p99 * 0.3, "p95_ms": p99 * 0.75, "p99_ms": p99},
-        "slo_attainment_window": attainment,
-        "requests": step * 20,
-        "replies": step * 20,
-        "rejected": 0,
-        "errors": 0,
-        "train_samples": sum(per_task),
-        "train_samples_per_task": dict(zip(tasks, per_task, strict=True)),
-        "round": {
-            "target": round_target,
-            "trained": trained_round,
-            "elapsed_s": float(step % 60),
-            "length_s": 60.0,
-            "done": step // 60,
-            "met": step // 60,
-        },
-        "model_version": step // 60,
-    }
+        inference_share=share,
+        task_shares=dict(zip(tasks, shares.tolist(), strict=True)),
+        microbatch=16 if burst < 0.3 else 4,
+        max_batch=8,
+        latency_ms=LatencyWindow(p99 * 0.3, p99 * 0.75, p99),
+        slo_attainment_window=attainment,
+        requests=step * 20,
+        replies=step * 20,
+        rejected=0,
+        errors=0,
+        train_samples=sum(per_task),
+        train_samples_per_task=dict(zip(tasks, per_task, strict=True)),
+        round=RoundProgress(round_target, trained_round, float(step % 60), 60.0, step // 60, step // 60),
+        model_version=step // 60,
+    )
 
 
 def fill_telemetry(

@@ -7,11 +7,12 @@ them, and tests call them directly.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from dartfl.errors import ConfigError
+from dartfl.protocol import Telemetry
+from dartfl.protocol.device import MAX_COUNT
 from dartfl.store import TelemetryRow
 
 __all__ = [
@@ -32,42 +33,24 @@ def number(value: object) -> float | None:
     return as_float if math.isfinite(as_float) else None
 
 
-def _count(value: object) -> int | None:
-    """A plausible count: >= 0 and below 2**53 (exact in a float, fits SQLite's integers)."""
-    as_float = number(value)
-    return None if as_float is None or not 0 <= as_float < 2.0**53 else int(as_float)
-
-
-def _total(value: object) -> int | None:
-    """A per-task mapping of counts summed, or a plain count; as plausible as each count."""
-    if isinstance(value, Mapping):
-        known = [c for c in map(_count, value.values()) if c is not None]
-        return _count(sum(known)) if known else None
-    return _count(value)
-
-
-def row_from_snapshot(snapshot: Mapping[str, Any]) -> TelemetryRow:
-    """A decoded telemetry object (`edge_client.protocol.decode_telemetry`) as a store row.
-
-    Tolerant of optional fields: whatever the snapshot lacks is None. `device` and `t` are
-    required (the decoder already guarantees both)."""
-    device, t = snapshot.get("device"), number(snapshot.get("t"))
-    if not isinstance(device, str) or not device or t is None:
-        raise ConfigError(f"a telemetry snapshot needs 'device' and a finite 't', got {device!r}, {t!r}")
-    latency = snapshot.get("latency_ms")
-    latency = latency if isinstance(latency, Mapping) else {}
+def row_from_snapshot(snapshot: Telemetry) -> TelemetryRow:
+    """A decoded telemetry snapshot (`dartfl.protocol.decode_telemetry`) as a store row;
+    whatever the snapshot does not report is None."""
+    latency = snapshot.latency_ms
+    backlog = sum(snapshot.backlog.values()) if snapshot.backlog else None
     return TelemetryRow(
-        device=device,
-        t_s=t,
-        backlog=_total(snapshot.get("backlog")),
-        inference_share=number(snapshot.get("inference_share")),
-        p50_ms=number(latency.get("p50_ms")),
-        p95_ms=number(latency.get("p95_ms")),
-        p99_ms=number(latency.get("p99_ms")),
-        slo_ms=number(snapshot.get("slo_ms")),
-        slo_attainment=number(snapshot.get("slo_attainment_window")),
-        train_samples=_total(snapshot.get("train_samples")),
-        payload=dict(snapshot),
+        device=snapshot.device,
+        t_s=snapshot.t,
+        # Each task's count is bounded, their sum may not be: past what SQLite holds it is unknown.
+        backlog=backlog if backlog is not None and backlog < MAX_COUNT else None,
+        inference_share=snapshot.inference_share,
+        p50_ms=latency.p50_ms,
+        p95_ms=latency.p95_ms,
+        p99_ms=latency.p99_ms,
+        slo_ms=snapshot.slo_ms,
+        slo_attainment=snapshot.slo_attainment_window,
+        train_samples=snapshot.train_samples,
+        payload=snapshot.to_json(),
     )
 
 

@@ -1,29 +1,40 @@
-"""One federated round on the device agent: what the round channel hands over, how it is
-checked, and the metrics the update carries back to the server.
+"""Federated rounds on the device agent: what the round channel hands over, how it is checked,
+how the executor thread runs it (`FederatedRounds`), and the metrics the update carries back.
 
-The agent's executor thread does the work (`Agent._begin_round` / `_end_round`); this module
-holds the data and the arithmetic, so both read without the executor around them.
+A round reaches the agent on the round channel's thread (`FederatedRounds.handle`), waits in a
+`RoundSlot`, and is begun and ended by the executor thread: it installs the global weights,
+opens the round in the device executor (which then trains under the allocator), and at the
+deadline flushes the last step and hands back the weights with per-task counts and metrics.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from dartfl.errors import ConfigError, DartflError
+from dartfl.executor import DeviceExecutor
+from edge_client.agent_config import AgentConfig
+from edge_client.agent_report import Counters
 
-__all__ = ["RoundJob", "RoundSlot", "round_job_from_meta", "round_metrics"]
+if TYPE_CHECKING:
+    from edge_client.runtime import ModelRuntime
+
+log = logging.getLogger(__name__)
+
+__all__ = ["FederatedRounds", "RoundJob", "RoundSlot", "round_job_from_meta", "round_metrics"]
 
 
 @dataclass
 class RoundJob:
-    """One federated round handed over the round channel (see `Agent._handle_round`)."""
+    """One federated round handed over the round channel (see `FederatedRounds.handle`)."""
 
     meta: dict[str, Any]
     weights: dict[str, np.ndarray]
@@ -181,3 +192,119 @@ def round_metrics(
         if ce_sums is not None:
             metrics[f"ce-sum-{t}"] = float(ce_sums[t])
     return metrics
+
+
+Weights = dict[str, np.ndarray]
+
+
+class FederatedRounds:
+    """The agent's federated side: rounds from the round channel, run by the executor thread.
+
+    `lock` is the agent's, which serialises the device executor; `tick(now)` plans a control
+    period at once (a new round is planned as it opens)."""
+
+    def __init__(
+        self,
+        config: AgentConfig,
+        runtime: ModelRuntime,
+        device: DeviceExecutor[Any],
+        lock: threading.Condition,
+        counters: Counters,
+        tick: Callable[[float], None],
+    ) -> None:
+        self.config, self.runtime, self.device, self.lock = config, runtime, device, lock
+        self.counters, self.tick = counters, tick
+        self.slot = RoundSlot()
+
+    @property
+    def active(self) -> RoundJob | None:
+        return self.slot.active
+
+    def health(self) -> dict[str, Any]:
+        return {
+            "device": self.config.device_id,
+            "tasks": list(self.config.tasks),
+            "policy": self.device.policy.name,
+            "in_round": self.slot.active is not None,
+        }
+
+    def handle(
+        self, meta: dict[str, Any], weights: Weights, stopping: threading.Event
+    ) -> tuple[dict[str, Any], Weights]:
+        """The round channel's handler thread: queue the round for the executor and wait for it."""
+        cfg = self.config
+        job = round_job_from_meta(
+            meta, weights, cfg.round_s, cfg.tasks, policy=cfg.policy, loss_weighting=cfg.weighting
+        )
+        return self.slot.run(job, stopping)
+
+    def step(self, now_s: float) -> None:
+        """Executor thread, every loop: begin a pending round, end the active one at its deadline."""
+        if self.slot.pending is not None:
+            self._begin()
+        job = self.slot.active
+        if job is not None and now_s >= job.started_s + job.duration_s:
+            self._end(job)
+
+    def count_arrivals(self, arrivals: Sequence[int]) -> None:
+        """A control period's arrivals, for the active round's request count (under the lock)."""
+        if (job := self.slot.active) is not None:
+            for k, n in enumerate(arrivals):
+                job.arrivals[k] += n
+
+    def _begin(self) -> None:
+        """Install the round's global weights and open its training window."""
+        job = self.slot.begin()
+        if job is None:
+            return
+        t0 = time.monotonic()
+        try:
+            self.runtime.start_round(job.weights, job.learning_rate, job.step_samples)
+        except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
+            log.exception("could not install the round's weights")
+            self.slot.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
+            return
+        now = time.monotonic()
+        device = self.device
+        with self.lock:
+            job.install_s, job.started_s = now - t0, now
+            job.trained_before = list(device.trained_per_task)
+            job.training_busy_before = device.training_busy_s
+            job.inference_busy_before = device.inference_busy_s
+            device.rounds.begin(now, job.duration_s, job.target)
+            device.training_enabled = True
+        job.ce_before = list(self.counters.ce_sum_per_task)
+        job.arrivals = [0] * len(self.config.tasks)
+        self.tick(now)  # plan the new round at once
+
+    def _end(self, job: RoundJob) -> None:
+        """Close the round, flush the last step, hand back the update."""
+        tasks, device = self.config.tasks, self.device
+        t0 = time.monotonic()
+        weights = self.runtime.finish_round()
+        now = time.monotonic()
+        with self.lock:
+            device.training_busy_s += now - t0  # the flush's optimizer step is training time
+            device.rounds.end()
+            device.training_enabled = False  # serve only until the next round
+            samples = {t: device.trained_per_task[k] - job.trained_before[k] for k, t in enumerate(tasks)}
+            training_busy_s = device.training_busy_s - job.training_busy_before
+            inference_busy_s = device.inference_busy_s - job.inference_busy_before
+            costs = device.costs
+            m = max(1, device.profile.training.max_microbatch)
+            modelled_per_sample_s = (costs.microbatch_fixed_s + costs.per_sample_s * m) / m
+        ce = self.counters.ce_sum_per_task
+        metrics = round_metrics(
+            job,
+            now_s=now,
+            samples=samples,
+            training_busy_s=training_busy_s,
+            inference_busy_s=inference_busy_s,
+            modelled_per_sample_s=modelled_per_sample_s,
+            model_version=self.runtime.version,
+            tasks=tasks,
+            ce_sums={t: ce[k] - job.ce_before[k] for k, t in enumerate(tasks)},
+        )
+        job.result = ({"device": self.config.device_id, "samples": samples, "metrics": metrics}, weights)
+        self.slot.end(job)
+        log.info("round %s done: %s", job.meta.get("server-round"), metrics)

@@ -19,8 +19,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, Message, MetricRecord, 
 from flwr.clientapp import ClientApp
 
 from dartfl.errors import ConfigError
-from edge_client.fl_config import FlConfig
-from edge_client.fl_records import arrays_to_weights, metrics_to_record, weights_to_arrays
+from fltask.config import FlConfig
+from fltask.records import arrays_to_weights, metrics_to_record, weights_to_arrays
 
 __all__ = ["app"]
 

@@ -16,9 +16,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from dartfl.errors import ProtocolError
-from edge_client.fl_config import FlConfig
 from edge_client.fl_sim_client import RoundOutcome
 from edge_client.round_channel import request_round
+from fltask.config import FlConfig
 
 __all__ = ["run_agent_round"]
 

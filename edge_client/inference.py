@@ -35,8 +35,8 @@ import torch
 from torch import nn
 
 from dartfl.errors import InputError
-from edge_client.data import IMAGE_SHAPE
-from edge_client.model import MultitaskCNN
+from fltask.data import IMAGE_SHAPE
+from fltask.model import MultitaskCNN
 
 __all__ = ["MANIFEST", "InferenceEngine", "ModelLoadError", "export_onnx", "torch_infer"]
 

@@ -13,13 +13,20 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+
+if TYPE_CHECKING:  # the runtime loads torch and ONNX Runtime only when it is built
+    from edge_client.agent_config import AgentConfig
+    from edge_client.inference import InferenceEngine
+    from fltask.data import TaskData
+    from fltask.model import MultitaskCNN
+    from fltask.trainer import MicrobatchResult, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -27,15 +34,31 @@ MAX_BATCH = 32
 MAX_MICROBATCH = 32
 
 
+MIN_FIXED_S = 1e-6  # no call into a runtime is free: a fitted 0 is noise, not a measurement
+
+
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope) of y = a + c x, clamped to a >= 0, c > 0."""
-    slope, intercept = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)
-    return max(0.0, float(intercept)), max(1e-7, float(slope))
+    """(intercept, slope) of y = a + c x: least squares, unless noise drives the intercept
+    to or below 0 (a near-linear cost with a small fixed part); then the line through the
+    smallest and the largest x, which keeps the fixed cost the smallest x shows. a > 0, c > 0."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    slope, intercept = (float(v) for v in np.polyfit(x, y, 1))
+    if intercept <= 0.0:
+        lo, hi = int(np.argmin(x)), int(np.argmax(x))
+        slope = (y[hi] - y[lo]) / (x[hi] - x[lo])
+        intercept = y[lo] - slope * x[lo]
+    return max(MIN_FIXED_S, intercept), max(1e-7, slope)
 
 
 class ModelRuntime:
     def __init__(
-        self, config: Any, tasks: Mapping[str, Any], model: Any, trainer: Any, engine: Any, model_dir: Path
+        self,
+        config: AgentConfig,
+        tasks: Mapping[str, TaskData],
+        model: MultitaskCNN,
+        trainer: Trainer,
+        engine: InferenceEngine,
+        model_dir: Path,
     ):
         self.config = config
         self.tasks = tasks
@@ -49,12 +72,12 @@ class ModelRuntime:
         self._test_images = {name: (data.x_test, data.y_test) for name, data in tasks.items()}
 
     @classmethod
-    def build(cls, config: Any, model_dir: Path) -> ModelRuntime:
-        from edge_client.data import load_tasks
+    def build(cls, config: AgentConfig, model_dir: Path) -> ModelRuntime:
         from edge_client.inference import InferenceEngine, export_onnx
-        from edge_client.model import build_model
         from edge_client.threads import cap_threads
-        from edge_client.trainer import Trainer
+        from fltask.data import load_tasks
+        from fltask.model import build_model
+        from fltask.trainer import Trainer
 
         cap_threads(config.training_threads)
         tasks = load_tasks(config.tasks, max_train=config.max_train_per_task, max_test=1000, seed=config.seed)
@@ -77,12 +100,12 @@ class ModelRuntime:
         logits, version = self.engine.infer_with_version(task, images)
         return np.argmax(logits, axis=1), version
 
-    def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> Any:
+    def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> MicrobatchResult:
         return self.trainer.train_microbatch(samples, shares, loss_weights)
 
     def install_weights(self, weights: Mapping[str, np.ndarray]) -> int:
         """Load new global weights into the trainer and hot-swap them into serving."""
-        from edge_client.model import set_weights
+        from fltask.model import set_weights
 
         set_weights(self.model, weights)
         return self.publish_model()
@@ -98,7 +121,7 @@ class ModelRuntime:
         the weights into the trainer (at the round's learning rate and step size, if it sets
         them), and hot-swap them into serving (exported in the background, so serving never
         stalls)."""
-        from edge_client.model import set_weights
+        from fltask.model import set_weights
 
         trainer = self.trainer
         trainer.optimizer.zero_grad(set_to_none=True)
@@ -115,12 +138,12 @@ class ModelRuntime:
 
     def finish_round(self) -> dict[str, np.ndarray]:
         """End of a federated round: step on what has accumulated and return the trained weights."""
-        from edge_client.model import get_weights
+        from fltask.model import get_weights
 
         self.trainer.flush()
         return get_weights(self.model)
 
-    def publish_model(self, model: Any = None) -> int:
+    def publish_model(self, model: MultitaskCNN | None = None) -> int:
         """Export the weights (of `model`, default the live one) as a new version and swap
         serving to it atomically; in-flight batches finish on the version they started on."""
         from edge_client.inference import export_onnx
@@ -149,7 +172,7 @@ class ModelRuntime:
         self._publisher.start()
         return True
 
-    def _publish_quietly(self, snapshot: Any) -> None:
+    def _publish_quietly(self, snapshot: MultitaskCNN) -> None:
         try:
             version = self.publish_model(snapshot)
             log.info("now serving model version %d", version)
@@ -162,14 +185,20 @@ class ModelRuntime:
         idx = rng.integers(0, len(y), count)
         return np.round(x[idx, 0] * 255).astype(np.uint8), y[idx]
 
-    def calibrate(self, *, quick: bool = True, name: str = "measured") -> DeviceProfile:
-        """Measure t_k(b) = a_k + c_k b per task and s(m) = a_T + c_T m on this device."""
-        from edge_client.trainer import Trainer
+    def calibrate(
+        self, *, quick: bool = True, name: str = "measured", progress: Callable[[str], None] | None = None
+    ) -> DeviceProfile:
+        """Measure t_k(b) = a_k + c_k b per task and s(m) = a_T + c_T m on this device (the
+        model's costs; `edge_client.request_path` measures the rest of a request's path).
+        `progress` is told what is being measured, step by step."""
+        from fltask.trainer import Trainer
 
+        say = progress or (lambda _text: None)
         reps = 5 if quick else 30
         batch_sizes = (1, 4, 16, MAX_BATCH) if quick else (1, 2, 4, 8, 16, 24, MAX_BATCH)
         per_task: dict[str, InferenceCost] = {}
-        for task in self.tasks:
+        for i, task in enumerate(self.tasks, 1):
+            say(f"inference of {task} at batch sizes {list(batch_sizes)} ({i}/{len(self.tasks)})")
             xs, ys = [], []
             for b in batch_sizes:
                 images = np.random.default_rng(b).random((b, 1, 28, 28), dtype=np.float32)
@@ -191,6 +220,7 @@ class ModelRuntime:
         step_reps = 3 if quick else 8
         med_steps = []
         for m in steps:
+            say(f"training microbatch of {m} samples ({steps.index(m) + 1}/{len(steps)})")
             _crossing_microbatch_s(scratch, m, shares, weights)  # warm-up
             times = [_crossing_microbatch_s(scratch, m, shares, weights) for _ in range(step_reps)]
             med_steps.append(float(np.median(times)))
@@ -213,9 +243,11 @@ class ModelRuntime:
             self._publisher.join(timeout=30.0)
 
 
-def _crossing_microbatch_s(trainer: Any, m: int, shares: Sequence[float], weights: Sequence[float]) -> float:
+def _crossing_microbatch_s(
+    trainer: Trainer, m: int, shares: Sequence[float], weights: Sequence[float]
+) -> float:
     """Seconds for an m-sample microbatch that crosses an optimizer step: a pass that completes
-    the step, the step, and a pass over the rest (edge_client/trainer.py). That is the dearest
+    the step, the step, and a pass over the rest (fltask/trainer.py). That is the dearest
     an m-sample microbatch gets (m <= step_samples crosses at most one step), and most of the
     allocator's microbatches do cross, so planning with it errs on the side of the SLO; timing
     microbatches as they fall would mix cheap and dear ones by chance. The untimed lead-in

@@ -9,10 +9,26 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RequestStats"]
+__all__ = ["RequestStats", "Window"]
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """The last window's latency percentiles and SLO attainment (None without events), and
+    the counters since the agent started."""
+
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    slo_attainment: float | None
+    requests: int
+    replies: int
+    rejected: int
+    errors: int
 
 
 class RequestStats:
@@ -26,10 +42,11 @@ class RequestStats:
         self.rejected = 0
         self.errors = 0
 
-    def answered(self, now_s: float, latency_s: float, met: bool) -> None:
+    def answered_batch(self, now_s: float, latencies_s: list[float], slo_s: float) -> None:
+        """A batch answered at `now_s`, one lock for all of it."""
         with self._lock:
-            self.replies += 1
-            self._events.append((now_s, latency_s, met))
+            self.replies += len(latencies_s)
+            self._events.extend((now_s, latency, latency <= slo_s) for latency in latencies_s)
 
     def rejected_now(self, now_s: float, n: int = 1) -> None:
         """`n` requests rejected at `now_s` (queue full, shutting down): misses in the window."""
@@ -42,21 +59,16 @@ class RequestStats:
             self.requests += requests
             self.errors += errors
 
-    def window(self, now_s: float) -> dict[str, float | int | None]:
+    def window(self, now_s: float) -> Window:
         """p50/p95/p99 latency (ms) and SLO attainment of answers in the last window."""
         with self._lock:
             while self._events and self._events[0][0] < now_s - self.window_s:
                 self._events.popleft()
             events = list(self._events)
-            counters = {
-                "requests": self.requests,
-                "replies": self.replies,
-                "rejected": self.rejected,
-                "errors": self.errors,
-            }
+            counters = (self.requests, self.replies, self.rejected, self.errors)
         latencies = [e[1] for e in events if e[1] is not None]
         p50 = p95 = p99 = None
         if latencies:
             p50, p95, p99 = (float(v) for v in np.percentile(np.array(latencies) * 1e3, [50, 95, 99]))
         attainment = sum(e[2] for e in events) / len(events) if events else None
-        return {"p50_ms": p50, "p95_ms": p95, "p99_ms": p99, "slo_attainment": attainment, **counters}
+        return Window(p50, p95, p99, attainment, *counters)

@@ -1,6 +1,6 @@
 """Multitask-aware federated averaging.
 
-The model's state-dict keys say which part a tensor belongs to (edge_client.model):
+The model's state-dict keys say which part a tensor belongs to (fltask.model):
 - "trunk.*", shared by every task: averaged over clients weighted by ALL samples each trained;
 - "heads.<task>.*", one task's head: weighted by the samples each client trained ON THAT TASK,
   so a client that trained no sample of a task (its head only drifted through nothing, or

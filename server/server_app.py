@@ -7,7 +7,7 @@ import logging
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from edge_client.fl_config import FlConfig
+from fltask.config import FlConfig
 from server.rounds import run_rounds
 
 __all__ = ["app"]

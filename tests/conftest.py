@@ -11,7 +11,8 @@ from dartfl.paths import STORE_ENV
 from dartfl.store import RunStore
 
 # tls_files, tls_broker, strict_broker: a throwaway CA and Mosquitto TLS listeners (edge and CLI tests)
-pytest_plugins = ["tests.edge_client.tls_fixtures"]
+# small_tasks, task_classes, exported_pair, one_torch_thread: real task data and ONNX models
+pytest_plugins = ["tests.messaging.tls_fixtures", "tests.ml_fixtures"]
 
 
 @pytest.fixture(autouse=True)

@@ -17,7 +17,7 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -26,71 +26,14 @@ from dartfl.cli.workload_args import WORKLOAD_NAMES, parse_tasks, seed_arg
 from dartfl.errors import ConfigError
 
 if TYPE_CHECKING:
-    from dartfl.sim.fleet import FleetArrivals, FleetResult
+    from dartfl.sim.fleet import FleetResult
     from dartfl.types import DeviceProfile
+    from workloads.fleet import FleetWorkloads
 
 DEFAULT_POLICIES = ("dart", "inference-first:4")
+# workloads.fleet's, spelt out so `dartfl --help` need not import the generators (a test checks).
 DEFAULT_MIX = "pareto-onoff,mmpp,gamma,poisson"
 ASSIGNMENTS = ("round-robin", "random")
-
-
-@dataclass(frozen=True)
-class FleetWorkloads:
-    """How every device's workload is drawn; picklable, so worker processes rebuild the counts.
-
-    Device i's randomness comes from SeedSequence([seed, i]) alone, so a device's arrivals do
-    not depend on how the fleet is split into chunks or workers.
-    """
-
-    mix: tuple[str, ...]
-    assignment: str
-    duration_s: float
-    target_load: float
-    load_jitter: float
-    task_names: tuple[str, ...]
-    zipf: float
-    seed: int
-    period_s: float
-    profile: DeviceProfile
-
-    def device(self, index: int) -> tuple[str, float, Any]:
-        """(workload name, load, rng for its arrivals) of device `index`."""
-        import numpy as np
-
-        rng = np.random.default_rng(np.random.SeedSequence([self.seed, index]))
-        if self.assignment == "random":
-            name = self.mix[int(rng.integers(len(self.mix)))]
-        else:
-            name = self.mix[index % len(self.mix)]
-        load = self.target_load * float(rng.uniform(1.0 - self.load_jitter, 1.0 + self.load_jitter))
-        return name, load, rng
-
-
-def device_counts(spec: FleetWorkloads, lo: int, hi: int) -> FleetArrivals:
-    """The per-period counts of devices lo..hi-1 (a module-level function: it runs in workers)."""
-    import numpy as np
-
-    from dartfl.sim.fleet import FleetArrivals, bin_arrivals
-    from workloads.mix import TaskMix
-    from workloads.registry import generate
-    from workloads.rescale import rate_for_load
-
-    periods = max(1, math.ceil(spec.duration_s / spec.period_s - 1e-9))
-    counts = np.zeros((periods, len(spec.task_names), hi - lo), dtype=np.int32)
-    shares = TaskMix(spec.task_names, spec.zipf).expected_shares(spec.duration_s)
-    for d in range(lo, hi):
-        name, load, rng = spec.device(d)
-        rate = rate_for_load(spec.profile, spec.task_names, shares, load)
-        arrivals = generate(
-            name,
-            duration_s=spec.duration_s,
-            rate_per_s=rate,
-            task_names=spec.task_names,
-            rng=rng,
-            zipf=spec.zipf,
-        )
-        counts[:, :, d - lo] = bin_arrivals(arrivals, spec.period_s, periods)
-    return FleetArrivals(counts, spec.task_names, spec.period_s)
 
 
 def register(sub: Any) -> None:
@@ -187,6 +130,7 @@ def run(args: argparse.Namespace) -> int:
     from dartfl.sim.fleet import FleetConfig, run_fleet
     from dartfl.sim.fleet_policies import make_fleet_policy
     from dartfl.types import TaskSpec
+    from workloads.fleet import FleetWorkloads, device_counts
 
     _check(args)
     if args.profile is None and args.profile_file is None:
@@ -280,7 +224,7 @@ def _record(
     label = f"fleet of {args.devices} x {args.duration_s:g} s on {workloads.profile.name}"
     path = Path(args.store) if args.store else default_store_path()
     with RunStore(path) as store:
-        run_id = store.start_run("fleet", label, config)
+        run_id = store.start_run("fleet", label, config, started_s=time.time() - wall_s)
         for summary in summaries:
             store.add_result(run_id, summary["policy"], summary)
         store.finish_run(run_id, "ok")

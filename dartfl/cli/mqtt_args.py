@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from dartfl.errors import ConfigError
 
 if TYPE_CHECKING:
-    from edge_client.mqtt_security import MqttSecurity
+    from messaging.security import MqttSecurity
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,8 @@ def mqtt_security_from_args(
 ) -> MqttSecurity | None:
     """The checked security settings for `args.broker` (None: no broker given, so the command
     starts its own plain loopback one). Raises ConfigError."""
-    from edge_client.broker import parse_broker_address
-    from edge_client.mqtt_security import PASSWORD_ENV, MqttSecurity
+    from messaging.brokers import parse_broker_address
+    from messaging.security import PASSWORD_ENV, MqttSecurity
 
     flags = (args.mqtt_ca_file, args.mqtt_cert_file, args.mqtt_key_file, args.mqtt_username)
     url = getattr(args, "broker", None)

@@ -1,29 +1,17 @@
-"""Glue between parsed flags and the core simulator, shared by `sim` and the benchmarks."""
+"""Glue between parsed flags and the core simulator for `dartfl sim`."""
 
 from __future__ import annotations
 
 import argparse
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
-
-import numpy as np
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
-from dartfl.metrics import RunRecord, summarize
-from dartfl.policies import make_policy
 from dartfl.profiles import resolve_profile
-from dartfl.sim import SimConfig, simulate
-from dartfl.store import to_jsonable
-from dartfl.types import DeviceProfile, TaskSpec
-
-
-@dataclass(frozen=True)
-class Outcome:
-    records: list[RunRecord]
-    summaries: list[dict[str, Any]]
+from dartfl.sim import SimConfig
+from dartfl.sim.compare import Comparison, compare_policies, task_specs
+from dartfl.types import DeviceProfile
 
 
 def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
@@ -35,43 +23,39 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
         raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
     if args.queue_capacity < 1:
         raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
-    config = SimConfig(period_s=args.period_s, round_s=args.round_s, round_target_samples=args.round_target)
+    config = SimConfig(
+        period_s=args.period_s,
+        round_s=args.round_s,
+        round_target_samples=args.round_target,
+        deadline_admission=not args.no_deadline_admission,
+    )
     return profile, config
-
-
-def task_specs(arrivals: Arrivals, slo_s: float, queue_capacity: int) -> list[TaskSpec]:
-    return [TaskSpec(name, slo_s, queue_capacity) for name in arrivals.task_names]
 
 
 def run_policies(
     arrivals: Arrivals,
     profile: DeviceProfile,
-    tasks: Sequence[TaskSpec] | None,
     specs: Sequence[str],
     config: SimConfig,
-    loss_weighting: str | None = None,
+    loss_weighting: str | None,
     *,
-    seed: int = 1,
-    slo_s: float | None = None,
-    queue_capacity: int = 1024,
-    progress: bool = True,
-) -> Outcome:
-    """Simulate every policy on the same arrivals (each with the same seed) and summarise."""
-    policies = [make_policy(spec, loss_weighting) for spec in specs]  # fail fast on a bad name
-    if tasks is None:
-        if slo_s is None:
-            raise ConfigError("tasks or slo_s must be given")
-        tasks = task_specs(arrivals, slo_s, queue_capacity)
-    records: list[RunRecord] = []
-    summaries: list[dict[str, Any]] = []
+    seed: int,
+    slo_s: float,
+    queue_capacity: int,
+    progress: bool,
+) -> Comparison:
+    """`compare_policies` with a progress bar on the terminal."""
     from rich.progress import Progress
 
+    tasks = task_specs(arrivals, slo_s, queue_capacity)
     with Progress(transient=True, disable=not progress) as bar:
-        job = bar.add_task("simulating", total=len(policies))
-        for policy in policies:
-            bar.update(job, description=f"simulating {policy.name}")
-            record = simulate(arrivals, profile, tasks, policy, config, np.random.default_rng(seed))
-            records.append(record)
-            summaries.append(to_jsonable(summarize(record, burst_threshold=profile.max_batch)))
-            bar.advance(job)
-    return Outcome(records, summaries)
+        job = bar.add_task("simulating", total=len(specs))
+
+        def next_policy(name: str) -> None:
+            if bar.tasks[job].description != "simulating":
+                bar.advance(job)
+            bar.update(job, description=f"simulating {name}")
+
+        return compare_policies(
+            arrivals, profile, tasks, specs, config, loss_weighting, seed=seed, on_policy=next_policy
+        )

@@ -8,13 +8,14 @@ per control period, so deciding stays apart from updating, as in vLLM's schedule
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from dartfl.types import Allocation, Observation
 
-__all__ = ["FutureAwarePolicy", "Policy"]
+__all__ = ["FutureAwarePolicy", "FutureView", "Policy"]
 
 
 class Policy(ABC):
@@ -33,23 +34,28 @@ class Policy(ABC):
         """Forget all state, as if newly built (the simulator calls it before each run)."""
 
 
+@dataclass(frozen=True, eq=False)
+class FutureView:
+    """What a future-aware reference is shown before a step on an empty queue: the sorted
+    arrival times at or after `now_s`, the tightest SLO, and the dearest costs."""
+
+    now_s: float
+    future_times_s: npt.NDArray[np.float64]
+    slo_s: float
+    batch_fixed_s: float
+    per_request_s: float
+    microbatch_fixed_s: float
+    per_sample_s: float
+    max_microbatch: int
+
+
 class FutureAwarePolicy(Policy):
     """A reference that also sees the arrivals to come: only a simulator can offer them.
 
     Before each training step on an empty queue the simulator asks `choose_microbatch` for
-    the step size, given the future arrival times; a real device refuses such a policy.
+    the step size; a real device refuses such a policy.
     """
 
     @abstractmethod
-    def choose_microbatch(
-        self,
-        now_s: float,
-        future_times_s: npt.NDArray[np.float64],
-        slo_s: float,
-        batch_fixed_s: float,
-        per_request_s: float,
-        microbatch_fixed_s: float,
-        per_sample_s: float,
-        max_microbatch: int,
-    ) -> int:
+    def choose_microbatch(self, view: FutureView) -> int:
         """Training samples for a step that starts now (0: leave the device idle)."""

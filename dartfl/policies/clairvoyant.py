@@ -10,9 +10,8 @@ it is the price of not knowing the future.
 from __future__ import annotations
 
 import numpy as np
-import numpy.typing as npt
 
-from dartfl.policies.base import FutureAwarePolicy
+from dartfl.policies.base import FutureAwarePolicy, FutureView
 from dartfl.policies.shares import loss_weights, uniform_shares
 from dartfl.types import Allocation, Observation
 
@@ -30,31 +29,19 @@ class Clairvoyant(FutureAwarePolicy):
             1.0, shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, obs.max_batch
         )
 
-    def choose_microbatch(
-        self,
-        now_s: float,
-        future_times_s: npt.NDArray[np.float64],
-        slo_s: float,
-        batch_fixed_s: float,
-        per_request_s: float,
-        microbatch_fixed_s: float,
-        per_sample_s: float,
-        max_microbatch: int,
-    ) -> int:
-        """Largest m whose step delays no future arrival past `slo_s` (0: do not train now).
-
-        `future_times_s` are the sorted arrival times at or after `now_s`; the step is assumed
-        to start on an empty queue, as it does under strict inference priority.
-        """
-        if future_times_s.size == 0:
-            return max_microbatch
-        first = float(future_times_s[0])
-        for m in range(max_microbatch, 0, -1):
-            end = now_s + microbatch_fixed_s + per_sample_s * m
+    def choose_microbatch(self, view: FutureView) -> int:
+        """Largest m whose step delays no future arrival past the SLO (0: do not train now);
+        the step is assumed to start on an empty queue, as it does under strict priority."""
+        future, m_max = view.future_times_s, view.max_microbatch
+        if future.size == 0:
+            return m_max
+        first = float(future[0])
+        for m in range(m_max, 0, -1):
+            end = view.now_s + view.microbatch_fixed_s + view.per_sample_s * m
             if first >= end:
                 return m  # nobody arrives during the step
-            waiting = int(np.searchsorted(future_times_s, end, side="left"))
-            finish = end + batch_fixed_s + per_request_s * waiting
-            if finish - first <= slo_s:
+            waiting = int(np.searchsorted(future, end, side="left"))
+            finish = end + view.batch_fixed_s + view.per_request_s * waiting
+            if finish - first <= view.slo_s:
                 return m
         return 0

@@ -8,37 +8,37 @@ allocates; between decisions the executor enforces the allocation work-conservin
   training step earns inference x / (1 - x) of its length (x = 1 is strict priority), and
   the most urgent task (earliest deadline) goes first;
 - idle inference time goes to training, and no training work means inference gets all.
-The choice of the next work item is `dartfl.executor`'s, shared with the real agent.
-Time comes from the event sequence only, never from the wall clock (SimPy's rule), so a
-replay is deterministic for a seed. The wall clock is read only to time the policy's
-decisions, which is a measurement, not part of the simulation.
+The accounting and the choice of the next work item are `dartfl.executor.DeviceExecutor`'s,
+the same object the real agent drives; this module is its event loop in virtual time. Time
+comes from the event sequence only, never from the wall clock (SimPy's rule), so a replay is
+deterministic for a seed. The wall clock is read only to time the policy's decisions, which
+is a measurement, not part of the simulation.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
-from dartfl.estimators import EwmaRates
-from dartfl.executor import ShareGate, most_urgent
+from dartfl.executor import (
+    ROUND_TOLERANCE_S,
+    DeviceExecutor,
+    ExecutorConfig,
+    InferenceBatch,
+    RoundClock,
+    TrainingStep,
+)
 from dartfl.metrics import RunRecord
-from dartfl.policies.base import FutureAwarePolicy, Policy
-from dartfl.sim.rounds import ROUND_TOLERANCE_S, next_round_end, rounds_ended_by
-from dartfl.sim.split import SampleSplitter
-from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
+from dartfl.policies.base import FutureAwarePolicy, FutureView, Policy
+from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = ["SimConfig", "simulate"]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,7 @@ class SimConfig:
     rate_time_constant_s: float = 2.0
     exponential_service: bool = False  # M/M/1-style checks: exponential inference service
     record_periods: bool = True
+    deadline_admission: bool = True  # refuse what cannot make its SLO, as the agent does
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -60,11 +61,6 @@ class SimConfig:
             raise ConfigError(f"round length must be > 0 s, got {self.round_s}")
         if self.round_target_samples < 0:
             raise ConfigError(f"round target must be >= 0 samples, got {self.round_target_samples}")
-
-
-def _task_costs(profile: DeviceProfile, names: Sequence[str]) -> tuple[list[float], list[float]]:
-    costs = [profile.inference_for(n) for n in names]
-    return [c.batch_fixed_s for c in costs], [c.per_request_s for c in costs]
 
 
 def simulate(
@@ -95,202 +91,163 @@ def simulate(
     rng = rng or np.random.default_rng(0)
     if not keep_policy_state:
         policy.reset()
-    k_tasks = len(names)
-    fixed, per = _task_costs(profile, names)
-    slo = tuple(t.slo_s for t in tasks)
-    capacity = [t.queue_capacity for t in tasks]
-    b_profile = profile.max_batch
-    train = profile.training
-    a_t, c_t = train.microbatch_fixed_s, train.per_sample_s
-    clairvoyant = policy if isinstance(policy, FutureAwarePolicy) else None
-
+    horizon = arrivals.duration_s
+    device: DeviceExecutor[int] = DeviceExecutor(
+        tasks,
+        policy,
+        profile,
+        RoundClock(cfg.round_s, cfg.round_target_samples, horizon_s=horizon),
+        ExecutorConfig(
+            cfg.period_s,
+            cfg.rate_time_constant_s,
+            record_periods=cfg.record_periods,
+            deadline_admission=cfg.deadline_admission,
+        ),
+        timer=timer,
+    )
+    device.train_until_s = horizon
     times = arrivals.times_s.tolist()
     task_of = arrivals.tasks.tolist()
     n = len(times)
+    planner = (
+        _FuturePlanner(policy, arrivals, tasks, device) if isinstance(policy, FutureAwarePolicy) else None
+    )
+    device.step_planner = planner
     finish = np.full(n, np.nan)
     rejected = np.zeros(n, dtype=bool)
-    horizon = arrivals.duration_s
-    queues: list[deque[int]] = [deque() for _ in range(k_tasks)]
-    rates = EwmaRates(k_tasks, cfg.rate_time_constant_s)
-    splitter = SampleSplitter(k_tasks)
-    trained = [0] * k_tasks
-    arrivals_since = [0] * k_tasks
-    misses_since = [0] * k_tasks
-    training_misses_since = [0] * k_tasks
-    last_step_end = -math.inf  # when the latest training step ended (or will end)
-    decision_ns: list[int] = []
-    rec_shares: list[tuple[float, ...]] = []
-    rec: dict[str, list[float]] = {
-        k: [] for k in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
-    }
+    delay = np.zeros(n)  # the training delay of each request's busy period (dartfl.attribution)
+    delay_cause = np.full(n, np.nan)  # when the latest step in that delay started
+    train = profile.training
+    fixed, per = device.costs.batch_fixed_s, device.costs.per_request_s
 
-    # The first period is a warm-up: with no arrival history yet, serve and do not train.
-    alloc = Allocation(1.0, (1.0 / k_tasks,) * k_tasks, (1.0,) * k_tasks, 0, b_profile)
-    now = 0.0
     i = 0  # next arrival
     ticks = 1  # ticks are at j * period_s: a running sum would drift and add or drop the last one
     next_tick = cfg.period_s
     busy_until = math.inf  # end of the running work item (inf: idle)
-    running_batch: list[int] = []  # request ids of the running inference batch
-    running_m = 0  # samples of the running training microbatch
-    gate = ShareGate()
-    training_busy = inference_busy = 0.0
-    backlog_total = max_backlog = 0
-    round_samples: list[int] = []  # samples trained in each finished round
-    round_trained = 0
-    t_round = next_round_end(0, cfg.round_s, horizon)
-
+    work: InferenceBatch[int] | TrainingStep | None = None
+    duration = 0.0
     while True:
         t_arr = times[i] if i < n else math.inf
         t_tick = next_tick if next_tick < horizon - ROUND_TOLERANCE_S else math.inf
-        now = min(busy_until, t_arr, t_tick, t_round)
+        now = min(busy_until, t_arr, t_tick, device.rounds.next_end_s)
         if now == math.inf:
             break
 
         # 1. The running work item ends: answer its requests or bank its samples.
         if busy_until == now:
-            if running_batch:
-                for r in running_batch:
+            if isinstance(work, InferenceBatch):
+                for r in work.requests:
                     finish[r] = now
-                    k = task_of[r]
-                    if now - times[r] > slo[k]:
-                        misses_since[k] += 1
-                        if times[r] < last_step_end:
-                            training_misses_since[k] += 1
-                running_batch = []
-            elif running_m:
-                for k, got in enumerate(splitter.split(running_m, alloc.task_shares)):
-                    trained[k] += got
-                round_trained += running_m
+                if work.training_delay_s > 0.0:
+                    delay[work.requests] = work.training_delay_s
+                    delay_cause[work.requests] = work.delay_cause_s
+                device.batch_done(work, now, duration)
+            elif isinstance(work, TrainingStep):
+                device.step_done(work, now, duration)
                 if on_step is not None:
-                    on_step(running_m, alloc.task_shares, alloc.loss_weights)
-                running_m = 0
-            busy_until = math.inf
+                    on_step(work.samples, device.alloc.task_shares, device.alloc.loss_weights)
+            work, busy_until = None, math.inf
 
         # Every FL round that has ended closes, with the steps done by its end (the last round
         # too: it ends at the horizon, where no control tick falls).
-        if now >= t_round - ROUND_TOLERANCE_S:
-            while len(round_samples) < rounds_ended_by(now, cfg.round_s, horizon):
-                round_samples.append(round_trained)
-                round_trained = 0
-            t_round = next_round_end(len(round_samples), cfg.round_s, horizon)
+        if now >= device.rounds.next_end_s - ROUND_TOLERANCE_S:
+            device.close_due_rounds(now)
 
         # 2. Arrivals up to now join their queue, or are rejected when it is full.
         while i < n and times[i] <= now:
-            k = task_of[i]
-            arrivals_since[k] += 1
-            if len(queues[k]) >= capacity[k]:
+            if device.admit(times[i], task_of[i], i) != "queued":
                 rejected[i] = True
-                misses_since[k] += 1
-            else:
-                queues[k].append(i)
-                backlog_total += 1
-                if backlog_total > max_backlog:
-                    max_backlog = backlog_total
+                if device.refusal_training_delay_s > 0.0:
+                    delay[i] = device.refusal_training_delay_s
+                    delay_cause[i] = device.refusal_delay_cause_s
             i += 1
+        if planner is not None:
+            planner.next_arrival = i
 
         # 3. Control period boundary: observe, update, decide.
         if t_tick == now:
-            round_start = len(round_samples) * cfg.round_s
-            rates.update(arrivals_since, cfg.period_s)
-            obs = Observation(
-                now_s=now,
-                period_s=cfg.period_s,
-                backlog=tuple(len(q) for q in queues),
-                oldest_age_s=tuple(now - times[q[0]] if q else 0.0 for q in queues),
-                arrivals_since_last=tuple(arrivals_since),
-                slo_misses_since_last=tuple(misses_since),
-                training_misses_since_last=tuple(training_misses_since),
-                arrival_rate_per_s=rates.rates_per_s,
-                slo_s=slo,
-                batch_fixed_s=tuple(fixed),
-                per_request_s=tuple(per),
-                max_batch=b_profile,
-                microbatch_fixed_s=a_t,
-                per_sample_s=c_t,
-                max_microbatch=train.max_microbatch,
-                round_start_s=round_start,
-                round_deadline_s=round_start + cfg.round_s,
-                round_target_samples=cfg.round_target_samples,
-                round_trained_samples=round_trained,
-            )
-            started = timer()
-            policy.update(obs)
-            alloc = policy.decide(obs)
-            decision_ns.append(timer() - started)
-            arrivals_since = [0] * k_tasks
-            misses_since = [0] * k_tasks
-            training_misses_since = [0] * k_tasks
+            device.tick(now)
             ticks += 1
             next_tick = ticks * cfg.period_s
-            if cfg.record_periods:
-                rec["t_s"].append(now)
-                rec["backlog"].append(backlog_total)
-                rec["inference_share"].append(alloc.inference_share)
-                rec["microbatch"].append(alloc.microbatch)
-                rec["max_batch"].append(alloc.max_batch)
-                rec["trained"].append(sum(trained))
-                rec_shares.append(alloc.task_shares)
 
         if busy_until != math.inf:
             continue
 
-        # 4. The device is free: choose the next work item (dartfl.executor, as the agent does).
-        training_open = now < horizon and alloc.microbatch > 0
-        share = alloc.inference_share
-        if gate.should_serve(backlog_total, share, training_open):
-            k = most_urgent([times[q[0]] + slo[j] if q else math.inf for j, q in enumerate(queues)])
-            q = queues[k]
-            size = min(len(q), alloc.max_batch)
-            running_batch = [q.popleft() for _ in range(size)]
-            backlog_total -= size
-            duration = fixed[k] + per[k] * size
+        # 4. The device is free: the executor picks the next work item; time runs it.
+        work = device.next_work(now)
+        if isinstance(work, InferenceBatch):
+            k = work.task
+            duration = fixed[k] + per[k] * len(work.requests)
             if cfg.exponential_service:
                 duration = float(rng.exponential(duration))
-            gate.served(duration)
-            inference_busy += duration
             busy_until = now + duration
-        elif training_open:
-            m = alloc.microbatch
-            if clairvoyant is not None and backlog_total == 0:
-                m = clairvoyant.choose_microbatch(
-                    now, arrivals.times_s[i:], min(slo), max(fixed), max(per), a_t, c_t, train.max_microbatch
-                )
-            if m > 0:
-                duration = a_t + c_t * m
-                running_m = m
-                gate.trained(duration, share)
-                training_busy += duration
-                busy_until = last_step_end = now + duration
+        elif isinstance(work, TrainingStep):
+            duration = train.microbatch_fixed_s + train.per_sample_s * work.samples
+            busy_until = now + duration
 
     inference_min = float(
         sum(
-            count * profile.inference_for(name).cheapest_per_request_s(b_profile)
+            count * profile.inference_for(name).cheapest_per_request_s(profile.max_batch)
             for name, count in zip(names, arrivals.counts_per_task().tolist(), strict=True)
         )
     )
     # The queue drains after the horizon and the step in flight finishes: the run lasts until then.
     last_answer = float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0
-    periods = {key: np.asarray(v, dtype=np.float64) for key, v in rec.items()}
-    periods["task_shares"] = np.asarray(rec_shares, dtype=np.float64).reshape(-1, k_tasks)
+    periods = {key: np.asarray(v, dtype=np.float64) for key, v in device.periods.items()}
+    periods["task_shares"] = np.asarray(device.period_shares, dtype=np.float64).reshape(-1, len(names))
     return RunRecord(
         policy=policy.name,
         task_names=names,
-        slo_s=slo,
+        slo_s=device.slo_s,
         horizon_s=horizon,
         arrival_s=arrivals.times_s,
         finish_s=finish,
         tasks=arrivals.tasks,
         rejected=rejected,
-        trained_per_task=tuple(trained),
-        training_busy_s=training_busy,
-        inference_busy_s=inference_busy,
+        trained_per_task=tuple(device.trained_per_task),
+        training_busy_s=device.training_busy_s,
+        inference_busy_s=device.inference_busy_s,
         inference_min_s=inference_min,
         cheapest_sample_s=train.cheapest_per_sample_s(),
-        max_backlog=max_backlog,
-        decision_us=np.asarray(decision_ns, dtype=np.float64) / 1e3,
+        max_backlog=device.max_backlog,
+        decision_us=device.decision_us(),
         periods=periods,
-        round_samples=tuple(round_samples),
+        training_delay_s=delay,
+        delay_cause_s=delay_cause,
+        round_samples=tuple(device.rounds.closed),
         round_target_samples=cfg.round_target_samples,
-        end_s=max(horizon, last_answer, last_step_end),
+        end_s=max(horizon, last_answer, device.last_step_end_s),
     )
+
+
+class _FuturePlanner:
+    """Hands a future-aware reference the arrivals still to come (only a simulator knows them)."""
+
+    def __init__(
+        self,
+        policy: FutureAwarePolicy,
+        arrivals: Arrivals,
+        tasks: Sequence[TaskSpec],
+        device: DeviceExecutor[int],
+    ) -> None:
+        self.policy = policy
+        self.times_s = arrivals.times_s
+        self.slo_s = min(t.slo_s for t in tasks)
+        self.batch_fixed_s = max(device.costs.batch_fixed_s)
+        self.per_request_s = max(device.costs.per_request_s)
+        self.training = device.profile.training
+        self.next_arrival = 0  # the simulator keeps it at its next arrival
+
+    def __call__(self, now_s: float) -> int:
+        train = self.training
+        view = FutureView(
+            now_s,
+            self.times_s[self.next_arrival :],
+            self.slo_s,
+            self.batch_fixed_s,
+            self.per_request_s,
+            train.microbatch_fixed_s,
+            train.per_sample_s,
+            train.max_microbatch,
+        )
+        return self.policy.choose_microbatch(view)

@@ -27,11 +27,11 @@ from typing import Any
 import numpy as np
 
 from dartfl.errors import ConfigError
+from dartfl.executor.rounds import next_round_end, rounds_ended_by
 from dartfl.metrics import fluid_trainable_samples
 from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
 from dartfl.sim.fleet_types import FleetArrivals, FleetConfig, FleetResult, FloatArray, bin_arrivals
-from dartfl.sim.rounds import next_round_end, rounds_ended_by
 from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = [
@@ -46,19 +46,25 @@ __all__ = [
 CountSource = Callable[[int, int], "FleetArrivals"]
 
 
-def _device_arrays(profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]) -> DeviceArrays:
+def _device_arrays(
+    profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec], deadline_admission: bool = True
+) -> DeviceArrays:
     names = [t.name for t in tasks]
     n = len(profiles)
     costs = [[p.inference_for(name) for p in profiles] for name in names]
     cheapest = [
         [c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs
     ]
+    capacity = np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), n, axis=1)
+    if deadline_admission:
+        in_time = np.array([[t.slo_s] for t in tasks]) / np.asarray(cheapest, dtype=np.float64)
+        capacity = np.minimum(capacity, np.maximum(1.0, np.floor(in_time)))
     return DeviceArrays(
         fixed=np.array([[c.batch_fixed_s for c in row] for row in costs], dtype=np.float64),
         per=np.array([[c.per_request_s for c in row] for row in costs], dtype=np.float64),
         cheapest=np.array(cheapest, dtype=np.float64),
         slo=np.repeat(np.array([[t.slo_s] for t in tasks], dtype=np.float64), n, axis=1),
-        capacity=np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), n, axis=1),
+        capacity=capacity,
         max_batch=np.array([p.max_batch for p in profiles], dtype=np.int64),
         a_t=np.array([p.training.microbatch_fixed_s for p in profiles], dtype=np.float64),
         c_t=np.array([p.training.per_sample_s for p in profiles], dtype=np.float64),
@@ -124,7 +130,7 @@ def simulate_fleet(
     profiles = [profile] * n_dev if isinstance(profile, DeviceProfile) else list(profile)
     if len(profiles) != n_dev:
         raise ConfigError(f"got {len(profiles)} device profiles for {n_dev} devices")
-    dev = _device_arrays(profiles, tasks)
+    dev = _device_arrays(profiles, tasks, cfg.deadline_admission)
     tau = cfg.period_s
     state = FleetState.start(dev, tau, arrivals.horizon_s)
     policy.reset()

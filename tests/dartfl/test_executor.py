@@ -1,41 +1,169 @@
-"""The executor's share rule (shared by the simulator and the agent)."""
+"""The one device executor: what it counts, what it observes, and which work it hands out."""
 
 from __future__ import annotations
 
 import math
 
-from dartfl.executor import ShareGate, most_urgent
+import pytest
+
+from dartfl.executor import DeviceExecutor, ExecutorConfig, InferenceBatch, RoundClock, TrainingStep
+from dartfl.policies import make_policy
+from dartfl.profiles import get_profile
+from dartfl.types import TaskSpec
+
+TASKS = [TaskSpec("a", 0.1, queue_capacity=2), TaskSpec("b", 0.5, queue_capacity=2)]
 
 
-def test_strict_priority_serves_whenever_requests_wait() -> None:
-    gate = ShareGate()
-    assert gate.should_serve(3, 1.0, training_open=True)
-    assert not gate.should_serve(0, 1.0, training_open=True)
+def _device(spec: str = "inference-first:4", rounds: RoundClock | None = None) -> DeviceExecutor[str]:
+    return DeviceExecutor(
+        TASKS, make_policy(spec), get_profile("pi4"), rounds or RoundClock(10.0, 0), ExecutorConfig(0.25)
+    )
 
 
-def test_no_training_work_means_inference_gets_everything() -> None:
-    assert ShareGate().should_serve(1, 0.0, training_open=False)
+def test_a_full_queue_or_a_closed_device_refuses_and_the_refusal_is_a_miss_of_the_period() -> None:
+    device = _device()
+    assert [device.admit(0.0, 0, f"r{i}") for i in range(3)] == ["queued", "queued", "queue-full"]
+    device.close()
+    assert device.admit(0.0, 1, "late") == "shutting-down"
+    obs = device.observation(0.1)
+    assert obs.backlog == (2, 0) and obs.arrivals_since_last == (3, 1)
+    assert obs.slo_misses_since_last == (1, 1) and device.max_backlog == 2
+    device.tick(0.25)
+    assert device.observation(0.3).arrivals_since_last == (0, 0)  # a tick starts a new period
+    assert device.drain() == [(0, "r0"), (0, "r1")] and device.backlog() == (0, 0)
 
 
-def test_a_step_earns_inference_its_share_of_time() -> None:
-    gate = ShareGate()
-    assert not gate.should_serve(5, 0.75, training_open=True)  # no credit yet: train first
-    gate.trained(0.1, 0.75)  # earns 0.1 * 0.75 / 0.25 = 0.3 s of inference
-    assert math.isclose(gate.credit_s, 0.3)
-    assert gate.should_serve(5, 0.75, training_open=True)
-    gate.served(0.2)
-    assert gate.should_serve(5, 0.75, training_open=True)
-    gate.served(0.2)
-    assert not gate.should_serve(5, 0.75, training_open=True)  # credit spent: train again
+def test_the_most_urgent_head_is_served_first_and_late_answers_are_misses() -> None:
+    device = _device()
+    device.admit(0.00, 1, "slack")  # deadline 0.50
+    device.admit(0.05, 0, "tight")  # deadline 0.15
+    batch = device.next_work(0.05)
+    assert isinstance(batch, InferenceBatch) and batch.requests == ["tight"]
+    device.batch_done(batch, 0.30, 0.25)  # 0.25 s after it arrived: past its 0.1 s SLO
+    assert device.observation(0.3).slo_misses_since_last == (1, 0)
+    assert device.inference_busy_s == 0.25
 
 
-def test_idle_inference_time_is_not_banked() -> None:
-    gate = ShareGate()
-    gate.trained(1.0, 0.5)
-    gate.should_serve(0, 0.5, training_open=True)  # the queue ran dry
-    assert gate.credit_s == 0.0
+def test_a_late_answer_is_training_caused_only_if_its_busy_period_training_explains_it() -> None:
+    device = _device(spec="inference-first:16")
+    device.config = ExecutorConfig(0.25, deadline_admission=False)
+    device.tick(0.25)  # the warm-up period ends: inference-first may train now
+    step = device.next_work(0.25)
+    assert isinstance(step, TrainingStep) and step.samples == 16
+    device.admit(0.30, 0, "behind")  # waits 0.2 s behind the step
+    device.admit(0.31, 0, "anyway")
+    device.step_done(step, 0.50, 0.25)
+    first = device.take_batch(0.50, 1)
+    assert first is not None and first.training_delay_s == pytest.approx(0.2)
+    device.batch_done(first, 0.55, 0.05)  # 0.25 s: late, but 0.05 s without the step
+    second = device.take_batch(0.55, 1)
+    assert second is not None
+    device.batch_done(second, 0.90, 0.35)  # 0.59 s: late by more than the step explains
+    obs = device.observation(0.9)
+    assert obs.slo_misses_since_last == (2, 0) and obs.training_misses_since_last == (1, 0)
+    assert sum(device.trained_per_task) == 16 and device.rounds.trained == 16
 
 
-def test_most_urgent_is_the_earliest_deadline() -> None:
-    assert most_urgent([math.inf, 2.0, 1.5]) == 2
-    assert most_urgent([math.inf, math.inf]) == -1
+def test_a_deadline_refusal_behind_a_step_is_training_caused_and_a_full_queue_is_not() -> None:
+    device = _device(spec="inference-first:16")
+    device.tick(0.25)
+    step = device.next_work(0.25)
+    assert isinstance(step, TrainingStep) and device.busy_until_s - 0.25 > 0.1
+    # Task a's 0.1 s SLO cannot be met behind the step, but could without it.
+    assert device.admit(0.26, 0, "behind") == "queue-full"
+    assert device.refusal_training_delay_s == pytest.approx(device.busy_until_s - 0.26)
+    assert device.refusal_delay_cause_s == 0.25
+    assert [device.admit(0.26, 1, f"b{i}") for i in range(3)] == ["queued", "queued", "queue-full"]
+    assert device.refusal_training_delay_s == 0.0  # the queue was full: training did not cause it
+    obs = device.observation(0.3)
+    assert obs.slo_misses_since_last == (1, 1) and obs.training_misses_since_last == (1, 0)
+
+
+def test_periodic_rounds_close_at_their_ends_with_what_they_trained() -> None:
+    rounds = RoundClock(1.0, 100, horizon_s=2.5)
+    rounds.trained = 30
+    rounds.close_due(0.999)
+    assert rounds.closed == []
+    rounds.close_due(2.2)  # two rounds ended at 1.0 and 2.0
+    assert rounds.closed == [30, 0] and rounds.start_s == 2.0 and rounds.deadline_s == 3.0
+    assert rounds.next_end_s == math.inf  # the third would end after the horizon
+
+
+def test_external_rounds_owe_their_target_only_while_open() -> None:
+    rounds = RoundClock(60.0, 500, periodic=False)
+    assert rounds.target == 0 and rounds.next_end_s == math.inf
+    rounds.begin(5.0, 8.0, 64)
+    rounds.trained = 40
+    assert (rounds.start_s, rounds.deadline_s, rounds.target) == (5.0, 13.0, 64)
+    assert rounds.end() == 40 and rounds.target == 0 and rounds.closed == [40]
+
+
+def test_a_device_that_may_not_train_only_serves() -> None:
+    device = _device()
+    device.tick(0.25)
+    device.training_enabled = False
+    assert device.next_work(0.3) is None
+    device.training_enabled = True
+    device.train_until_s = 0.3  # past the run's horizon: drain only
+    assert device.next_work(0.3) is None
+
+
+def test_a_step_of_real_samples_is_counted_as_trained() -> None:
+    device = _device()
+    step = TrainingStep(4, (0.5, 0.5), (1.0, 1.0), 1.0, 0.0)
+    assert list(device.step_done(step, 0.1, 0.1, [3, 1])) == [3, 1]
+    assert device.trained_per_task == [3, 1] and device.last_step_end_s == pytest.approx(0.1)
+
+
+def test_the_cost_model_prices_a_request_end_to_end_and_publishes_what_it_plans_with() -> None:
+    from dataclasses import replace
+
+    from dartfl.executor import ProfiledCosts
+    from dartfl.types import RequestPathCost
+
+    path = RequestPathCost(receive_s=6e-5, ingress_s=2e-5, egress_s=5e-5, per_batch_s=1e-5)
+    profile = replace(get_profile("x86-1core"), request_path=path)
+    names = ("a", "b")
+    costs = ProfiledCosts(profile, names)
+    end_to_end = profile.inference_for("a")
+    assert costs.per_request_s[0] == pytest.approx(end_to_end.per_request_s)
+    assert costs.batch_fixed_s[0] == pytest.approx(end_to_end.batch_fixed_s)
+    for _ in range(2000):  # decoding turns out dearer than the profile said
+        costs.observe_ingress(1e-4)
+    assert costs.per_request_s[0] == pytest.approx(end_to_end.per_request_s + 8e-5, rel=1e-3)
+    published = costs.profile(profile, names)
+    assert published.inference_for("a").per_request_s == pytest.approx(costs.per_request_s[0])
+    assert published.inference_for("b").batch_fixed_s == pytest.approx(costs.batch_fixed_s[1])
+
+
+@pytest.mark.parametrize("workload", ["mmpp", "flash-crowd", "gamma"])
+def test_deadline_admission_refuses_only_what_could_not_have_made_its_slo(workload: str) -> None:
+    # The first refusal happens on the same history in both runs, so the run without
+    # admission shows what became of that request: it missed its SLO. And refusing what would
+    # miss anyway frees the device for the rest: attainment does not fall.
+    import numpy as np
+
+    import workloads
+    from dartfl.sim import SimConfig, simulate
+    from dartfl.sim.compare import task_specs
+
+    profile = get_profile("pi4")
+    names = ("a", "b")
+    rate = 1.6 * profile.capacity_per_s(names, (1.0, 1.0)) / 2
+    arrivals = workloads.generate(
+        workload, duration_s=60.0, rate_per_s=rate, task_names=names, rng=np.random.default_rng(5)
+    )
+    tasks = task_specs(arrivals, 0.25, queue_capacity=4096)
+    runs = {
+        admit: simulate(
+            arrivals, profile, tasks, make_policy("inference-only"), SimConfig(deadline_admission=admit)
+        )
+        for admit in (True, False)
+    }
+    refused = np.flatnonzero(runs[True].rejected)
+    assert refused.size > 0
+    first = refused[0]
+    without = runs[False]
+    assert without.finish_s[first] - without.arrival_s[first] > 0.25
+    met = {a: float(np.mean(r.finish_s - r.arrival_s <= 0.25)) for a, r in runs.items()}
+    assert met[True] >= met[False]

@@ -23,6 +23,11 @@ from dartfl.sim.fleet_policies import FleetDart, FleetObservation, make_fleet_po
 from dartfl.store import RunStore
 from dartfl.types import Observation, TaskSpec
 
+# The fluid model does not refuse by deadline (docs/fleet.md): compare it with the exact
+# simulator doing the same.
+NO_ADMISSION = {"deadline_admission": False}
+EXACT = SimConfig(**NO_ADMISSION)
+
 NAMES = ("a", "b", "c")
 
 
@@ -101,6 +106,84 @@ def test_fleet_dart_decides_exactly_as_scalar_dart_over_random_observation_seque
     assert all(count >= 10 for count in seen.values()), seen  # every branch was exercised
 
 
+def _device_stream(
+    rng: np.random.Generator, k: int, periods: int, period: float, round_periods: int
+) -> list[Observation]:
+    """One device's observations over `periods` control periods: Poisson arrivals broken by
+    clumps, training misses after clumps, and round progress that grows and restarts."""
+    base_rate = float(rng.choice([5.0, 40.0, 200.0]))
+    costs = {
+        "slo_s": tuple(float(d) for d in rng.uniform(0.05, 0.5, k)),
+        "batch_fixed_s": tuple(float(a) for a in rng.uniform(0.0, 0.005, k)),
+        "per_request_s": tuple(float(c) for c in rng.uniform(1e-4, 0.005, k)),
+        "max_batch": int(rng.integers(8, 65)),
+        "microbatch_fixed_s": float(rng.uniform(0.001, 0.02)),
+        "per_sample_s": float(rng.uniform(5e-4, 0.03)),
+        "max_microbatch": int(rng.integers(4, 65)),
+    }
+    out, trained = [], 0
+    for t in range(periods):
+        clump = rng.random() < 0.08
+        arrivals = rng.poisson(base_rate * period * (12.0 if clump else 1.0) / k, k)
+        misses = rng.poisson(3.0, k) if clump or rng.random() < 0.05 else np.zeros(k, dtype=np.int64)
+        round_index, in_round = divmod(t, round_periods)
+        trained = 0 if in_round == 0 else trained + int(rng.integers(0, 40))
+        backlog = rng.poisson(arrivals * rng.uniform(0, 0.5))
+        out.append(
+            Observation(
+                now_s=(t + 1) * period,
+                period_s=period,
+                backlog=tuple(int(b) for b in backlog),
+                oldest_age_s=tuple(
+                    float(a) if b else 0.0 for a, b in zip(rng.uniform(0, 0.3, k), backlog, strict=True)
+                ),
+                arrivals_since_last=tuple(int(a) for a in arrivals),
+                slo_misses_since_last=tuple(int(m) for m in misses),
+                training_misses_since_last=tuple(int(m) for m in misses),
+                arrival_rate_per_s=tuple(float(a) / period for a in arrivals),
+                round_start_s=round_index * round_periods * period,
+                round_deadline_s=(round_index + 1) * round_periods * period,
+                round_target_samples=0,
+                round_trained_samples=trained,
+                **costs,  # type: ignore[arg-type]
+            )
+        )
+    return out
+
+
+def test_fleet_dart_keeps_the_scalar_learnt_state_over_long_sequences() -> None:
+    """Miss debt, step risk and surprise envelope are learnt over 80 periods per device and
+    steer the decisions: the fleet port stays exact (H and envelope included), and the
+    debt's stop, a learnt risk and a learnt surprise all occur."""
+    rng = np.random.default_rng(11)
+    seen = {"stopped": 0, "risk learnt": 0, "surprise learnt": 0, "0<m<max": 0}
+    for _ in range(6):
+        k = int(rng.integers(1, 4))
+        config = DartConfig(miss_budget=float(rng.choice([0.002, 0.005])), debt=float(rng.choice([0.5, 1.0])))
+        period = 0.25
+        streams = [_device_stream(rng, k, 80, period, 40) for _ in range(8)]
+        scalar = [DartPolicy(config) for _ in streams]
+        fleet = FleetDart(config)
+        for t in range(80):
+            observations = [stream[t] for stream in streams]
+            stacked = FleetObservation.stack(observations)
+            fleet.update(stacked)
+            decided = fleet.decide(stacked)
+            for i, (policy, obs) in enumerate(zip(scalar, observations, strict=True)):
+                policy.update(obs)
+                want = policy.decide(obs)
+                assert decided.microbatch[i] == want.microbatch, (t, i)
+                assert decided.inference_share[i] == want.inference_share
+                assert decided.max_batch[i] == want.max_batch
+                assert fleet.debt.queue[i] == policy.debt.queue
+                np.testing.assert_array_equal(fleet.envelope.q[:, i], policy.envelope.q)
+                seen["stopped"] += policy.debt.queue >= policy.debt.debt_limit > 0
+                seen["risk learnt"] += policy.risk.kappa(0, obs.microbatch_fixed_s + obs.per_sample_s) > 0
+                seen["surprise learnt"] += policy.envelope.q[0] > 0
+                seen["0<m<max"] += 0 < want.microbatch < obs.max_microbatch
+    assert all(count >= 20 for count in seen.values()), seen
+
+
 @pytest.mark.parametrize("spec", ["inference-only", "inference-first", "inference-first:4", "static:0.3"])
 def test_fleet_baselines_decide_exactly_as_scalar_baselines(spec: str) -> None:
     rng = np.random.default_rng(3)
@@ -142,7 +225,7 @@ def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
     arrivals = _poisson_device(0.5, 300.0, seed=3)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("pi4")
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec)))
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
     )
@@ -336,7 +419,13 @@ def test_both_simulators_close_the_same_rounds_and_meet_the_same(target: int) ->
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("pi4")
     exact = summarize(
-        simulate(arrivals, profile, tasks, make_policy("dart"), SimConfig(round_target_samples=target))
+        simulate(
+            arrivals,
+            profile,
+            tasks,
+            make_policy("dart"),
+            SimConfig(round_target_samples=target, **NO_ADMISSION),
+        )
     )
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25),
@@ -359,7 +448,7 @@ def test_harvest_counts_the_drain_and_the_last_step_after_the_horizon_as_the_exa
     late = Arrivals.build(np.full(300, 9.8), np.arange(300) % 3, NAMES, 10.0)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("pi4")
-    exact = summarize(simulate(late, profile, tasks, make_policy(spec)))
+    exact = summarize(simulate(late, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(FleetArrivals.from_arrivals([late], 0.25), profile, tasks, make_fleet_policy(spec))
     assert fleet.queued_end[0] > 200
     assert fleet.harvest_efficiency[0] <= 1.0 and exact["harvest_efficiency"] <= 1.0
@@ -408,7 +497,7 @@ def test_an_inference_share_of_zero_gives_finite_estimates_close_to_the_exact_si
     arrivals = _poisson_device(load, duration_s, seed=3)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("pi4")
-    config = SimConfig(round_target_samples=target)
+    config = SimConfig(round_target_samples=target, **NO_ADMISSION)
     exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), config))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25),
@@ -472,7 +561,7 @@ def test_an_overload_that_starts_from_an_empty_queue_misses_its_slo_as_in_the_ex
     # 100 % within SLO (exact: 0.71, 0.18), since the drain rounds grew from a queue of 0.
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("pi4")
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-only")))
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-only"), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy("inference-only")
     )
@@ -485,7 +574,7 @@ def test_with_small_queues_a_wait_stays_within_a_full_round_as_in_the_exact_simu
     arrivals = _poisson_device(1.5, 10.0, seed=3)
     tasks = [TaskSpec(n, 0.25, queue_capacity=16) for n in NAMES]
     profile = get_profile("pi4")
-    record = simulate(arrivals, profile, tasks, make_policy("static:0.1"))
+    record = simulate(arrivals, profile, tasks, make_policy("static:0.1"), EXACT)
     done = ~np.isnan(record.finish_s)
     exact_mean = float((record.finish_s - record.arrival_s)[done].mean())  # 1.14 s
     fleet = simulate_fleet(
@@ -503,7 +592,11 @@ def test_a_period_that_straddles_a_round_end_is_shared_between_the_rounds(target
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("x86-1core")
     rounds = {"period_s": 0.4, "round_s": 1.0, "round_target_samples": target}
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-first"), SimConfig(**rounds)))
+    exact = summarize(
+        simulate(
+            arrivals, profile, tasks, make_policy("inference-first"), SimConfig(**rounds, **NO_ADMISSION)
+        )
+    )
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.4),
         profile,

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from dartfl import protocol
 from dartfl.paths import STORE_ENV
 from dartfl.store import DecisionRow, RunStore
 from dashboard import synthetic
 from dashboard.config import BROKER_ENV
-from edge_client import protocol
-from edge_client.broker import free_port
-from edge_client.mqtt import Message
+from messaging.brokers import free_port
+from messaging.link import Message
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = ("Fleet", "Device", "FL rounds", "Experiments", "Datacenter")
@@ -154,7 +154,12 @@ def test_live_only_devices_show_on_fleet_and_device_pages(
     assert "20 points" in at.caption[0].value and "live feed only" in at.caption[0].value
     assert _charts(at) == 5
     feed.handle(
-        Message(protocol.status_topic("jetson-7"), protocol.encode_status("jetson-7", False), 1, True)
+        Message(
+            protocol.status_topic("jetson-7"),
+            protocol.encode_status(protocol.DeviceStatus("jetson-7", False)),
+            1,
+            True,
+        )
     )
     _goto(at, "Fleet")
     assert {m.label: m.value for m in at.metric}["gone"] == "1"

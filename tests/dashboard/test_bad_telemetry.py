@@ -4,25 +4,26 @@ its memory: messages are fed to `handle` directly (the broker port is closed on 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from dartfl.errors import InputError, ProtocolError
-from dartfl.store import RunStore, TelemetryRow
+from dartfl import protocol
+from dartfl.errors import ConfigError, ProtocolError
+from dartfl.store import RunStore, StoreBusyError, TelemetryRow
 from dashboard import feed as feed_module
 from dashboard import synthetic
 from dashboard.feed import LiveFeed
 from dashboard.recorder import Recorder
-from edge_client import protocol
-from edge_client.broker import free_port
-from edge_client.mqtt import Message
+from messaging.brokers import free_port
+from messaging.link import Message
+
+NOW_S = 1_700_000_000.0  # the recorder's clock in these tests, and the snapshots' time
 
 
 def _telemetry(device: str, topic_device: str | None = None, **fields: Any) -> Message:
-    snapshot = {**synthetic.snapshot("pi-1", 1_700_000_000.0, 1), **fields, "device": device}
+    snapshot = {**synthetic.snapshot("pi-1", NOW_S, 1).to_json(), **fields, "device": device}
     topic = f"dartfl/v1/{topic_device or device}/telemetry"
     return Message(topic, json.dumps(snapshot).encode(), 1, False)
 
@@ -45,8 +46,8 @@ def test_telemetry_with_a_bad_device_or_time_is_a_protocol_error(
 
 
 def test_a_device_may_only_publish_about_itself() -> None:
-    body = protocol.encode_telemetry({"device": "pi-1", "t": 1.0})
-    assert protocol.decode_telemetry(body, "dartfl/v1/pi-1/telemetry")["device"] == "pi-1"
+    body = protocol.encode_telemetry(protocol.Telemetry("pi-1", 1.0))
+    assert protocol.decode_telemetry(body, "dartfl/v1/pi-1/telemetry").device == "pi-1"
     with pytest.raises(ProtocolError, match="another's topic"):
         protocol.decode_telemetry(body, "dartfl/v1/pi-2/telemetry")
     with pytest.raises(ProtocolError, match="another's topic"):  # the topic of another kind
@@ -54,22 +55,23 @@ def test_a_device_may_only_publish_about_itself() -> None:
 
 
 def test_an_encoder_refuses_the_times_a_decoder_would() -> None:
-    with pytest.raises(InputError, match="unix seconds"):
-        protocol.encode_telemetry({"device": "pi-1", "t": 1e300})
+    with pytest.raises(ConfigError, match="unix seconds"):
+        protocol.Telemetry("pi-1", 1e300)
 
 
 def test_the_recorder_survives_bad_snapshots_and_keeps_the_good_ones(tmp_path: Path) -> None:
     store_path = tmp_path / "runs.sqlite"
-    recorder = Recorder(store_path, f"mqtt://127.0.0.1:{free_port()}")
+    recorder = Recorder(store_path, f"mqtt://127.0.0.1:{free_port()}", clock=lambda: NOW_S)
     try:
-        recorder.handle(_telemetry("pi-1", backlog=1e300))  # a count SQLite cannot hold: dropped
+        recorder.handle(_telemetry("pi-1", backlog={"digits": 2**60}))  # past what SQLite holds
         recorder.handle(_telemetry("pi-2", topic_device="pi-3"))
-        assert recorder.bad == 1
+        recorder.handle(_telemetry("pi-1"))
+        assert recorder.bad == 2
         # A row the store refuses (built past the decoder) costs itself, not the batch.
         recorder._buffer.append(TelemetryRow(device="\ud800", t_s=1.0, payload={}))
         recorder.handle(_telemetry("pi-4"))
         assert recorder.flush() == 2
-        assert recorder.bad == 2
+        assert recorder.bad == 3
     finally:
         recorder.close()
     with RunStore(store_path) as store:
@@ -84,7 +86,12 @@ def test_the_live_feed_keeps_at_most_max_devices(monkeypatch: pytest.MonkeyPatch
         for i in range(5):
             live.handle(_telemetry(f"pi-{i}"))
             live.handle(
-                Message(f"dartfl/v1/gone-{i}/status", protocol.encode_status(f"gone-{i}", False), 1, True)
+                Message(
+                    f"dartfl/v1/gone-{i}/status",
+                    protocol.encode_status(protocol.DeviceStatus(f"gone-{i}", False)),
+                    1,
+                    True,
+                )
             )
         assert set(live.state().devices) == {"pi-2", "pi-3", "pi-4"}
         assert live.history("pi-0") == []
@@ -101,7 +108,7 @@ def test_a_store_that_cannot_be_written_keeps_the_rows_oldest_first_within_the_b
 ) -> None:
     # The retry used deque.extendleft on the bounded buffer, which pushed the NEWEST rows out.
     monkeypatch.setattr("dashboard.recorder.MAX_BUFFERED", 4)
-    recorder = Recorder(tmp_path / "runs.sqlite", f"mqtt://127.0.0.1:{free_port()}")
+    recorder = Recorder(tmp_path / "runs.sqlite", f"mqtt://127.0.0.1:{free_port()}", clock=lambda: NOW_S)
     real_add = recorder.store.add_telemetry
     try:
         for i in (1, 2):
@@ -110,7 +117,7 @@ def test_a_store_that_cannot_be_written_keeps_the_rows_oldest_first_within_the_b
         def locked(rows: list[TelemetryRow]) -> int:
             for i in (3, 4, 5):  # arrive while the failed write is under way
                 recorder.handle(_telemetry(f"pi-{i}"))
-            raise sqlite3.OperationalError("database is locked")
+            raise StoreBusyError("runs.sqlite is locked by another process")
 
         monkeypatch.setattr(recorder.store, "add_telemetry", locked)
         assert recorder.flush() == 0
@@ -125,6 +132,6 @@ def test_a_total_past_what_sqlite_holds_is_unknown_not_a_lost_row() -> None:
     # Each task's count was bounded, their sum was not: two of 2**52 overflowed the store.
     from dashboard.telemetry import row_from_snapshot
 
-    row = row_from_snapshot({"device": "pi-1", "t": 1.0, "backlog": {"a": 2**52, "b": 2**52}})
+    row = row_from_snapshot(protocol.Telemetry("pi-1", 1.0, backlog={"a": 2**52, "b": 2**52}))
     assert row.backlog is None
-    assert row_from_snapshot({"device": "pi-1", "t": 1.0, "backlog": {"a": 3, "b": 4}}).backlog == 7
+    assert row_from_snapshot(protocol.Telemetry("pi-1", 1.0, backlog={"a": 3, "b": 4})).backlog == 7

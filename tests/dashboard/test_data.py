@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from dartfl.errors import ConfigError
+from dartfl.protocol import Telemetry
 from dartfl.store import RunStore
 from dashboard import charts, synthetic
 from dashboard.data import (
@@ -40,12 +41,10 @@ def test_liveness_classifies_by_age_and_offline_status() -> None:
 def test_row_from_snapshot_sums_backlogs_and_tolerates_missing_fields() -> None:
     row = row_from_snapshot(synthetic.snapshot("pi-1", NOW, 30))
     assert row.device == "pi-1" and row.t_s == NOW
-    assert row.backlog == sum(synthetic.snapshot("pi-1", NOW, 30)["backlog"].values())
+    assert row.backlog == sum(synthetic.snapshot("pi-1", NOW, 30).backlog.values())
     assert row.slo_ms == 250.0 and row.p99_ms is not None and row.p50_ms is not None
-    bare = row_from_snapshot({"v": 1, "device": "pi-2", "t": NOW, "latency_ms": {"p99_ms": None}})
+    bare = row_from_snapshot(Telemetry("pi-2", NOW))
     assert (bare.backlog, bare.p99_ms, bare.slo_attainment, bare.train_samples) == (None,) * 4
-    with pytest.raises(ConfigError, match="device"):
-        row_from_snapshot({"t": NOW})
 
 
 def _feed(*snaps: LiveSnapshot, connected: bool = True) -> FeedState:
@@ -92,9 +91,11 @@ def test_a_fast_device_clock_does_not_let_history_hide_a_live_offline() -> None:
 
 
 def test_tile_html_escapes_names_and_marks_misses() -> None:
-    snap = synthetic.snapshot("x", NOW, 10, load=1.4)
-    snap["device"] = "<script>"
-    (tile,) = fleet_tiles([row_from_snapshot(snap)], None, NOW, Liveness(), 0.95)
+    # The decoder refuses such a name; a store written by something else may still hold one.
+    row = dataclasses.replace(
+        row_from_snapshot(synthetic.snapshot("x", NOW, 10, load=1.4)), device="<script>"
+    )
+    (tile,) = fleet_tiles([row], None, NOW, Liveness(), 0.95)
     html = charts.tiles_html([tile])
     assert "<script>" not in html.replace("<style>", "") and "&lt;script&gt;" in html
     assert "dfl-miss" in html and "misses SLO" in html
@@ -168,10 +169,10 @@ def test_open_store_never_creates_a_store(tmp_path: Path) -> None:
 
 
 def test_synthetic_snapshot_is_valid_telemetry_on_the_wire() -> None:
-    from edge_client import protocol
+    from dartfl import protocol
 
     snap = synthetic.snapshot("pi-1", NOW, 5)
-    assert protocol.decode_telemetry(protocol.encode_telemetry(snap)) == json.loads(json.dumps(snap))
+    assert protocol.decode_telemetry(protocol.encode_telemetry(snap)) == snap
 
 
 def test_fl_frames_read_the_fl_servers_history_shape(tmp_store: RunStore) -> None:

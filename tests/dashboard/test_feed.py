@@ -12,13 +12,13 @@ from pathlib import Path
 
 import pytest
 
+from dartfl import protocol
 from dartfl.store import RunStore
 from dashboard import synthetic
 from dashboard.feed import LiveFeed
 from dashboard.recorder import Recorder
-from edge_client import protocol
-from edge_client.broker import free_port, start_mosquitto
-from edge_client.mqtt import MqttLink, connect
+from messaging.brokers import free_port, start_mosquitto
+from messaging.link import MqttLink, connect
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_live_feed_waits_for_a_late_broker_then_shows_devices() -> None:
                     _publish(pub, "pi-7", time.time(), i)
                 pub.flush()
                 assert _wait(lambda: len(feed.history("pi-7")) == 3)
-            assert feed.state().devices["pi-7"].snapshot["device"] == "pi-7"
+            assert feed.state().devices["pi-7"].snapshot.device == "pi-7"
         assert _wait(lambda: not feed.state().connected)
         assert "reconnecting" in (feed.state().error or "")
     finally:

@@ -11,10 +11,10 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from dartfl.errors import ConfigError
 from edge_client.client_app import app
-from edge_client.fl_config import FlConfig
-from edge_client.fl_records import arrays_to_weights, weights_to_arrays
 from edge_client.fl_sim_client import client_arrivals, fleet_demand
-from edge_client.model import build_model, get_weights
+from fltask.config import FlConfig
+from fltask.model import build_model, get_weights
+from fltask.records import arrays_to_weights, weights_to_arrays
 
 CFG = FlConfig(max_train_per_task=300, max_test_per_task=50, round_deadline_s=3.0, favourite_tasks="fashion")
 

@@ -15,9 +15,9 @@ import pytest
 
 from dartfl.errors import InputError
 from edge_client import inference
-from edge_client.data import TaskData
 from edge_client.inference import MANIFEST, InferenceEngine, ModelLoadError, export_onnx, torch_infer
-from edge_client.model import build_model, get_weights
+from fltask.data import TaskData
+from fltask.model import build_model, get_weights
 
 if TYPE_CHECKING:
     from .conftest import ExportedModel

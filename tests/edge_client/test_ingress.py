@@ -7,27 +7,48 @@ import json
 
 import numpy as np
 
-from edge_client import protocol
-from edge_client.agent_ingress import admit_request
-from edge_client.mqtt import Message
-from edge_client.queues import RequestQueues
+from dartfl import protocol
+from dartfl.executor import DeviceExecutor, RoundClock
+from dartfl.policies import make_policy
+from dartfl.profiles import get_profile
+from dartfl.types import TaskSpec
+from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.telemetry import RequestStats
+from messaging.link import Message
 
 TASKS = {"digits": 0, "fashion": 1}
 REPLY = "dartfl/v1/_reply/tester"
 
 
-def _admit(message: Message, queues: RequestQueues, stats: RequestStats) -> list[tuple[str, dict]]:
+def _device(capacity: int) -> DeviceExecutor[QueuedRequest]:
+    tasks = [TaskSpec(name, 0.25, capacity) for name in TASKS]
+    return DeviceExecutor(tasks, make_policy("dart"), get_profile("pi4"), RoundClock(60.0, 0))
+
+
+def _admit(
+    message: Message,
+    device: DeviceExecutor[QueuedRequest],
+    stats: RequestStats,
+    reply_rule: protocol.ReplyTopicRule = "requester",
+) -> list[tuple[str, dict]]:
     sent: list[tuple[str, dict]] = []
     admit_request(
         message,
         TASKS,
         1 << 20,
-        queues,
+        device.admit,
         stats,
-        lambda topic, payload, _corr: sent.append((topic, json.loads(payload))),
+        lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
+        reply_rule=reply_rule,
     )
     return sent
+
+
+def _reflecting(reply_to: str, task: str = "digits") -> Message:
+    """A request asking for its reply on `reply_to`, bypassing the encoder's own rule."""
+    obj = json.loads(protocol.encode_request("r1", np.zeros((28, 28), dtype=np.uint8), REPLY))
+    obj["reply_to"] = reply_to
+    return Message(f"dartfl/v1/dev1/req/{task}", json.dumps(obj).encode(), 1, False)
 
 
 def _request(task: str, request_id: str = "r1") -> Message:
@@ -38,10 +59,10 @@ def _request(task: str, request_id: str = "r1") -> Message:
 
 def test_an_empty_task_level_gets_an_unknown_task_reply() -> None:
     # `dartfl/v1/dev1/req/` matches the agent's `req/+`; it used to be dropped silently.
-    queues, stats = RequestQueues(2, 4, (0.25, 0.25)), RequestStats()
+    device, stats = _device(4), RequestStats()
     image = np.zeros((28, 28), dtype=np.uint8)
     message = Message("dartfl/v1/dev1/req/", protocol.encode_request("r1", image, REPLY), 1, False)
-    (topic, body), *rest = _admit(message, queues, stats)
+    (topic, body), *rest = _admit(message, device, stats)
     assert not rest and topic == REPLY
     assert body["status"] == "error" and body["code"] == "unknown-task" and body["id"] == "r1"
 
@@ -49,29 +70,44 @@ def test_an_empty_task_level_gets_an_unknown_task_reply() -> None:
 def test_a_bad_request_is_never_answered_on_a_response_topic_the_decoder_refused() -> None:
     # An MQTT 5 Response Topic naming another device's request topic: the error reply must not
     # be published there (protocol.md), even though the payload gives no other address.
-    queues, stats = RequestQueues(2, 4, (0.25, 0.25)), RequestStats()
+    device, stats = _device(4), RequestStats()
     message = Message(
         "dartfl/v1/dev1/req/digits", b"not json", 1, False, response_topic="dartfl/v1/dev2/req/digits"
     )
-    assert _admit(message, queues, stats) == []
+    assert _admit(message, device, stats) == []
     assert stats.errors == 1
     good = Message("dartfl/v1/dev1/req/digits", b"not json", 1, False, response_topic=REPLY)
-    assert [topic for topic, _ in _admit(good, queues, stats)] == [REPLY]
+    assert [topic for topic, _ in _admit(good, device, stats)] == [REPLY]
+
+
+def test_a_reply_topic_outside_the_reply_namespace_gets_nothing_published_and_counts_an_error() -> None:
+    # Reply reflection: any requester could have the device publish onto any topic it may write.
+    device, stats = _device(4), RequestStats()
+    for topic in ("alerts/door", "dartfl/v1/replay/3f9a/reply"):
+        assert _admit(_reflecting(topic), device, stats) == []
+        assert _admit(_reflecting(topic, task="cifar"), device, stats) == []  # not even an error reply
+    assert stats.errors == 4 and device.backlog() == (0, 0)
+
+
+def test_the_any_reply_rule_still_answers_old_requesters() -> None:
+    device, stats = _device(1), RequestStats()
+    _admit(_reflecting("app/replies"), device, stats, reply_rule="any")  # queued
+    (topic, body), *_ = _admit(_reflecting("app/replies"), device, stats, reply_rule="any")
+    assert topic == "app/replies" and body["reason"] == "queue-full"
 
 
 def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
     # A device rejecting 194 of 200 requests reported SLO attainment 1.0.
-    queues, stats = RequestQueues(2, 2, (0.25, 0.25)), RequestStats()
-    replies = [_admit(_request("digits", f"r{i}"), queues, stats) for i in range(5)]
+    device, stats = _device(2), RequestStats()
+    replies = [_admit(_request("digits", f"r{i}"), device, stats) for i in range(5)]
     assert [len(r) for r in replies] == [0, 0, 1, 1, 1]  # capacity 2, then queue-full
     assert all(r[0][1]["status"] == "rejected" and r[0][1]["reason"] == "queue-full" for r in replies[2:])
     now = max(e[0] for e in stats._events)
-    stats.answered(now, 0.010, True)
-    stats.answered(now, 0.020, True)
+    stats.answered_batch(now, [0.010, 0.020], slo_s=0.25)
     window = stats.window(now)
-    assert window["rejected"] == 3 and window["replies"] == 2
-    assert window["slo_attainment"] == 2 / 5
-    assert window["p99_ms"] is not None and window["p99_ms"] <= 20.0
+    assert window.rejected == 3 and window.replies == 2
+    assert window.slo_attainment == 2 / 5
+    assert window.p99_ms is not None and window.p99_ms <= 20.0
 
 
 def test_a_window_of_only_rejections_has_attainment_zero_and_no_percentiles() -> None:
@@ -79,5 +115,5 @@ def test_a_window_of_only_rejections_has_attainment_zero_and_no_percentiles() ->
     stats.rejected_now(5.0)
     stats.rejected_now(5.0, 3)  # the queue's leftovers at shutdown, at once
     window = stats.window(5.0)
-    assert window["rejected"] == 4 and len(stats._events) == 4
-    assert window["slo_attainment"] == 0.0 and window["p50_ms"] is None
+    assert window.rejected == 4 and len(stats._events) == 4
+    assert window.slo_attainment == 0.0 and window.p50_ms is None

@@ -17,9 +17,9 @@ import pytest
 from dartfl.cli.main import main
 from dartfl.errors import ConfigError
 from dartfl.store import RunStore
-from edge_client.broker import free_port
-from server.launch import LocalSuperLink, ManagedProcess, start_process
-from server.remote_run import SuperLinkTarget
+from messaging.brokers import free_port
+from orchestration.flower_processes import LocalSuperLink, ManagedProcess, start_process
+from orchestration.remote_run import SuperLinkTarget
 
 _BIN = Path(sys.executable).parent
 

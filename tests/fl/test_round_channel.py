@@ -19,12 +19,11 @@ from flwr.supercore.task_identity import TaskIdentity
 from dartfl.errors import ConfigError
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent, AgentConfig
-from edge_client.agent_report import build_report
 from edge_client.client_app import app
-from edge_client.fl_config import FlConfig
-from edge_client.fl_records import arrays_to_weights, weights_to_arrays
-from edge_client.model import build_model, get_weights
 from edge_client.round_channel import RoundChannelError, check_local_address, pack, request_round
+from fltask.config import FlConfig
+from fltask.model import build_model, get_weights
+from fltask.records import arrays_to_weights, weights_to_arrays
 
 pytestmark = pytest.mark.integration
 
@@ -41,7 +40,7 @@ def agent() -> Iterator[Agent]:
     agent = Agent.create(config, get_profile("x86-1core"))
     agent.start()
     report: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: report.update(agent.run()), daemon=True)
+    thread = threading.Thread(target=lambda: report.update(agent.run().to_json()), daemon=True)
     thread.start()
     try:
         yield agent
@@ -88,7 +87,7 @@ def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
     # The run's step-samples reached the agent's trainer (its own default is 32).
     assert agent.runtime.trainer.step_samples == 16
     # Telemetry reports the federated round's length, not the agent's own --round-s (60 s).
-    assert build_report(agent)["round"]["length_s"] == CFG.round_deadline_s
+    assert agent.report().round.length_s == CFG.round_deadline_s
     before, after = arrays_to_weights(msg.content["arrays"]), arrays_to_weights(reply.content["arrays"])
     assert set(after) == set(before)
     assert any(not np.array_equal(before[k], after[k]) for k in after)
@@ -99,9 +98,9 @@ def test_a_round_is_trained_by_the_agent_and_returned(agent: Agent) -> None:
         time.sleep(0.1)
     assert agent.runtime.version > version  # the global weights were hot-swapped into serving
     # Between rounds the federated agent serves only.
-    trained = sum(agent.counters.trained_per_task)
+    trained = sum(agent.device.trained_per_task)
     time.sleep(0.6)
-    assert sum(agent.counters.trained_per_task) == trained
+    assert sum(agent.device.trained_per_task) == trained
 
 
 def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> None:

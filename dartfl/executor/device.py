@@ -1,0 +1,345 @@
+"""`DeviceExecutor`: one device's queues, period accounting, rounds and choice of work.
+
+The simulator and the real agent both drive this object, so what a device counts, what its
+policy observes and which work item runs next cannot differ between them:
+
+- `admit` queues a request, or refuses it when its queue is full or the device is closing
+  (a refusal counts as a miss of the period);
+- `tick`, once per control period, folds the period's arrivals into the rate estimates,
+  builds the Observation, lets the policy update and decide, and starts a new period;
+- `next_work`, whenever the device falls free, applies the Allocation: `ShareGate` picks
+  inference or training, inference serves the most urgent task first, and a training step
+  takes the allocated microbatch; `batch_done` and `step_done` take the finished item back
+  with its duration, which is also what the cost model learns from.
+
+Time is passed in on every call (virtual in the simulator, monotonic on the agent). The
+executor takes no locks: a driver with several threads (the agent) serialises its calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from dartfl.attribution import BusyPeriodDelay, is_training_miss
+from dartfl.errors import ConfigError
+from dartfl.estimators import EwmaRates
+from dartfl.executor.admission import earliest_finish_s
+from dartfl.executor.costs import CostModel, StaticCosts
+from dartfl.executor.gate import ShareGate, most_urgent
+from dartfl.executor.rounds import RoundClock
+from dartfl.executor.split import SampleSplitter
+from dartfl.executor.work import InferenceBatch, TrainingStep
+from dartfl.policies.base import Policy
+from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
+
+__all__ = ["Admission", "DeviceExecutor", "ExecutorConfig"]
+
+R = TypeVar("R")
+Admission = Literal["queued", "queue-full", "shutting-down"]
+# Plans a training step on an empty queue from what only a simulator knows (the future).
+StepPlanner = Callable[[float], int]
+
+
+@dataclass(frozen=True)
+class ExecutorConfig:
+    """How the executor accounts. `max_decisions` bounds the decision times it keeps (None:
+    all of them, for a finite simulation); `record_periods` keeps a row per control period;
+    `deadline_admission` refuses a request that cannot be answered within its SLO."""
+
+    period_s: float = 0.25
+    rate_time_constant_s: float = 2.0
+    record_periods: bool = False
+    max_decisions: int | None = None
+    deadline_admission: bool = True  # refuse what cannot make its SLO (dartfl/executor/admission.py)
+
+    def __post_init__(self) -> None:
+        if not self.period_s > 0:
+            raise ConfigError(f"control period must be > 0 s, got {self.period_s}")
+        if self.max_decisions is not None and self.max_decisions < 1:
+            raise ConfigError(f"max_decisions must be >= 1 or None, got {self.max_decisions}")
+
+
+class DeviceExecutor(Generic[R]):
+    """The accounting and the work choice of one device; `R` is the driver's request handle."""
+
+    def __init__(
+        self,
+        tasks: Sequence[TaskSpec],
+        policy: Policy,
+        profile: DeviceProfile,
+        rounds: RoundClock,
+        config: ExecutorConfig | None = None,
+        costs: CostModel | None = None,
+        timer: Callable[[], int] = time.perf_counter_ns,
+    ) -> None:
+        cfg = config or ExecutorConfig()
+        k = len(tasks)
+        if k == 0:
+            raise ConfigError("a device needs at least one task")
+        self.config = cfg
+        self.task_names = tuple(t.name for t in tasks)
+        self.slo_s = tuple(t.slo_s for t in tasks)
+        self.capacity = tuple(t.queue_capacity for t in tasks)
+        self.policy = policy
+        self.profile = profile
+        self.costs: CostModel = costs if costs is not None else StaticCosts(profile, self.task_names)
+        self.rounds = rounds
+        self.timer = timer
+        self.rates = EwmaRates(k, cfg.rate_time_constant_s)
+        self.gate = ShareGate()
+        self.splitter = SampleSplitter(k)
+        # Per task: arrival times and the driver's handles, oldest first (parallel deques).
+        self._times: list[deque[float]] = [deque() for _ in range(k)]
+        self._items: list[deque[R]] = [deque() for _ in range(k)]
+        self.backlog_total = 0
+        self.max_backlog = 0
+        self._arrivals = [0] * k
+        self._misses = [0] * k
+        self._training_misses = [0] * k
+        self.trained_per_task = [0] * k
+        self.inference_busy_s = 0.0
+        self.training_busy_s = 0.0
+        self.last_step_end_s = -math.inf  # when the latest training step ended
+        # Which late answers training caused: the training time of each busy period.
+        self.training_delay = BusyPeriodDelay()
+        self._step_running: tuple[float, float] | None = None  # (start, expected end)
+        # The last refusal's training delay (0: training did not cause it) and its step's start.
+        self.refusal_training_delay_s = 0.0
+        self.refusal_delay_cause_s = math.nan
+        self.busy_until_s = -math.inf  # when the work item running now is expected to end
+        self.past_deadline = 0  # requests refused because they could not make their SLO
+        self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
+        self.periods: dict[str, list[float]] = {
+            key: [] for key in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
+        }
+        self.period_shares: list[tuple[float, ...]] = []
+        self.training_enabled = True  # False: serve only (a federated agent between rounds)
+        self.train_until_s = math.inf  # no training step starts at or after it (a run's horizon)
+        self.closed = False  # shutting down: every new request is refused
+        self.step_planner: StepPlanner | None = None
+        # The first period is a warm-up: with no arrival history yet, serve and do not train.
+        self.alloc = Allocation(1.0, (1.0 / k,) * k, (1.0,) * k, 0, profile.max_batch)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def admit(self, arrival_s: float, task: int, request: R) -> Admission:
+        """Queue `request` of `task`, or refuse it (the caller answers the refusal)."""
+        self._arrivals[task] += 1
+        self.refusal_training_delay_s, self.refusal_delay_cause_s = 0.0, math.nan
+        if self.closed:
+            self._misses[task] += 1
+            return "shutting-down"
+        if len(self._times[task]) >= self.capacity[task] or not self._in_time(arrival_s, task):
+            self._misses[task] += 1  # a rejection counts as a miss
+            return "queue-full"
+        self._times[task].append(arrival_s)
+        self._items[task].append(request)
+        self.training_delay.request_queued(arrival_s)
+        self.backlog_total += 1
+        if self.backlog_total > self.max_backlog:
+            self.max_backlog = self.backlog_total
+        return "queued"
+
+    def _in_time(self, now_s: float, task: int) -> bool:
+        if not self.config.deadline_admission:
+            return True
+        costs = self.costs
+        finish = earliest_finish_s(
+            now_s,
+            self.busy_until_s,
+            task,
+            [len(q) for q in self._times],
+            self.head_deadlines_s(),
+            self.slo_s[task],
+            costs.batch_fixed_s,
+            costs.per_request_s,
+            self.profile.max_batch,
+        )
+        deadline = now_s + self.slo_s[task]
+        if finish <= deadline:
+            return True
+        self.past_deadline += 1
+        delay, cause = self.training_delay.delay_s, self.training_delay.cause_s
+        if self._step_running is not None:
+            start, end = self._step_running
+            delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
+        if delay > 0.0 and finish - delay <= deadline:
+            self._training_misses[task] += 1
+            self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
+        return False
+
+    def backlog(self) -> tuple[int, ...]:
+        return tuple(len(q) for q in self._times)
+
+    def oldest_age_s(self, now_s: float) -> tuple[float, ...]:
+        return tuple(now_s - q[0] if q else 0.0 for q in self._times)
+
+    def head_deadlines_s(self) -> list[float]:
+        return [q[0] + slo if q else math.inf for q, slo in zip(self._times, self.slo_s, strict=True)]
+
+    def close(self) -> None:
+        """Refuse every request from now on; what is queued stays to be served or drained."""
+        self.closed = True
+
+    def drain(self) -> list[tuple[int, R]]:
+        """Remove everything still queued, as (task, request), to refuse it."""
+        left = [(k, r) for k, items in enumerate(self._items) for r in items]
+        for times, items in zip(self._times, self._items, strict=True):
+            times.clear()
+            items.clear()
+        self.backlog_total = 0
+        return left
+
+    # -- the control period -----------------------------------------------------------------------
+
+    @property
+    def period_arrivals(self) -> tuple[int, ...]:
+        """Arrivals per task since the last tick (rejected ones included)."""
+        return tuple(self._arrivals)
+
+    def observation(self, now_s: float) -> Observation:
+        costs, rounds = self.costs, self.rounds
+        return Observation(
+            now_s=now_s,
+            period_s=self.config.period_s,
+            backlog=self.backlog(),
+            oldest_age_s=self.oldest_age_s(now_s),
+            arrivals_since_last=tuple(self._arrivals),
+            slo_misses_since_last=tuple(self._misses),
+            training_misses_since_last=tuple(self._training_misses),
+            arrival_rate_per_s=self.rates.rates_per_s,
+            slo_s=self.slo_s,
+            batch_fixed_s=costs.batch_fixed_s,
+            per_request_s=costs.per_request_s,
+            max_batch=self.profile.max_batch,
+            microbatch_fixed_s=costs.microbatch_fixed_s,
+            per_sample_s=costs.per_sample_s,
+            max_microbatch=self.profile.training.max_microbatch,
+            round_start_s=rounds.start_s,
+            round_deadline_s=rounds.deadline_s,
+            round_target_samples=rounds.target,
+            round_trained_samples=rounds.trained,
+        )
+
+    def tick(self, now_s: float, elapsed_s: float | None = None) -> Allocation:
+        """End the control period at `now_s` (it lasted `elapsed_s`, the nominal period if
+        None) and decide the next one's allocation."""
+        self.rates.update(self._arrivals, self.config.period_s if elapsed_s is None else elapsed_s)
+        obs = self.observation(now_s)
+        started = self.timer()
+        self.policy.update(obs)
+        alloc = self.policy.decide(obs)
+        self.decision_ns.append(self.timer() - started)
+        self.alloc = alloc
+        k = len(self._arrivals)
+        self._arrivals, self._misses, self._training_misses = [0] * k, [0] * k, [0] * k
+        if self.config.record_periods:
+            rec = self.periods
+            rec["t_s"].append(now_s)
+            rec["backlog"].append(self.backlog_total)
+            rec["inference_share"].append(alloc.inference_share)
+            rec["microbatch"].append(alloc.microbatch)
+            rec["max_batch"].append(alloc.max_batch)
+            rec["trained"].append(sum(self.trained_per_task))
+            self.period_shares.append(alloc.task_shares)
+        return alloc
+
+    def close_due_rounds(self, now_s: float) -> None:
+        """Close the periodic FL rounds that have ended by `now_s`."""
+        self.rounds.close_due(now_s)
+
+    # -- work -------------------------------------------------------------------------------------
+
+    def training_open(self, now_s: float) -> bool:
+        return self.training_enabled and now_s < self.train_until_s and self.alloc.microbatch > 0
+
+    def next_work(self, now_s: float) -> InferenceBatch[R] | TrainingStep | None:
+        """The work item to run now that the device is free (None: stay idle)."""
+        alloc = self.alloc
+        training_open = self.training_open(now_s)
+        if self.backlog_total == 0:
+            self.training_delay.device_free_and_empty()
+        if self.gate.should_serve(self.backlog_total, alloc.inference_share, training_open):
+            return self.take_batch(now_s, alloc.max_batch)
+        if not training_open:
+            return None
+        m = alloc.microbatch
+        if self.step_planner is not None and self.backlog_total == 0:
+            m = self.step_planner(now_s)
+        if m <= 0:
+            return None
+        costs = self.costs
+        self.busy_until_s = now_s + costs.microbatch_fixed_s + costs.per_sample_s * m
+        self._step_running = (now_s, self.busy_until_s)
+        return TrainingStep(m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s)
+
+    def take_batch(self, now_s: float, max_batch: int) -> InferenceBatch[R] | None:
+        """A batch of at most `max_batch` from the most urgent task's queue (None if all empty)."""
+        task = most_urgent(self.head_deadlines_s())
+        if task < 0:
+            return None
+        times, items = self._times[task], self._items[task]
+        size = min(len(times), max_batch)
+        delay = self.training_delay
+        batch = InferenceBatch(
+            task,
+            [items.popleft() for _ in range(size)],
+            [times.popleft() for _ in range(size)],
+            now_s,
+            delay.delay_s,
+            delay.cause_s,
+        )
+        self.backlog_total -= size
+        costs = self.costs
+        self.busy_until_s = now_s + costs.batch_fixed_s[task] + costs.per_request_s[task] * size
+        return batch
+
+    def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> None:
+        """The batch was answered at `now_s` after running `duration_s`."""
+        k = batch.task
+        slo, delay = self.slo_s[k], batch.training_delay_s
+        for arrived in batch.arrivals_s:
+            if now_s - arrived > slo:
+                self._misses[k] += 1
+                if is_training_miss(now_s - arrived, slo, delay):
+                    self._training_misses[k] += 1
+        self.gate.served(duration_s)
+        self.inference_busy_s += duration_s
+        self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
+
+    def step_done(
+        self,
+        step: TrainingStep,
+        now_s: float,
+        duration_s: float,
+        samples_per_task: Sequence[int] | None = None,
+    ) -> Sequence[int]:
+        """The step ended at `now_s` after `duration_s`; returns its samples per task.
+
+        A driver that trained real samples passes their split; otherwise the executor splits
+        the step by the task shares in force now, with carry-over (`SampleSplitter`)."""
+        if samples_per_task is None:
+            samples_per_task = self.splitter.split(step.samples, self.alloc.task_shares)
+        for k, got in enumerate(samples_per_task):
+            self.trained_per_task[k] += got
+        self.rounds.trained += step.samples
+        self.gate.trained(duration_s, step.inference_share)
+        self.training_busy_s += duration_s
+        self.last_step_end_s = now_s
+        self.training_delay.step_ended(now_s, step.started_s)
+        self._step_running = None
+        self.costs.observe_step(step.samples, duration_s)
+        return samples_per_task
+
+    # -- reports ----------------------------------------------------------------------------------
+
+    def decision_us(self) -> npt.NDArray[np.float64]:
+        return np.asarray(self.decision_ns, dtype=np.float64) / 1e3

@@ -1,0 +1,140 @@
+"""Replies to requests (docs/protocol.md): an answer, a rejection or an error, encoded by the
+device and decoded strictly by the requester."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dartfl.errors import InputError
+from dartfl.protocol.jsonwire import Failure, check_version, dumps, finite, parse_object, refuse, short
+from dartfl.protocol.topics import (
+    ERROR_CODES,
+    MAX_DETAIL_CHARS,
+    MAX_REQUEST_BYTES,
+    PROTOCOL_VERSION,
+    REJECT_REASONS,
+    RejectReason,
+    ReplyStatus,
+)
+
+__all__ = ["Reply", "decode_reply", "encode_error", "encode_rejection", "encode_reply"]
+
+
+# --- replies --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A decoded reply. Fields that the status does not use are None."""
+
+    id: str | None
+    status: ReplyStatus
+    task: str | None = None
+    label: int | None = None
+    latency_ms: float | None = None
+    model_version: str | None = None
+    reason: str | None = None
+    code: str | None = None
+    detail: str | None = None
+
+
+def encode_reply(
+    request_id: str, task: str, label: int, latency_ms: float, model_version: str | int
+) -> bytes:
+    """An answer: `latency_ms` is measured on the device, queue wait + service; the model
+    version goes on the wire as a string."""
+    if isinstance(label, bool) or not isinstance(label, int | np.integer):
+        raise InputError(f"label must be an integer, got {short(label)}")
+    if not (math.isfinite(latency_ms) and latency_ms >= 0):
+        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
+    return dumps(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": request_id,
+            "task": task,
+            "status": "ok",
+            "label": int(label),
+            "latency_ms": float(latency_ms),
+            "model_version": str(model_version),
+        }
+    )
+
+
+def encode_rejection(request_id: str, reason: RejectReason, *, task: str | None = None) -> bytes:
+    """The request was well formed but not admitted (bounded queue full, or shutting down)."""
+    if reason not in REJECT_REASONS:
+        raise InputError(f"rejection reason {reason!r} is not one of {sorted(REJECT_REASONS)}")
+    return dumps(
+        {"v": PROTOCOL_VERSION, "id": request_id, "task": task, "status": "rejected", "reason": reason}
+    )
+
+
+def encode_error(request_id: str | None, code: str, detail: str, *, task: str | None = None) -> bytes:
+    """The request was malformed; `code` is one of ERROR_CODES (from RequestError.code).
+    `request_id` is None when the payload did not yield one."""
+    if code not in ERROR_CODES:
+        raise InputError(f"error code {code!r} is not one of {sorted(ERROR_CODES)}")
+    return dumps(
+        {
+            "v": PROTOCOL_VERSION,
+            "id": request_id,
+            "task": task,
+            "status": "error",
+            "code": code,
+            "detail": detail[:MAX_DETAIL_CHARS],
+        }
+    )
+
+
+def _opt(obj: Mapping[str, Any], name: str, kind: type) -> Any:
+    """An optional reply field of type `kind` (float: any finite number), or None."""
+    value = obj.get(name)
+    if value is None:
+        return None
+    if kind is float:
+        number = finite(value)
+        if number is None or number < 0:
+            refuse("bad-field", f"reply field {name!r} must be a finite number >= 0, got {short(value)}")
+        return number
+    if type(value) is not kind:
+        refuse("bad-field", f"reply field {name!r} must be {kind.__name__}, got {short(value)}")
+    return value
+
+
+def _model_version(value: object) -> str | None:
+    if value is None or type(value) is str:
+        return value
+    if type(value) is int:  # lenient: an integer version reads as its string
+        return str(value)
+    refuse("bad-field", f"reply field 'model_version' must be a string, got {short(value)}")
+
+
+def decode_reply(payload: bytes) -> Reply:
+    """Decode a reply (requester side). Raises ProtocolError, and nothing else, for any input."""
+    fail = Failure(None, None)
+    obj = parse_object(payload, MAX_REQUEST_BYTES, fail)
+    check_version(obj, fail)
+    status = obj.get("status")
+    if status not in ("ok", "rejected", "error"):
+        refuse("bad-field", f"reply status must be ok, rejected or error, got {short(status)}")
+    reply = Reply(
+        id=_opt(obj, "id", str),
+        status=status,
+        task=_opt(obj, "task", str),
+        label=_opt(obj, "label", int),
+        latency_ms=_opt(obj, "latency_ms", float),
+        model_version=_model_version(obj.get("model_version")),
+        reason=_opt(obj, "reason", str),
+        code=_opt(obj, "code", str),
+        detail=_opt(obj, "detail", str),
+    )
+    required = {"ok": ("id", "label"), "rejected": ("id", "reason"), "error": ("code",)}[status]
+    for name in required:
+        if getattr(reply, name) is None:
+            refuse("missing-field", f"{status} reply lacks {name!r}")
+    return reply

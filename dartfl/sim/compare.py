@@ -1,0 +1,56 @@
+"""Policies side by side: every policy simulated on the same arrivals with the same seed, and
+summarised by the one metrics code (`dartfl sim`, the benchmarks and the experiments)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dartfl.arrivals import Arrivals
+from dartfl.metrics import RunRecord, summarize
+from dartfl.policies import make_policy
+from dartfl.sim.device import SimConfig, simulate
+from dartfl.store import to_jsonable
+from dartfl.types import DeviceProfile, TaskSpec
+
+__all__ = ["Comparison", "compare_policies", "task_specs"]
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One record and one JSON-ready summary per policy, in the order asked for."""
+
+    records: list[RunRecord]
+    summaries: list[dict[str, Any]]
+
+
+def task_specs(arrivals: Arrivals, slo_s: float, queue_capacity: int = 1024) -> list[TaskSpec]:
+    """The same SLO and queue bound for every task of `arrivals`."""
+    return [TaskSpec(name, slo_s, queue_capacity) for name in arrivals.task_names]
+
+
+def compare_policies(
+    arrivals: Arrivals,
+    profile: DeviceProfile,
+    tasks: Sequence[TaskSpec],
+    specs: Sequence[str],
+    config: SimConfig | None = None,
+    loss_weighting: str | None = None,
+    *,
+    seed: int = 1,
+    on_policy: Callable[[str], None] | None = None,
+) -> Comparison:
+    """Simulate every policy of `specs` on `arrivals`; `on_policy(name)` is told before each."""
+    policies = [make_policy(spec, loss_weighting) for spec in specs]  # fail fast on a bad name
+    records: list[RunRecord] = []
+    summaries: list[dict[str, Any]] = []
+    for policy in policies:
+        if on_policy is not None:
+            on_policy(policy.name)
+        record = simulate(arrivals, profile, tasks, policy, config, np.random.default_rng(seed))
+        records.append(record)
+        summaries.append(to_jsonable(summarize(record, burst_threshold=profile.max_batch)))
+    return Comparison(records, summaries)

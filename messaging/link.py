@@ -1,0 +1,407 @@
+"""A thin paho-mqtt wrapper shared by the device agent and the replayer.
+
+One `MqttLink` = one paho client with its network loop on a background thread
+(`loop_start`), automatic reconnect with re-subscription, and incoming messages converted at
+this edge into `Message` values. Always paho's VERSION2 callback API (a bare `Client()`
+silently selects the old VERSION1 signatures).
+
+`on_message` runs on paho's network thread: keep it short (decode and enqueue). An exception
+in it is logged and the link keeps running.
+
+`mqtts://` URLs use TLS (messaging.tls) with an `MqttSecurity`'s files and login. A TLS
+failure that retrying cannot fix (wrong CA, host name mismatch, no client certificate) or a
+refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause; a
+subscription the broker refuses, with an `MqttAclError` naming the topic. Under MQTT 5 a
+publish the broker refuses is logged and kept as `MqttLink.refusal` (messaging.refusals).
+
+A logged-in client's id is its account's name, as the shipped broker makes it
+(`use_username_as_clientid`): one account is one connection, on every broker.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import sys
+import threading
+from collections.abc import Callable, Sequence
+from types import TracebackType
+from typing import Any, Final
+
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+from dartfl.errors import ConfigError
+from messaging.brokers import parse_broker_address
+from messaging.errors import MqttAclError, MqttConnectError, MqttSecurityError
+from messaging.messages import Message, Will, message_from_paho
+from messaging.refusals import Drops, PublishRefusals, Refusal, refused_subscription
+from messaging.security import MqttSecurity
+from messaging.tls import FailedAttempts, apply_security
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "MQTT_V5",
+    "MQTT_V311",
+    "Message",
+    "MqttAclError",
+    "MqttConnectError",
+    "MqttLink",
+    "MqttSecurityError",
+    "Will",
+    "connect",
+]
+
+MQTT_V311: Final = "3.1.1"
+MQTT_V5: Final = "5"
+_PROTOCOLS: Final = {
+    MQTT_V311: paho.MQTTv311,
+    MQTT_V5: paho.MQTTv5,
+    paho.MQTTv311: paho.MQTTv311,
+    paho.MQTTv5: paho.MQTTv5,
+}
+# Outgoing QoS>0 messages paho keeps while the broker is away: bounded memory on a device.
+# Messages paho may hold while the broker has not acknowledged them: beyond it `publish` fails
+# (it returns False) instead of growing memory; a sender must count that, not ignore it.
+MAX_QUEUED_OUTGOING: Final = 10_000
+RECONNECT_MIN_S: Final = 1
+RECONNECT_MAX_S: Final = 10
+
+# What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
+_AUTH_REFUSALS = ("not authorized", "bad user name or password")
+
+
+def _set_nodelay(client: paho.Client, userdata: Any, sock: Any) -> None:
+    """Requests and replies are single small packets: with Nagle's algorithm against the
+    peer's delayed ACK each hop would wait ~40 ms. paho leaves Nagle on, so turn it off."""
+    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+class MqttLink:
+    """A connected client; build it with `connect()`. Thread-safe publish and subscribe."""
+
+    def __init__(
+        self,
+        client: paho.Client,
+        protocol: int,
+        on_message: Callable[[Message], None],
+        subscriptions: Sequence[tuple[str, int]],
+        label: str,
+        attempts: FailedAttempts | None = None,
+        account: str | None = None,
+    ) -> None:
+        self._client = client
+        self._protocol = protocol
+        self._on_message = on_message
+        self._subscriptions: dict[str, int] = dict(subscriptions)
+        self._label = label
+        self._cond = threading.Condition()
+        self._connected = False
+        self._ready = False  # connected and the standing subscriptions acknowledged
+        self._failure: str | None = None
+        self._failure_kind: type[MqttConnectError] = MqttConnectError
+        self._ever_ready = False
+        self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
+        self._initial_mid: int | None = None
+        self._initial_topics: list[str] = []
+        self._acked: dict[int, Refusal | None] = {}  # mid -> what was refused, for subscribe()
+        self._pending: dict[int, str] = {}  # mid -> topic of a subscribe() not yet answered
+        self._account = account
+        self._refusals = PublishRefusals(label, account) if protocol == paho.MQTTv5 else None
+        self._drops = Drops(label, account)
+        self._closed = False
+        self._last_sent: paho.MQTTMessageInfo | None = None
+        # Called on paho's thread each time the link is ready again after a reconnect.
+        self.on_reconnected: Callable[[], None] | None = None
+        client.on_connect = self._handle_connect
+        client.on_disconnect = self._handle_disconnect
+        client.on_subscribe = self._handle_subscribe
+        client.on_message = self._handle_message
+        if self._refusals is not None:
+            client.on_publish = self._handle_publish
+        # Why an attempt failed reaches us only here: a refused or failed TLS connect through
+        # on_connect_fail (called while paho handles the exception, so sys.exc_info() has
+        # it), a TLS alert after the handshake as paho's error-level log line. on_log is
+        # dropped once ready: paho formats a line per packet while it is set.
+        client.on_connect_fail = self._handle_connect_fail
+        client.on_log = self._handle_log
+
+    @property
+    def connected(self) -> bool:
+        return self._connected
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """The first publish the broker refused (MQTT 5 only; None under 3.1.1, where a broker
+        acknowledges a refused publish like any other)."""
+        return None if self._refusals is None else self._refusals.first
+
+    # -- paho callbacks (network thread) --
+
+    def _handle_connect(
+        self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
+    ) -> None:
+        if reason.is_failure:
+            hint, kind = "", MqttConnectError
+            if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
+                hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+            elif str(reason).lower() in _AUTH_REFUSALS:
+                hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
+                kind = MqttSecurityError
+            with self._cond:
+                self._failure = f"broker refused the connection: {reason}{hint}"
+                self._failure_kind = kind
+                self._cond.notify_all()
+            log.warning("%s: connection refused: %s", self._label, reason)
+            return
+        with self._cond:
+            self._connected = True
+            subs = list(self._subscriptions.items())
+        if not subs:
+            self._mark_ready()
+            return
+        _, mid = client.subscribe(subs)
+        with self._cond:
+            self._initial_mid, self._initial_topics = mid, [t for t, _ in subs]
+        log.info("%s: connected; subscribing to %s", self._label, [t for t, _ in subs])
+
+    def _handle_disconnect(
+        self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
+    ) -> None:
+        with self._cond:
+            self._connected = False
+            self._ready = False
+            self._cond.notify_all()
+        if not self._closed and not self._drops.lost(reason):
+            log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
+
+    def _handle_subscribe(
+        self, client: paho.Client, userdata: Any, mid: int, reasons: list[Any], properties: Any
+    ) -> None:
+        with self._cond:
+            initial = mid == self._initial_mid
+            topics = self._initial_topics if initial else [self._pending.get(mid, "?")]
+        refusal = refused_subscription(topics, reasons, self._account)
+        if initial and refusal is None:
+            self._mark_ready()
+            return
+        with self._cond:
+            if not initial:
+                self._acked[mid] = refusal
+            elif self._ever_ready:  # refused again after a reconnect: nobody waits to hear it
+                log.error("%s: %s", self._label, refusal)
+            else:
+                self._failure, self._failure_kind = str(refusal), MqttAclError
+            self._cond.notify_all()
+
+    def _mark_ready(self) -> None:
+        with self._cond:
+            again = self._ever_ready
+            self._ready = self._ever_ready = True
+            self._cond.notify_all()
+        self._client.on_log = None
+        if again and self.on_reconnected is not None:
+            # paho's thread; publishing from here only queues. A broker that restarted without
+            # persistence lost the retained status, and after a dropped link the last will
+            # "offline" is retained while the device serves again: the owner republishes.
+            try:
+                self.on_reconnected()
+            except Exception:
+                log.exception("%s: on_reconnected failed", self._label)
+
+    def _handle_connect_fail(self, client: paho.Client, userdata: Any) -> None:
+        error = sys.exc_info()[1]
+        self._note_failed_attempt(str(error) if error is not None else "connection failed")
+
+    def _handle_log(self, client: paho.Client, userdata: Any, level: int, text: str) -> None:
+        if level == paho.MQTT_LOG_ERR and "SSL" in text:
+            self._note_failed_attempt(text)
+
+    def _note_failed_attempt(self, detail: str) -> None:
+        with self._cond:
+            if self._ever_ready or self._failure is not None:
+                return
+            permanent = self._attempts.note(detail)
+            if permanent is not None:
+                self._failure, self._failure_kind = permanent, MqttSecurityError
+                self._cond.notify_all()
+        log.debug("%s: connection attempt failed: %s", self._label, detail)
+
+    def _handle_publish(
+        self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any
+    ) -> None:
+        if self._refusals is not None:
+            self._refusals.acked(mid, reason)
+
+    def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
+        try:
+            self._on_message(message_from_paho(msg))
+        except Exception:  # one bad handler call must not stop the network thread
+            log.exception("%s: on_message failed for a message on %s", self._label, msg.topic)
+
+    # -- API --
+
+    def wait_ready(self, timeout: float) -> None:
+        """Block until connected with subscriptions acknowledged, or raise MqttConnectError."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._ready or self._failure is not None, timeout)
+            if self._failure is not None:
+                raise self._failure_kind(f"{self._label}: {self._failure}")
+            if not self._ready:
+                last = f" (last attempt: {self._attempts.last})" if self._attempts.last else ""
+                raise MqttConnectError(
+                    f"{self._label}: not connected and subscribed within {timeout} s{last}"
+                )
+
+    def publish(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int = 1,
+        *,
+        retain: bool = False,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+        content_type: str | None = None,
+    ) -> bool:
+        """Send (or, for QoS > 0 while reconnecting, queue) a message. False if it was dropped:
+        QoS 0 while disconnected, or the outgoing queue is full. The MQTT 5 properties are
+        ignored under 3.1.1."""
+        props = None
+        if self._protocol == paho.MQTTv5 and (
+            response_topic is not None or correlation_data is not None or content_type is not None
+        ):
+            props = Properties(PacketTypes.PUBLISH)
+            if response_topic is not None:
+                props.ResponseTopic = response_topic
+            if correlation_data is not None:
+                props.CorrelationData = correlation_data
+            if content_type is not None:
+                props.ContentType = content_type
+        info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
+        if info.rc == paho.MQTT_ERR_SUCCESS or (info.rc == paho.MQTT_ERR_NO_CONN and qos > 0):
+            if qos > 0:
+                self._last_sent = info
+                if self._refusals is not None:
+                    self._refusals.sent(info.mid, topic)
+            return True
+        log.debug("%s: publish to %s dropped: %s", self._label, topic, paho.error_string(info.rc))
+        return False
+
+    def subscribe(self, topic: str, qos: int = 1, timeout: float = 5.0) -> None:
+        """Add a standing subscription (kept across reconnects) and wait for the broker's ack."""
+        with self._cond:
+            self._subscriptions[topic] = qos
+            # paho may call back before subscribe() returns the id: hold the condition's lock
+            # (the callback waits on it) until the id is noted.
+            rc, mid = self._client.subscribe(topic, qos)
+            if mid is not None:
+                self._pending[mid] = topic
+        if rc != paho.MQTT_ERR_SUCCESS or mid is None:
+            raise MqttConnectError(
+                f"{self._label}: cannot subscribe to {topic!r} now: {paho.error_string(rc)}"
+            )
+        with self._cond:
+            answered = self._cond.wait_for(lambda: mid in self._acked, timeout)
+            refusal = self._acked.pop(mid, None)
+            self._pending.pop(mid, None)
+        if not answered:
+            raise MqttConnectError(f"{self._label}: no SUBACK for {topic!r} within {timeout} s")
+        if refusal is not None:
+            raise MqttAclError(f"{self._label}: {refusal}")
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until the broker has acknowledged the last QoS > 0 message (and so, in order,
+        the ones before it). Call before `close()` when replies must not be lost."""
+        info = self._last_sent
+        if info is None or info.is_published():
+            return True
+        try:
+            info.wait_for_publish(timeout)
+        except (ValueError, RuntimeError):  # not connected any more: nothing left to wait for
+            return False
+        return info.is_published()
+
+    def close(self) -> None:
+        """Disconnect cleanly (the broker then drops the last will) and stop the thread."""
+        if self._closed:
+            return
+        self._closed = True
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def __enter__(self) -> MqttLink:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+def connect(
+    url: str,
+    client_id: str,
+    *,
+    on_message: Callable[[Message], None],
+    subscriptions: Sequence[tuple[str, int]] = (),
+    will: Will | None = None,
+    protocol: str | int = MQTT_V311,
+    timeout: float = 5.0,
+    keepalive_s: int = 30,
+    security: MqttSecurity | None = None,
+) -> MqttLink:
+    """Connect to `url` (mqtt://host:port, or mqtts://host:port for TLS), subscribe, and
+    return once the broker has acknowledged both; raise MqttConnectError if that takes longer
+    than `timeout` seconds, MqttSecurityError (a ConfigError) at once when TLS or the login
+    cannot work (MqttAclError: a subscription refused), ConfigError for unusable `security`.
+
+    `client_id` is for an anonymous client; a logged-in one is its account's name.
+
+    `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
+    (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
+    requests that arrive while a device is away are not kept for it.
+    """
+    address = parse_broker_address(url)
+    security = security or MqttSecurity()
+    security.check(url, tls=address.tls)
+    if protocol not in _PROTOCOLS:
+        raise ConfigError(
+            f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
+        )
+    version = _PROTOCOLS[protocol]
+    # The shipped broker names a logged-in client after its account, so that no account can
+    # take over another's connection: so do we, and two processes on one account behave
+    # alike on every broker (each closes the other's connection, see _handle_disconnect).
+    client_id = security.username or client_id
+    client = paho.Client(
+        CallbackAPIVersion.VERSION2,
+        client_id=client_id,
+        protocol=version,
+        clean_session=True if version == paho.MQTTv311 else None,
+    )
+    client.on_socket_open = _set_nodelay
+    client.max_queued_messages_set(MAX_QUEUED_OUTGOING)
+    client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
+    apply_security(client, security, tls=address.tls)
+    if will is not None:
+        client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+    scheme = "mqtts" if address.tls else "mqtt"
+    label = f"{scheme} {client_id}@{address.host}:{address.port}"
+    attempts = FailedAttempts(f"{address.host}:{address.port}", security, tls=address.tls)
+    link = MqttLink(client, version, on_message, subscriptions, label, attempts, security.username)
+    if version == paho.MQTTv5:
+        client.connect_async(address.host, address.port, keepalive_s, clean_start=True)
+    else:
+        client.connect_async(address.host, address.port, keepalive_s)
+    client.loop_start()
+    try:
+        link.wait_ready(timeout)
+    except MqttConnectError:
+        link.close()
+        raise
+    return link

@@ -1,0 +1,29 @@
+"""Every federated run-config key is documented, with the default pyproject.toml gives it."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import fields
+from pathlib import Path
+
+from fltask.config import FlConfig
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_run_config_key_is_documented_with_its_default() -> None:
+    table = (ROOT / "docs/fl-config.md").read_text()
+    rows = {
+        m.group(1): m.group(2).strip().strip("`")
+        for m in re.finditer(r"^\| `([a-z0-9-]+)` \| ([^|]+) \|", table, re.M)
+    }
+    defaults = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    keys = {f.name.replace("_", "-") for f in fields(FlConfig)}
+    assert set(rows) == keys == set(defaults)
+    for key, documented in rows.items():
+        value = defaults[key]
+        if isinstance(value, str):
+            assert documented == (value or '""'), key
+        else:
+            assert float(documented) == float(value), key

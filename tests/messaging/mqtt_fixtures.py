@@ -1,0 +1,156 @@
+"""Helpers for tests that need a real MQTT broker: broker starters, a tiny echo device and a
+requester, all speaking dartfl.protocol over messaging.link. Logged in, each one's client id
+and (for the requester) reply namespace is its account's name.
+
+Import explicitly (`from tests.messaging import mqtt_fixtures as fx`) and wrap the
+generators in a local fixture; nothing here is collected or auto-loaded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import time
+from collections.abc import Collection, Iterator
+
+import numpy as np
+
+from dartfl import protocol
+from messaging.brokers import BrokerHandle, start_embedded_broker, start_mosquitto
+from messaging.link import MQTT_V311, Message, MqttLink, connect
+from messaging.security import MqttSecurity
+
+__all__ = ["EchoDevice", "Requester", "embedded_broker", "expected_label", "mosquitto_broker"]
+
+
+def mosquitto_broker() -> Iterator[BrokerHandle]:
+    """A private Mosquitto on a free loopback port; raises (never skips) if it cannot start."""
+    with start_mosquitto() as broker:
+        yield broker
+
+
+def embedded_broker() -> Iterator[BrokerHandle]:
+    """A private in-process amqtt broker on a free loopback port."""
+    with start_embedded_broker() as broker:
+        yield broker
+
+
+def expected_label(image: np.ndarray) -> int:
+    """The echo device's 'model': a deterministic function of the pixels."""
+    return int(image.astype(np.int64).sum()) % 10
+
+
+class EchoDevice:
+    """A stand-in device: decodes each request, answers `expected_label`, and answers malformed
+    requests with error replies, exactly as the agent must."""
+
+    def __init__(
+        self,
+        url: str,
+        device: str,
+        tasks: Collection[str],
+        *,
+        protocol_version: str = MQTT_V311,
+        security: MqttSecurity | None = None,
+    ) -> None:
+        self.device = device
+        self.tasks = frozenset(tasks)
+        self.link: MqttLink = connect(
+            url,
+            f"echo-{device}",
+            on_message=self._on_message,
+            subscriptions=[(protocol.request_subscription(device), protocol.REQUEST_QOS)],
+            protocol=protocol_version,
+            security=security,
+        )
+
+    def _on_message(self, msg: Message) -> None:
+        received = time.perf_counter()
+        try:
+            _, task = protocol.parse_request_topic(msg.topic)
+            request = protocol.decode_request(
+                msg.payload,
+                task,
+                self.tasks,
+                response_topic=msg.response_topic,
+                correlation_data=msg.correlation_data,
+            )
+        except protocol.RequestError as err:
+            if err.reply_to is not None:
+                body = protocol.encode_error(err.correlation_id, err.code, err.detail)
+                self.link.publish(
+                    err.reply_to, body, protocol.REPLY_QOS, correlation_data=msg.correlation_data
+                )
+            return
+        latency_ms = (time.perf_counter() - received) * 1e3
+        body = protocol.encode_reply(request.id, task, expected_label(request.image), latency_ms, "echo-1")
+        self.link.publish(
+            request.reply_to, body, protocol.REPLY_QOS, correlation_data=request.correlation_data
+        )
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class Requester:
+    """Sends one request at a time and waits for its reply on a private reply topic."""
+
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        *,
+        protocol_version: str = MQTT_V311,
+        security: MqttSecurity | None = None,
+    ) -> None:
+        # Under the reply rule: the account's own reply namespace when logged in.
+        account = security.username if security is not None else None
+        self.reply_to = protocol.reply_topic(account or name)
+        self._inbox: queue.Queue[tuple[float, Message]] = queue.Queue()
+        self._ids = itertools.count()
+        self.link = connect(
+            url,
+            f"req-{name}",
+            on_message=lambda m: self._inbox.put((time.perf_counter(), m)),
+            subscriptions=[(self.reply_to, protocol.REPLY_QOS)],
+            protocol=protocol_version,
+            security=security,
+        )
+
+    def send_raw(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        response_topic: str | None = None,
+        correlation_data: bytes | None = None,
+    ) -> float:
+        """Publish `payload` as is (MQTT 5 properties optional); returns the send time."""
+        sent = time.perf_counter()
+        accepted = self.link.publish(
+            topic,
+            payload,
+            protocol.REQUEST_QOS,
+            response_topic=response_topic,
+            correlation_data=correlation_data,
+        )
+        if not accepted:
+            raise RuntimeError(f"request to {topic} was not accepted by the MQTT client")
+        return sent
+
+    def wait_reply(self, timeout_s: float = 5.0) -> tuple[float, Message]:
+        """The next message on the reply topic: (receive time, message)."""
+        return self._inbox.get(timeout=timeout_s)
+
+    def ask(self, device: str, task: str, image: np.ndarray) -> tuple[protocol.Reply, float]:
+        """One request/reply round trip: the decoded reply and the round-trip time in s."""
+        request_id = f"q{next(self._ids)}"
+        payload = protocol.encode_request(request_id, image, self.reply_to, sent_at=time.time())
+        sent = self.send_raw(protocol.request_topic(device, task), payload)
+        received, msg = self.wait_reply()
+        reply = protocol.decode_reply(msg.payload)
+        assert reply.id == request_id, f"reply {reply.id} for request {request_id}"
+        return reply, received - sent
+
+    def close(self) -> None:
+        self.link.close()
