@@ -87,7 +87,7 @@ class ModelRuntime:
             {n: t.num_classes for n, t in tasks.items()}, width=config.width, seed=config.seed
         )
         versions = ModelVersions(model_dir)
-        engine = _serve_newest(versions, model, config.inference_threads)
+        engine = _serve_newest(versions, model, config)
         trainer = Trainer(model, tasks, seed=config.seed)
         return cls(config, tasks, model, trainer, engine, versions)
 
@@ -232,7 +232,8 @@ class ModelRuntime:
             training=TrainingCost(a_t, c_t, MAX_MICROBATCH),
             task_inference=overrides,
             description=f"measured by dartfl edge profile (width {self.config.width}, "
-            f"{self.config.inference_threads} inference / {self.config.training_threads} training threads)",
+            f"{self.config.inference_threads} inference / {self.config.training_threads} training threads, "
+            f"inference on {self.engine.provider})",
         )
 
     def close(self) -> None:
@@ -257,14 +258,22 @@ def _crossing_microbatch_s(
     return float(trainer.train_microbatch(m, shares, weights).duration_s)
 
 
-def _serve_newest(versions: ModelVersions, model: MultitaskCNN, threads: int) -> InferenceEngine:
+def _serve_newest(versions: ModelVersions, model: MultitaskCNN, config: AgentConfig) -> InferenceEngine:
     """An engine on the newest complete version, whose weights `model` takes on (training
     resumes from them); with none, `model`'s fresh weights exported as the next version."""
     from edge_client.inference import InferenceEngine, export_onnx
     from fltask.model import set_weights
 
+    def engine_on(directory: Path) -> InferenceEngine:
+        return InferenceEngine(
+            directory,
+            threads=config.inference_threads,
+            provider=config.ort_provider,
+            strict_provider=config.ort_strict,
+        )
+
     def load(directory: Path, weights: dict[str, np.ndarray]) -> InferenceEngine:
-        engine = InferenceEngine(directory, threads=threads)  # ModelLoadError: damaged
+        engine = engine_on(directory)  # ModelLoadError: damaged
         try:
             set_weights(model, weights)
         except InputError as exc:  # intact files of another model: the flags changed
@@ -279,4 +288,4 @@ def _serve_newest(versions: ModelVersions, model: MultitaskCNN, threads: int) ->
     if version > 1:
         log.warning("no complete model version in %s: serving fresh weights as v%d", versions.root, version)
     export_onnx(model, versions.path(version), version=version)
-    return InferenceEngine(versions.path(version), threads=threads)
+    return engine_on(versions.path(version))

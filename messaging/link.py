@@ -13,7 +13,8 @@ failure that retrying cannot fix (wrong CA, host name mismatch, no client certif
 refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause; a
 subscription the broker refuses, with an `MqttAclError` naming the topic; a CONNACK saying the
 broker does not speak the MQTT version, or a broker that takes the connection and stays silent
-after an MQTT 5 CONNECT (CONNACK_WAIT_S), with an `MqttVersionError`. Under MQTT 5 a publish
+after an MQTT 5 CONNECT (CONNACK_WAIT_S) or closes it twice before answering, with an
+`MqttVersionError`. Under MQTT 5 a publish
 the broker refuses is logged and kept as `MqttLink.refusal` (messaging.refusals).
 
 A broker that is not up (connection refused, unreachable, "server unavailable") is retried,
@@ -91,6 +92,7 @@ MAX_QUEUED_OUTGOING: Final = 10_000
 RECONNECT_MIN_S: Final = 1
 RECONNECT_MAX_S: Final = 2
 _WAIT_SLICE_S: Final = 0.25  # how often a wait looks at its stop event
+_CLOSES_MEAN_NO_V5: Final = 2  # MQTT 5 connections closed before a CONNACK, in a row
 CONNACK_WAIT_S: Final = 5.0  # a broker silent this long after an MQTT 5 CONNECT does not speak it
 
 # What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
@@ -131,6 +133,7 @@ class MqttLink:
         self._failure_kind: type[MqttConnectError] = MqttConnectError
         self._ever_ready = False
         self._opened_at: float | None = None  # when this attempt's socket opened, until its CONNACK
+        self._closed_unanswered = 0  # attempts in a row the broker closed before a CONNACK
         self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
         self._initial_mid: int | None = None
         self._initial_topics: list[str] = []
@@ -173,7 +176,7 @@ class MqttLink:
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
         with self._cond:
-            self._opened_at = None
+            self._opened_at, self._closed_unanswered = None, 0
         if reason.is_failure:
             said = str(reason).lower()
             if said in _TRANSIENT_REFUSALS:  # up but busy: paho tries again, as for a broker not up
@@ -181,7 +184,7 @@ class MqttLink:
                 return
             hint, kind = "", MqttConnectError
             if "protocol version" in said:
-                hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+                hint = " (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
                 kind = MqttVersionError
             elif said in _AUTH_REFUSALS:
                 hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
@@ -209,6 +212,8 @@ class MqttLink:
         with self._cond:
             self._connected = False
             self._ready = False
+            if self._opened_at is not None and not self._ever_ready:  # no CONNACK came
+                self._closed_unanswered += 1
             self._opened_at = None
             self._cond.notify_all()
         if not self._closed and not self._drops.lost(reason):
@@ -239,19 +244,26 @@ class MqttLink:
             self._opened_at = time.monotonic()
 
     def _unanswered_v5(self, deadline_passed: bool) -> MqttVersionError | None:
-        """A broker that took the TCP connection but has not answered an MQTT 5 CONNECT in
-        CONNACK_WAIT_S does not speak it: amqtt neither refuses nor closes an MQTT 5 CONNECT
-        that carries a will, it stays silent (with `_cond` held). A broker that is not up
-        refuses the TCP connection and never gets here."""
-        if self._protocol != paho.MQTTv5 or self._opened_at is None:
+        """A broker that took the TCP connection and then closed it before any CONNACK, twice
+        in a row, or that has not answered an MQTT 5 CONNECT in CONNACK_WAIT_S, does not speak
+        MQTT 5: some 3.1.1-only brokers do that instead of refusing (amqtt stays silent on a
+        CONNECT with a will). With `_cond` held. A broker that is not up refuses the TCP
+        connection and never gets here."""
+        if self._protocol != paho.MQTTv5:
+            return None
+        if self._closed_unanswered >= _CLOSES_MEAN_NO_V5:
+            return MqttVersionError(
+                f"{self._label}: the broker closed {self._closed_unanswered} MQTT 5 connections in a "
+                "row before answering (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+            )
+        if self._opened_at is None:
             return None
         silent_s = time.monotonic() - self._opened_at
         if silent_s < CONNACK_WAIT_S and not (deadline_passed and silent_s > 1.0):
             return None
         return MqttVersionError(
             f"{self._label}: the broker took the connection but did not answer an MQTT 5 CONNECT "
-            f"within {silent_s:.0f} s (the embedded amqtt broker speaks MQTT 3.1.1 only: "
-            "use protocol=MQTT_V311)"
+            f"within {silent_s:.0f} s (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
         )
 
     def _mark_ready(self) -> None:
@@ -449,8 +461,8 @@ def connect(
 
     `client_id` is for an anonymous client; a logged-in one is its account's name.
 
-    `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
-    (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
+    `protocol` is MQTT_V311 (Mosquitto, and brokers that speak 3.1.1 only) or MQTT_V5
+    (Mosquitto 1.6 and newer; adds Response Topic / Correlation Data properties). Clean sessions:
     requests that arrive while a device is away are not kept for it.
     """
     address = parse_broker_address(url)

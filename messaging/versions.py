@@ -2,12 +2,12 @@
 
 MQTT 5 is what makes the broker's refusals visible (a PUBACK reason code for a publish its ACL
 denies, messaging.refusals) and what carries the Response Topic / Correlation Data properties.
-The embedded amqtt broker (and older brokers) speak 3.1.1 only: they answer an MQTT 5 CONNECT
-with a CONNACK "unsupported protocol version", or (amqtt, for a CONNECT with a will) take the
-connection and never answer (MqttVersionError either way). Only that falls back to 3.1.1, with
-a warning that says what is lost: a broker that is not up yet, or any other failure, says
-nothing about the versions it speaks (the agent used to switch to 3.1.1 for good on a plain
-"connection refused").
+Older brokers (Mosquitto before 1.6, amqtt, some hosted ones) speak 3.1.1 only. They answer an
+MQTT 5 CONNECT with a CONNACK "unsupported protocol version", or take the connection and never
+answer, or close it before any CONNACK (MqttVersionError in each case, messaging.link). Only
+that falls back to 3.1.1, with a warning that says what is lost: a broker that is not up yet,
+or any other failure, says nothing about the versions it speaks (the agent used to switch to
+3.1.1 for good on a plain "connection refused").
 """
 
 from __future__ import annotations

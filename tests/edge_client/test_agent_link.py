@@ -1,5 +1,6 @@
-"""The agent's MQTT connection: MQTT 5 where the broker speaks it, 3.1.1 only where it refuses 5;
-a broker that is not up yet is waited for, TLS and login failures are not."""
+"""The agent's MQTT connection: MQTT 5 where the broker speaks it, 3.1.1 only where it refuses 5
+(an older broker, played by tests.messaging.mqtt_fixtures.mqtt311_only_peer); a broker that is
+not up yet is waited for, TLS and login failures are not."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ import pytest
 
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_link import open_agent_link
-from messaging.brokers import BrokerHandle, free_port, start_embedded_broker, start_mosquitto
+from messaging.brokers import BrokerHandle, free_port, start_mosquitto
 from messaging.errors import MqttSecurityError, MqttWaitStoppedError
 from messaging.security import MqttSecurity
 from tests.messaging import tls_fixtures as tls
+from tests.messaging.mqtt_fixtures import mqtt311_only_peer
 
 pytestmark = pytest.mark.integration
 
@@ -31,14 +33,14 @@ def _version(broker_url: str) -> int:
 def test_mqtt_5_where_the_broker_speaks_it_and_3_1_1_where_it_refuses_5() -> None:
     with start_mosquitto() as mosquitto:
         assert _version(mosquitto.url) == paho.MQTTv5
-    with start_embedded_broker() as amqtt:  # refuses an MQTT 5 CONNECT
-        assert _version(amqtt.url) == paho.MQTTv311
+    with mqtt311_only_peer() as old_broker:  # refuses an MQTT 5 CONNECT
+        assert _version(old_broker) == paho.MQTTv311
 
 
 def test_a_fallback_to_3_1_1_is_said_out_loud(caplog: pytest.LogCaptureFixture) -> None:
     # MQTT 5 requesters get no replies from a 3.1.1 agent: the downgrade must not be silent.
-    with start_embedded_broker() as amqtt:
-        _version(amqtt.url)
+    with mqtt311_only_peer() as old_broker:
+        _version(old_broker)
     assert "using MQTT 3.1.1, so requests must carry reply_to" in caplog.text
 
 
@@ -114,3 +116,11 @@ def test_tls_and_login_failures_still_end_the_wait_at_once(
         with pytest.raises(MqttSecurityError, match=problem):
             open_agent_link(_agent_config(strict_broker.tls_url, mqtt_security=security), lambda m: None)
         assert time.monotonic() - started < 15
+
+
+@pytest.mark.parametrize("on_v5", ["refuse", "silent", "close"])
+def test_each_way_an_older_broker_turns_down_mqtt_5_falls_back_to_3_1_1(on_v5: str) -> None:
+    # A CONNACK refusal, silence (amqtt with a will), or a close before any CONNACK; a broker
+    # that is not up is none of these and is waited for.
+    with mqtt311_only_peer(on_v5) as url:
+        assert _version(url) == paho.MQTTv311
