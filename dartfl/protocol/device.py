@@ -173,9 +173,9 @@ class Telemetry:
             _count(name, getattr(self, name))
         for name in ("train_samples", "model_version"):
             _count(name, getattr(self, name))
-        for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "idle_s", "decision_us_p50"):
+        for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "idle_s"):
             _seconds(name, getattr(self, name))
-        for name in ("overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
+        for name in ("decision_us_p50", "overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
             _seconds(name, getattr(self, name))
         _share("inference_share", self.inference_share)
         _share("slo_attainment_window", self.slo_attainment_window)
