@@ -56,7 +56,7 @@ def layer(*charts: alt.Chart) -> alt.LayerChart:
 
 def time_x(window: TimeWindow | None, field: str = "t") -> alt.X:
     """A clock axis over the page's window (the data's own span without one)."""
-    scale = alt.Scale(domain=list(window.domain_ms)) if window is not None else alt.Undefined
+    scale = alt.Scale(domain=list(window.domain)) if window is not None else alt.Undefined
     return alt.X(f"{field}:T", axis=alt.Axis(format="%H:%M:%S", title=None, labelAngle=0), scale=scale)
 
 

@@ -63,12 +63,11 @@ def _bar(parts: Sequence[tuple[float | None, str]]) -> str:
     return f'<div class="dfl-bar">{cells}</div>'
 
 
-def _time_use(use: TimeUse | None) -> str:
+def _time_use(use: TimeUse | None, reported: bool) -> str:
     """The headline: where the device's time went over the last minute."""
     if use is None:
-        return '<div class="dfl-row dfl-time"><span>time use</span><b>not reported</b></div>' + _bar(
-            [(0.0, IDLE)]
-        )
+        said = "waiting for a second snapshot" if reported else "not reported"
+        return f'<div class="dfl-row dfl-time"><span>time use</span><b>{said}</b></div>' + _bar([(0.0, IDLE)])
     window = "last min" if use.window_s >= 0.9 * TILE_WINDOW_S else f"last {ago(use.window_s)}"
     return (
         f'<div class="dfl-row dfl-time" title="share of the device\'s time over the {window}">'
@@ -104,7 +103,7 @@ def tile_html(t: DeviceTile) -> str:
         f'<div class="{classes}" data-device="{name}" style="--dfl-status:{STATUS_COLORS[badge]}">'
         f'<div class="dfl-head"><a href="{link}" target="_self">{name}</a>'
         f'<span class="dfl-badge">{badge}</span></div>'
-        f"{_time_use(t.time_use)}"
+        f"{_time_use(t.time_use, t.reports_time_use)}"
         f'<div class="dfl-row"><span>backlog</span><b class="dfl-backlog">{_fmt(t.backlog, ",d")}</b></div>'
         f'<div class="dfl-row"><span>SLO met, last min</span>'
         f'<b class="dfl-slo">{_fmt(t.slo_attainment, ".1%")}</b></div>'

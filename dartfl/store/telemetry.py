@@ -96,6 +96,15 @@ class TelemetryTable(StoreConnection):
             ).fetchall()
         return [TelemetryDevice(*row) for row in rows]
 
+    def telemetry_device(self, device: str) -> TelemetryDevice | None:
+        """One device's recorded span and count (None: nothing recorded), by its index range."""
+        with self._transaction("DEFERRED") as conn:
+            row = conn.execute(
+                "SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry WHERE device = ? GROUP BY device",
+                (device,),
+            ).fetchone()
+        return None if row is None else TelemetryDevice(*row)
+
     def telemetry_latest(
         self, since_s: float | None = None, *, damage: list[str] | None = None
     ) -> list[TelemetryRow]:
@@ -129,16 +138,20 @@ class TelemetryTable(StoreConnection):
         return latest
 
     def telemetry_before(self, times: Mapping[str, float]) -> dict[str, TelemetryRow]:
-        """For each device of `times`, its newest snapshot at or before that time that reads
-        (a damaged one is passed over): the start of a window that ends at a newer one."""
+        """For each device of `times`, the start of a window that ends at a newer snapshot:
+        its newest snapshot at or before that time, else its oldest (the window is then
+        shorter); snapshots that do not read are passed over."""
         found: dict[str, TelemetryRow] = {}
+        readable = (
+            f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND json_valid(payload)"
+        )
         with self._transaction("DEFERRED") as conn:
             for device, t_s in times.items():
-                row = conn.execute(  # walks the (device, t_s) index back from t_s
-                    f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND t_s <= :t "
-                    "AND json_valid(payload) ORDER BY t_s DESC LIMIT 1",
-                    {"d": device, "t": t_s},
-                ).fetchone()
+                args = {"d": device, "t": t_s}
+                # Both walk the (device, t_s) index: back from t_s, or up from the first row.
+                row = conn.execute(f"{readable} AND t_s <= :t ORDER BY t_s DESC LIMIT 1", args).fetchone()
+                if row is None:
+                    row = conn.execute(f"{readable} ORDER BY t_s LIMIT 1", args).fetchone()
                 if row is not None:
                     found[device] = self._telemetry_row(row)
         return found

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import pandas as pd
 
@@ -29,9 +30,15 @@ class TimeWindow:
             raise ConfigError(f"a time window must end after it starts, got [{self.start_s}, {self.end_s}]")
 
     @property
-    def domain_ms(self) -> tuple[float, float]:
-        """The window as a Vega-Lite temporal domain (milliseconds since the epoch)."""
-        return self.start_s * 1e3, self.end_s * 1e3
+    def domain(self) -> tuple[str, str]:
+        """The window as a Vega-Lite temporal domain: ISO 8601 times in UTC. (A domain of
+        epoch milliseconds, which Vega-Lite documents, drew every mark at the axis's left
+        edge and no tick labels in Streamlit's frontend: seen in Chromium.)"""
+        return _iso(self.start_s), _iso(self.end_s)
+
+
+def _iso(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).isoformat(timespec="milliseconds")
 
 
 def timestamps(seconds: Iterable[float]) -> pd.Series:

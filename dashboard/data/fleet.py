@@ -29,8 +29,9 @@ class DeviceTile:
     `age_s` is how long ago it was last heard from; `source` where the tile's figures come
     from ("broker": the live feed, "run store": the recorder's newest snapshot); `offline` that
     its retained status says it stopped. `time_use` is where its time went over the last
-    `TILE_WINDOW_S` (None from a device that does not report it, or without an earlier
-    snapshot); `inference_share` is the policy's priority share, not the time it served."""
+    `TILE_WINDOW_S` (None from a device that does not report it, `reports_time_use` false,
+    or before its second snapshot); `inference_share` is the policy's priority share, not
+    the time it served."""
 
     device: str
     status: DeviceStatus
@@ -48,6 +49,7 @@ class DeviceTile:
     rounds_done: int | None
     misses_slo: bool
     time_use: TimeUse | None = None
+    reports_time_use: bool = False  # its snapshots carry the counters (time_use needs two)
 
     @property
     def round_progress(self) -> float | None:
@@ -97,6 +99,7 @@ def _tile(
         rounds_done=count("done"),
         misses_slo=misses,
         time_use=use,
+        reports_time_use=TimeCounters.of_payload(payload) is not None,
     )
 
 

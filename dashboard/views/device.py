@@ -42,7 +42,36 @@ def render(cfg: DashboardConfig) -> None:
         st.info("No device telemetry yet.\n\n" + HOW_TO_RECORD.format(store=cfg.store_path))
         return
     device, span_s, label = _choose(names)
-    loaded = _points(cfg, store, feed, recorded.get(device), device, span_s)
+    if feed is not None and device in feed.devices:  # a live device's charts move with it
+
+        @st.fragment(run_every=cfg.refresh_s)
+        def live_part() -> None:
+            _device_part(cfg, store, get_feed(cfg), device, span_s, label, fetch=True)
+
+        live_part()
+    else:
+        _device_part(cfg, store, feed, device, span_s, label, recorded.get(device))
+
+
+def _device_part(
+    cfg: DashboardConfig,
+    store: RunStore | None,
+    feed: FeedState | None,
+    device: str,
+    span_s: float,
+    label: str,
+    info: TelemetryDevice | None = None,
+    *,
+    fetch: bool = False,
+) -> None:
+    """The caption and charts of one device over the window (`fetch`: read its recorded
+    span now, as a live refresh does, instead of taking `info`)."""
+    if fetch and store is not None:
+        with store_part() as reading:
+            info = store.telemetry_device(device)
+        if reading.failed:
+            return
+    loaded = _points(cfg, store, feed, info, device, span_s)
     if loaded is None:
         return
     points, window, source = loaded

@@ -330,6 +330,8 @@ def test_telemetry_duplicates_are_stored_once_and_latest_is_per_device(tmp_store
         ("pi-1", 0.0, 4.0, 5),
         ("pi-2", 2.0, 2.0, 1),
     ]
+    assert tmp_store.telemetry_device("pi-1") == devices[0]  # one device, by its index range
+    assert tmp_store.telemetry_device("nobody") is None
     latest = tmp_store.telemetry_latest()
     assert [(r.device, r.t_s, r.backlog) for r in latest] == [("pi-1", 4.0, 4), ("pi-2", 2.0, 9)]
     assert latest[0].payload is not None and latest[0].payload["task_shares"] == {"a": 0.25, "b": 0.75}
@@ -390,7 +392,7 @@ def test_telemetry_before_finds_each_devices_snapshot_a_window_earlier(tmp_store
     tmp_store.add_telemetry([_snap("pi-1", float(t), t) for t in range(0, 100, 10)])
     tmp_store.add_telemetry([_snap("pi-2", 95.0, 1)])
     found = tmp_store.telemetry_before({"pi-1": 45.0, "pi-2": 50.0, "nobody": 10.0})
-    assert {d: r.t_s for d, r in found.items()} == {"pi-1": 40.0}
+    assert {d: r.t_s for d, r in found.items()} == {"pi-1": 40.0, "pi-2": 95.0}  # pi-2: its oldest
 
 
 def test_fleet_series_counts_devices_and_worst_p99_over_slo(tmp_store: RunStore) -> None:

@@ -94,7 +94,9 @@ def test_a_tile_headlines_time_use_and_says_when_a_device_was_last_heard() -> No
     assert "serving 5%" in text and "training 95%" in text and "idle 0%" in text and ">last min<" in text
     assert ">gone<" in text and "last heard 26 s ago, from the run store" in text
     assert "live" not in text.replace("dfl-", "")
-    assert ">not reported<" in tiles.tile_html(tile)
+    assert ">waiting for a second snapshot<" in tiles.tile_html(tile)
+    old_agent = dataclasses.replace(tile, reports_time_use=False)
+    assert ">not reported<" in tiles.tile_html(old_agent)
     assert 'href="device?device=pi-1"' in text  # the name opens the device's page
 
 
