@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sim.add_argument(
         "--loss-weights", choices=("uniform", "demand"), help="override every policy's loss weighting"
     )
-    sim.add_argument("--seed", type=seed_arg, default=1)
+    sim.add_argument("--seed", type=seed_arg, default=1, help="random seed of the run (default 1)")
     sim.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="any run-config key (pyproject.toml)"
     )

@@ -39,14 +39,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p_list.set_defaults(handler=_list)
 
     p_show = runs_sub.add_parser("show", help="one run's config and per-policy results")
-    p_show.add_argument("run_id", type=int, metavar="RUN_ID")
+    p_show.add_argument("run_id", type=int, metavar="RUN_ID", help="the run's id (see `dartfl runs list`)")
     common(p_show)
     p_show.set_defaults(handler=_show)
 
     p_delete = runs_sub.add_parser(
         "delete", help="delete a run with its results and decisions (a damaged one too)"
     )
-    p_delete.add_argument("run_id", type=int, metavar="RUN_ID")
+    p_delete.add_argument("run_id", type=int, metavar="RUN_ID", help="the run's id (see `dartfl runs list`)")
     common(p_delete)
     p_delete.set_defaults(handler=_delete)
 
