@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from dartfl.arrivals import Arrivals
-from dartfl.types import DeviceProfile
+if TYPE_CHECKING:  # annotations only: `dartfl runs` imports this module without numpy
+    from dartfl.arrivals import Arrivals
+    from dartfl.types import DeviceProfile
+
+
+def number(value: object) -> str:
+    """Any figure in a human table, one way everywhere: integers with thousands separators,
+    other numbers to four significant digits (separators from 1,000, never an exponent
+    between 0.0001 and 10^15), "-" for an undefined one (None, NaN)."""
+    if value is None or isinstance(value, bool):
+        return "-" if value is None else str(value)
+    if isinstance(value, int):
+        return f"{value:,}"
+    if not isinstance(value, float):
+        return str(value)
+    if value != value or value in (float("inf"), float("-inf")):
+        return "-" if value != value else str(value)
+    if abs(value) >= 1000:
+        return f"{value:,.0f}"
+    if value == 0 or abs(value) >= 1e-4:
+        return f"{value:.4g}"
+    return f"{value:.2e}"
 
 
 def cell(value: float | None, spec: str) -> str:
@@ -92,3 +112,58 @@ def print_replay_table(report: dict[str, Any], arrivals: Arrivals, device: str, 
     if not console.is_terminal:
         console = Console(width=140)
     console.print(table)
+
+
+def _console() -> Any:
+    from rich.console import Console
+
+    console = Console()
+    return console if console.is_terminal else Console(width=140)  # piped: do not squeeze
+
+
+def print_deploy_report(out: dict[str, Any]) -> None:
+    """`fl deploy-local`: the rounds as the server timed them, the load each device served,
+    and the run's outcome, in the number format of every other table."""
+    from rich.table import Table
+
+    rounds = Table(
+        title=f"{out['clients']} devices x {out['rounds']} rounds (deadline {out['round_deadline_s']:g} s)"
+    )
+    for col in ("round", "replies", "server s", "slowest client s", "slowest train s", "overhead s"):
+        rounds.add_column(col, justify="right")
+    for r in out["per_round"]:
+        rounds.add_row(
+            number(r["round"]),
+            number(r["replies"]),
+            cell(r["server_round_s"], ".1f"),
+            cell(r["slowest_client_s"], ".1f"),
+            cell(r.get("slowest_train_s"), ".1f"),
+            cell(r["overhead_s"], ".1f"),
+        )
+    load = Table(title="inference load replayed to each device")
+    for col in ("device", "sent", "replies", "ok", "p50 ms", "p99 ms"):
+        load.add_column(col, justify="left" if col == "device" else "right")
+    for device, d in out["replay"].items():
+        load.add_row(
+            device,
+            number(d["sent"]),
+            number(d["replies"]),
+            number(d.get("ok")),
+            cell(d.get("p50_latency_ms"), ".1f"),
+            cell(d.get("p99_latency_ms"), ".1f"),
+        )
+    console = _console()
+    console.print(rounds)
+    console.print(load)
+    slo = out.get("slo_attainment")
+    outcome = [
+        f"mean accuracy {cell(out.get('mean_accuracy'), '.3f')}",
+        f"SLO met {'-' if slo is None else f'{slo:.1%}'}",
+        f"harvest {cell(out.get('harvest_efficiency'), '.3f')}",
+        f"{number(out.get('samples_trained'))} samples trained",
+    ]
+    overhead = cell(out.get("mean_overhead_s"), ".1f")
+    took = f"{cell(out.get('total_s'), '.0f')} s in all, {overhead} s overhead a round"
+    console.print(", ".join(outcome) + "; " + took)
+    if out.get("leftover_pids"):
+        console.print(f"[red]processes left running: {', '.join(map(str, out['leftover_pids']))}[/red]")
