@@ -6,8 +6,8 @@ and `dartfl dc sim` run and a synthetic FL run.
 Run it inside the loopback-only namespace: `scripts/loopback-run .venv/bin/python -m pytest
 -m integration tests/dashboard/test_browser.py`. Screenshots of every page go to
 test-artifacts/dashboard/, the plots of its `sim` and `dc sim` runs to test-artifacts/plots/;
-with DARTFL_UPDATE_SCREENSHOTS=1 the screenshots are also copied to docs/img/ (the fleet view
-as docs/img/dashboard.png, the README's screenshot).
+with DARTFL_UPDATE_SCREENSHOTS=1 the fleet view is also copied to docs/img/dashboard.png, the
+README's screenshot (scripts/gallery copies them all into docs/gallery/, scaled down).
 """
 
 from __future__ import annotations
@@ -340,8 +340,6 @@ def test_dashboard_in_chromium_shows_live_values_and_every_page(stack: Stack) ->
     assert _outside(urls) == [], "the dashboard must work offline: no font, icon or usage CDN"
     if os.environ.get("DARTFL_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(ARTIFACTS / "fleet.png", ROOT / "docs" / "img" / "dashboard.png")
-        for name in PAGES:
-            shutil.copyfile(ARTIFACTS / f"{name}.png", ROOT / "docs" / "img" / f"dashboard-{name}.png")
 
 
 def test_a_training_agents_tile_shows_where_its_time_went_as_its_own_counters_say(stack: Stack) -> None:
