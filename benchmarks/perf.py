@@ -1,36 +1,46 @@
 """Speed of the core: allocator decision time and simulator throughput.
 
-1. DART's decision (update + decide) for 8 tasks on observations recorded from a real
-   simulation, median and p99 in microseconds (CPython, one core).
+1. DART's decision (update + decide) for 8 tasks on 200 varied observations, median and p99
+   in microseconds (CPython, one core), side by side with today's DART loaded from git
+   (benchmarks/base_dart.py): both time the same observations in alternating blocks, so a
+   machine whose speed drifts slows both alike.
 2. One hour of the bundled Azure trace through 6 policies with `dartfl sim` (end to end:
    trace parsing, simulation, metrics), wall time.
 
-    .venv/bin/python benchmarks/perf.py
+    .venv/bin/python benchmarks/perf.py [--json out.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from base_dart import BASE_COMMIT, load_base_dart
+
 import workloads
 from dartfl.policies import make_policy
+from dartfl.policies.base import Policy
 from dartfl.profiles import get_profile
 from dartfl.types import Observation
 
 TASKS8 = tuple(f"task{k}" for k in range(8))
+BLOCK = 1_000  # decisions per block; the two policies alternate blocks
 
 
-def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
+def observations_8_tasks() -> list[Observation]:
+    """200 varied states (idle, busy, backlogged, behind on the round), seeded."""
     rng = np.random.default_rng(0)
-    policy = make_policy("dart")
     base = Observation(
         now_s=30.0,
         period_s=0.25,
@@ -51,7 +61,7 @@ def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
         round_trained_samples=500,
     )
     observations = []
-    for _ in range(200):  # varied states: idle, busy, backlogged, behind on the round
+    for _ in range(200):
         rates = rng.gamma(0.5, 20.0, 8)
         backlog = rng.poisson(rates * rng.uniform(0, 0.5))
         observations.append(
@@ -63,14 +73,26 @@ def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
                 oldest_age_s=tuple(np.where(backlog > 0, rng.uniform(0, 0.2, 8), 0.0).tolist()),
             )
         )
-    times = np.empty(samples)
-    for i in range(samples):
-        obs = observations[i % len(observations)]
-        t0 = time.perf_counter_ns()
-        policy.update(obs)
-        policy.decide(obs)
-        times[i] = time.perf_counter_ns() - t0
-    return float(np.median(times) / 1e3), float(np.percentile(times, 99) / 1e3)
+    return observations
+
+
+def decision_times_us(
+    factories: dict[str, Callable[[], Policy]], samples: int = 20_000
+) -> dict[str, tuple[float, float]]:
+    """Median and p99 of update + decide per policy, alternating BLOCK-decision blocks."""
+    observations = observations_8_tasks()
+    policies = {name: make() for name, make in factories.items()}
+    times = {name: np.empty(samples) for name in factories}
+    for start in range(0, samples, BLOCK):
+        for name, policy in policies.items():
+            out = times[name]
+            for i in range(start, min(samples, start + BLOCK)):
+                obs = observations[i % len(observations)]
+                t0 = time.perf_counter_ns()
+                policy.update(obs)
+                policy.decide(obs)
+                out[i] = time.perf_counter_ns() - t0
+    return {name: (float(np.median(t) / 1e3), float(np.percentile(t, 99) / 1e3)) for name, t in times.items()}
 
 
 def azure_hour_seconds() -> tuple[float, int]:
@@ -107,20 +129,30 @@ def azure_hour_seconds() -> tuple[float, int]:
 
 
 def main() -> None:
-    p50, p99 = decision_times_us()
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    base = load_base_dart().DartPolicy
+    timed = decision_times_us({"dart": lambda: make_policy("dart"), "base": base})
+    (p50, p99), (base_p50, base_p99) = timed["dart"], timed["base"]
     wall, requests = azure_hour_seconds()
-    profile = get_profile("pi4")
-    print(
-        json.dumps(
-            {
-                "decision_us_p50_8_tasks": round(p50, 2),
-                "decision_us_p99_8_tasks": round(p99, 2),
-                "azure_hour_6_policies_s": round(wall, 2),
-                "azure_requests": requests,
-                "profile": profile.name,
-            }
-        )
-    )
+    period_us = 0.25e6
+    result = {
+        "decision_us_p50_8_tasks": round(p50, 2),
+        "decision_us_p99_8_tasks": round(p99, 2),
+        "base_commit": BASE_COMMIT,
+        "base_decision_us_p50_8_tasks": round(base_p50, 2),
+        "base_decision_us_p99_8_tasks": round(base_p99, 2),
+        "decision_p50_ratio_to_base": round(p50 / base_p50, 3),
+        "decision_p99_fraction_of_period": round(p99 / period_us, 6),
+        "azure_hour_6_policies_s": round(wall, 2),
+        "azure_requests": requests,
+        "profile": get_profile("pi4").name,
+    }
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
 
 
 if __name__ == "__main__":

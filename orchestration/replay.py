@@ -48,7 +48,8 @@ __all__ = ["ReplayOptions", "ReplayOutcome", "profile_of", "replay"]
 
 ANONYMOUS_REQUESTER = "replay"  # the requester name on a broker without logins
 PROBE_ID = "probe"
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0  # at least; four SLOs for a slower device
+QUEUE_WAIT_S = 5.0  # how long a request may wait for room in the client's outgoing queue
 
 Payload = Literal["binary", "json"]
 # (requests sent, requests in all, seconds behind plan now)
@@ -260,10 +261,12 @@ def _send(
         if delay > 0.0005:  # sleeping less than that costs more than it waits
             time.sleep(delay)
         name, body, content_type = encode(i, None)
-        now = time.monotonic() - start
-        lag[i] = max(0.0, now - times[i])
-        if link.publish(topics[name], body, qos=protocol.REQUEST_QOS, content_type=content_type):
+        if _publish_waiting(link, topics[name], body, content_type):
+            now = time.monotonic() - start
             sent[i] = now
+        else:
+            now = time.monotonic() - start
+        lag[i] = max(0.0, now - times[i])
         _stop_if_refused(link)
         if on_progress is not None and now >= next_report:
             on_progress(i + 1, n, lag[i])
@@ -271,6 +274,18 @@ def _send(
     if on_progress is not None:
         on_progress(n, n, float(lag[-1]) if n else 0.0)
     return sent, lag
+
+
+def _publish_waiting(link: MqttLink, topic: str, body: bytes, content_type: str | None) -> bool:
+    """Publish, waiting (up to QUEUE_WAIT_S) while the client's outgoing queue is full: the
+    broker or the network is behind, and a request dropped here would be lost without trace.
+    The wait shows up as send lag. False if it never went out."""
+    deadline = time.monotonic() + QUEUE_WAIT_S
+    while not link.publish(topic, body, qos=protocol.REQUEST_QOS, content_type=content_type):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
 
 
 def _reply_topic(security: MqttSecurity | None) -> str:
@@ -297,7 +312,8 @@ def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: th
     name, body, content_type = encode(0, PROBE_ID)
     request = protocol.request_topic(options.device, name)
     link.publish(request, body, qos=protocol.REQUEST_QOS, content_type=content_type)
-    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    timeout_s = max(PROBE_TIMEOUT_S, 4 * options.slo_s)  # a slow device answers within its SLO
+    deadline = time.monotonic() + timeout_s
     while not answered.wait(0.05):
         _stop_if_refused(link)
         if time.monotonic() >= deadline:
@@ -305,7 +321,7 @@ def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: th
             reply_topic = _reply_topic_of(body, content_type)
             raise DartflError(
                 f"no reply on {reply_topic} to a probe request on {request} within "
-                f"{PROBE_TIMEOUT_S:.0f} s: the agent is not serving, or the broker drops the request "
+                f"{timeout_s:.0f} s: the agent is not serving, or the broker drops the request "
                 f"or the reply without a word ({grant_hint('write', request, account)}; "
                 f"{grant_hint('read', reply_topic, account)}; the device's account must write replies)"
             )

@@ -131,6 +131,7 @@ def print_deploy_report(out: dict[str, Any]) -> None:
     )
     for col in ("round", "replies", "server s", "slowest client s", "slowest train s", "overhead s"):
         rounds.add_column(col, justify="right")
+    rounds.add_column("updates from", overflow="fold")  # the devices whose updates it aggregated
     for r in out["per_round"]:
         rounds.add_row(
             number(r["round"]),
@@ -139,6 +140,7 @@ def print_deploy_report(out: dict[str, Any]) -> None:
             cell(r["slowest_client_s"], ".1f"),
             cell(r.get("slowest_train_s"), ".1f"),
             cell(r["overhead_s"], ".1f"),
+            " ".join(r.get("updated") or []) or "-",
         )
     load = Table(title="inference load replayed to each device")
     for col in ("device", "sent", "replies", "ok", "p50 ms", "p99 ms"):
@@ -154,6 +156,9 @@ def print_deploy_report(out: dict[str, Any]) -> None:
         )
     console = _console()
     console.print(rounds)
+    if (kill := out.get("killed")) is not None:
+        when = "never" if kill["killed_after_s"] is None else f"{kill['killed_after_s']:.1f} s in"
+        console.print(f"killed {kill['device']}'s SuperNode while {kill['phase']}: {when}")
     console.print(load)
     slo = out.get("slo_attainment")
     outcome = [

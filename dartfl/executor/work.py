@@ -6,6 +6,7 @@ PyTorch) and hands it back with its duration, to `DeviceExecutor.batch_done` or 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -16,12 +17,17 @@ R = TypeVar("R")
 
 @dataclass(frozen=True, slots=True)
 class InferenceBatch(Generic[R]):
-    """Requests of one task taken from its queue, oldest first, with their arrival times."""
+    """Requests of one task taken from its queue, oldest first, with their arrival times.
+
+    `training_delay_s` is the training time of their busy period so far and `delay_cause_s`
+    when its latest step started (NaN: none); see dartfl.attribution."""
 
     task: int
     requests: list[R]
     arrivals_s: list[float]
     started_s: float
+    training_delay_s: float = 0.0
+    delay_cause_s: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,8 @@ def simulate(
     device.step_planner = planner
     finish = np.full(n, np.nan)
     rejected = np.zeros(n, dtype=bool)
+    delay = np.zeros(n)  # the training delay of each request's busy period (dartfl.attribution)
+    delay_cause = np.full(n, np.nan)  # when the latest step in that delay started
     train = profile.training
     fixed, per = device.costs.batch_fixed_s, device.costs.per_request_s
 
@@ -136,6 +138,9 @@ def simulate(
             if isinstance(work, InferenceBatch):
                 for r in work.requests:
                     finish[r] = now
+                if work.training_delay_s > 0.0:
+                    delay[work.requests] = work.training_delay_s
+                    delay_cause[work.requests] = work.delay_cause_s
                 device.batch_done(work, now, duration)
             elif isinstance(work, TrainingStep):
                 device.step_done(work, now, duration)
@@ -152,6 +157,9 @@ def simulate(
         while i < n and times[i] <= now:
             if device.admit(times[i], task_of[i], i) != "queued":
                 rejected[i] = True
+                if device.refusal_training_delay_s > 0.0:
+                    delay[i] = device.refusal_training_delay_s
+                    delay_cause[i] = device.refusal_delay_cause_s
             i += 1
         if planner is not None:
             planner.next_arrival = i
@@ -204,6 +212,8 @@ def simulate(
         max_backlog=device.max_backlog,
         decision_us=device.decision_us(),
         periods=periods,
+        training_delay_s=delay,
+        delay_cause_s=delay_cause,
         round_samples=tuple(device.rounds.closed),
         round_target_samples=cfg.round_target_samples,
         end_s=max(horizon, last_answer, device.last_step_end_s),

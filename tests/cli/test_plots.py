@@ -84,7 +84,7 @@ def test_deploy_local_prints_tables_with_accuracy_and_rounded_figures(
         "round_deadline_s": 20.0,
         "per_round": [
             {"round": 1, "replies": 2, "server_round_s": 21.37, "slowest_client_s": 18.2,
-             "slowest_train_s": 15.0, "overhead_s": 3.17},
+             "slowest_train_s": 15.0, "overhead_s": 3.17, "updated": ["edge-1", "edge-2"]},
         ],
         "mean_overhead_s": 3.17,
         "total_s": 61.2,
@@ -94,9 +94,11 @@ def test_deploy_local_prints_tables_with_accuracy_and_rounded_figures(
         "samples_trained": 12345,
         "replay": {"edge-1": {"sent": 1200, "replies": 1200, "ok": 1200, "p50_latency_ms": 7.5780920001307095,
                               "p99_latency_ms": 21.0}},
+        "killed": {"device": "edge-2", "phase": "training", "killed_after_s": 4.25},
         "leftover_pids": [],
     }  # fmt: skip
     print_deploy_report(out)
     text = capsys.readouterr().out
     assert "7.6" in text and "7.578" not in text  # no raw floats
+    assert "edge-1 edge-2" in text and "killed edge-2's SuperNode while training: 4.2 s in" in text
     assert "mean accuracy 0.812" in text and "SLO met 99.9%" in text and "12,345 samples" in text
