@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from numbers import Integral, Real
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: `dartfl runs` imports this module without numpy
@@ -16,10 +17,11 @@ def number(value: object) -> str:
     between 0.0001 and 10^15), "-" for an undefined one (None, NaN)."""
     if value is None or isinstance(value, bool):
         return "-" if value is None else str(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    if not isinstance(value, float):
+    if isinstance(value, Integral):  # numpy's integers too
+        return f"{int(value):,}"
+    if not isinstance(value, Real):
         return str(value)
+    value = float(value)
     if value != value or value in (float("inf"), float("-inf")):
         return "-" if value != value else str(value)
     if abs(value) >= 1000:
@@ -44,7 +46,7 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
 
     table = Table(
         title=(
-            f"{arrivals.num_requests} requests over {arrivals.duration_s:.0f} s "
+            f"{arrivals.num_requests:,} requests over {arrivals.duration_s:.0f} s "
             f"({arrivals.mean_rate_per_s():.1f} req/s), profile {profile.name}"
         )
     )
@@ -66,10 +68,10 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
             f"{100 * r['slo_attainment']:.2f}%",
             _ms(r["p50_latency_s"]),
             _ms(r["p99_latency_s"]),
-            str(r["rejected"]),
-            str(r["train_samples"]),
+            number(r["rejected"]),
+            number(r["train_samples"]),
             cell(r["harvest_efficiency"], ".3f"),
-            str(r["max_backlog"]),
+            number(r["max_backlog"]),
             cell(r["decision_us_p50"], ".1f"),
         )
     console = Console()
@@ -86,7 +88,7 @@ def print_replay_table(report: dict[str, Any], arrivals: Arrivals, device: str, 
     lag = report.get("send_lag_s") or {}
     table = Table(
         title=(
-            f"{arrivals.num_requests} requests over {arrivals.duration_s:.0f} s "
+            f"{arrivals.num_requests:,} requests over {arrivals.duration_s:.0f} s "
             f"({arrivals.mean_rate_per_s():.1f} req/s) replayed to {device} ({report.get('payload')} payload)"
         )
     )
@@ -99,11 +101,12 @@ def print_replay_table(report: dict[str, Any], arrivals: Arrivals, device: str, 
         f"{100 * report['slo_attainment']:.2f}%",
         _ms(report["p50_latency_s"]),
         _ms(report["p99_latency_s"]),
-        str(report["replies"]),
-        str(report["rejected"]),
-        str(report["errors"]),
-        str(report["lost"]) + (f" (+{report['late_replies']} late)" if report.get("late_replies") else ""),
-        str(report["train_samples"]),
+        number(report["replies"]),
+        number(report["rejected"]),
+        number(report["errors"]),
+        number(report["lost"])
+        + (f" (+{number(report['late_replies'])} late)" if report.get("late_replies") else ""),
+        number(report["train_samples"]),
         cell(report["harvest_efficiency"], ".3f"),
         cell(report["accuracy"], ".3f"),
         _ms(lag.get("p99")),
@@ -172,3 +175,18 @@ def print_deploy_report(out: dict[str, Any]) -> None:
     console.print(", ".join(outcome) + "; " + took)
     if out.get("leftover_pids"):
         console.print(f"[red]processes left running: {', '.join(map(str, out['leftover_pids']))}[/red]")
+
+
+def print_table(columns: Sequence[str], rows: Sequence[Sequence[str]], title: str | None = None) -> None:
+    """A plain table of ready-made cells: the first column left, the figures right."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        if i == 0:  # the names stay whole; the figures' headings wrap instead
+            table.add_column(col, no_wrap=True, min_width=max((len(r[0]) for r in rows), default=len(col)))
+        else:
+            table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*row)
+    _console().print(table)
