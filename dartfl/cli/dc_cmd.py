@@ -209,9 +209,9 @@ def _lengths(args: argparse.Namespace, values: dict[str, Any]) -> Any:
     if args.trace is None:
         from importlib import resources
 
-        from workloads.traces.load import BUNDLED_AZURE_CONV
+        from workloads.traces.load import bundled_azure_conv_file
 
-        with resources.as_file(resources.files("workloads.data").joinpath(BUNDLED_AZURE_CONV)) as path:
+        with resources.as_file(bundled_azure_conv_file()) as path:
             requests = read_azure_llm_requests(path)
     else:
         requests = read_azure_llm_requests(args.trace)
@@ -250,7 +250,7 @@ def run_sim(args: argparse.Namespace) -> int:
     plot_path = checked_plot_path(args, args.default_plot)
     specs = args.policies or list(DEFAULT_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
-    started_s = time.time()  # the run store's start of the run
+    started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
     sweep: list[tuple[float, float]] = []
     if args.sweep_static:
@@ -260,7 +260,7 @@ def run_sim(args: argparse.Namespace) -> int:
     summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None
     if not args.no_store:
-        run_id = _record(args, runs, summaries, sweep, started_s)
+        run_id = _record(args, runs, summaries, sweep, started_s=started_s)
     if plot_path:
         what = f", {args.workload}" if args.workload else ""
         title = f"{args.gpus} GPUs, {config.model.name}{what}, {args.steps} steps, eta {args.eta}"
@@ -290,7 +290,7 @@ def run_real(args: argparse.Namespace) -> int:
     started_s = time.time()
     runs = ray_engine.run_ray(cfg, specs)
     summaries = [to_jsonable(r.summary()) for r in runs]
-    run_id = None if args.no_store else _record(args, runs, summaries, [], started_s)
+    run_id = None if args.no_store else _record(args, runs, summaries, [], started_s=started_s)
     if plot_path:
         title = f"Ray engine, {cfg.task} task, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
         plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
@@ -309,11 +309,12 @@ def _record(
     runs: list[Any],
     summaries: list[dict[str, Any]],
     sweep: list[tuple[float, float]],
+    *,
     started_s: float,
 ) -> int:
     """One run in the store: each policy's summary and its per-period decisions (roles,
-    buffer, samples trained), which the dashboard's Datacenter page charts. `started_s`: the
-    Unix time the work began (the run is recorded once it is over; its duration is real)."""
+    buffer, samples trained), which the dashboard's Datacenter page charts. `started_s` is
+    the Unix time the run began, so the stored duration is the run's, not the recording's."""
     from dartfl.paths import default_store_path
     from dartfl.store import RunStore
 

@@ -2,10 +2,11 @@
 
     dartfl fl sim --clients 6 --rounds 12 --policy dart --policy inference-first --seed 1 --json
 
-`sim` starts its own simulation SuperLink on a free loopback port, runs the Flower app of this
-repository once per policy through `flwr run` (Ray runs the virtual clients, so call it under
-`scripts/loopback-run`), stops the SuperLink, and prints one row per policy. A policy brings
-its natural loss weighting (dart: demand, the baselines: uniform); --loss-weights overrides it.
+`sim` starts its own simulation SuperLink on a free loopback port, runs the packaged Flower app
+(orchestration.flower_app) once per policy through `flwr run` (Ray runs the virtual clients,
+so call it under `scripts/loopback-run`), shows the ServerApp's line per round on stderr, stops
+the SuperLink, and prints one row per policy. A policy brings its natural loss weighting (dart:
+demand, the baselines: uniform); --loss-weights overrides it.
 `deploy-local` is the real deployment on loopback (docs/deployment.md):
 
     dartfl fl deploy-local --clients 2 --rounds 2 --json
@@ -22,13 +23,15 @@ makes it a fault test (a SuperNode SIGKILLed mid-round; docs/deployment.md secti
     dartfl fl run --superlink superlink.example:8000 --root-certificates ca.crt --set num-server-rounds=20
 
 It prints the run id, follows the ServerApp's log (stderr) until the run ends, and says where
-the results, checkpoints and run-store records went (paths on the SuperLink's host).
+the results, checkpoints and run-store records went (paths on the SuperLink's host). `app DIR`
+writes the app's pyproject.toml for Flower's own workflow (`cd DIR && flwr run . --stream`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,9 @@ from dartfl.paths import default_store_path
 __all__ = ["register"]
 
 DEFAULT_POLICIES = ("dart", "inference-first")
+NO_STORE = "none"  # fltask.config.NO_STORE: imported lazily there (it pulls in the policies)
+# The ServerApp's first line (which dartfl it runs) and its line per round (server.rounds).
+_ROUND_LINE = re.compile(r"DART-FL \S+ ServerApp \(.*|round \d+/\d+: .*")
 # The headline experiment's fleet (docs/experiments.md); each can be overridden with --set KEY=VALUE.
 HEADLINE: dict[str, int | float | str] = {
     "zipf": 2.0,
@@ -108,6 +114,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     dep.set_defaults(handler=_deploy_local)
     _register_run(fl_sub)
+    _register_app(fl_sub)
 
     def _usage(_args: argparse.Namespace) -> int:
         fl.print_help()
@@ -185,8 +192,9 @@ def _sim(args: argparse.Namespace) -> int:
             run_config: dict[str, int | float | str] = {**base, "policy": cfg.policy}
             run_config["results-file"] = str(work / f"result-{i}.json")
             run_config["checkpoint-dir"] = str(work / f"ckpt-{i}")
-            if not args.no_store:
-                run_config["store"] = str((args.store or default_store_path()).resolve())
+            run_config["store"] = (
+                NO_STORE if args.no_store else str((args.store or default_store_path()).resolve())
+            )
             print(
                 f"dartfl fl sim: running {cfg.policy} ({args.clients} clients x {args.rounds} rounds)",
                 file=sys.stderr,
@@ -198,6 +206,7 @@ def _sim(args: argparse.Namespace) -> int:
                 federation_config=f"num-supernodes={args.clients} client-resources-num-cpus=1",
                 timeout_s=args.timeout_s,
                 log_path=work / f"flwr-run-{i}.log",
+                on_line=_show_progress,
             )
             result_path = work / f"result-{i}.json"
             if not result_path.is_file():
@@ -210,6 +219,12 @@ def _sim(args: argparse.Namespace) -> int:
     else:
         _print_table(results)
     return 0
+
+
+def _show_progress(line: str) -> None:
+    """The ServerApp's progress (`_ROUND_LINE`), from the run's log, on stderr."""
+    if (found := _ROUND_LINE.search(line)) is not None:
+        print(f"dartfl fl sim: {found.group(0)}", file=sys.stderr, flush=True)
 
 
 def _print_table(results: list[dict[str, Any]]) -> None:
@@ -342,7 +357,7 @@ def _register_run(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     run = fl_sub.add_parser(
         "run",
         help="start a federated run on a running SuperLink (this machine or a remote one)",
-        description="Submit this repository's Flower app to a SuperLink's Control API and follow it.",
+        description="Submit DART-FL's Flower app to a SuperLink's Control API and follow it.",
     )
     run.add_argument(
         "--superlink",
@@ -364,6 +379,34 @@ def _register_run(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     run.add_argument("--json", action="store_true", help="print one JSON object at the end")
     run.add_argument("--timeout-s", type=float, default=86400.0, help="give up waiting after this long")
     run.set_defaults(handler=_run_remote)
+
+
+def _register_app(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    app = fl_sub.add_parser(
+        "app",
+        help="write the Flower app (pyproject.toml) into DIR, for `flwr run DIR`",
+        description="Write DART-FL's Flower app into DIR: its components and run-config defaults, "
+        "no code (every host runs its installed dartfl). Then: cd DIR && flwr run . --stream",
+    )
+    app.add_argument("directory", type=Path, metavar="DIR", help="where to write pyproject.toml")
+    app.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="a run-config default (repeatable)"
+    )
+    app.add_argument("--force", action="store_true", help="replace DIR/pyproject.toml if it exists")
+    app.set_defaults(handler=_write_app)
+
+
+def _write_app(args: argparse.Namespace) -> int:
+    from orchestration.flower_app import APP_FILE, write_app
+
+    target = args.directory / APP_FILE
+    if target.exists() and not args.force:
+        raise ConfigError(f"{target} exists; pass --force to replace it, or give another DIR")
+    if args.directory.exists() and not args.directory.is_dir():
+        raise ConfigError(f"{args.directory} is a file; give a directory")
+    write_app(args.directory, _parse_sets(args.set))
+    print(f"wrote {target}; run it with the venv active: cd {args.directory} && flwr run . --stream")
+    return 0
 
 
 def _run_remote(args: argparse.Namespace) -> int:
@@ -407,12 +450,15 @@ def _run_remote(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         raise
-    outputs = {"results-file": cfg.results_file, "checkpoint-dir": cfg.checkpoint_dir, "store": cfg.store}
+    recorded = "" if cfg.store.strip().lower() == NO_STORE else cfg.store or "default"
+    outputs = {"results-file": cfg.results_file, "checkpoint-dir": cfg.checkpoint_dir, "store": recorded}
     if args.json:
         result = {"run_id": submitted.run_id, "superlink": target.address, "status": submitted.status}
         print(json.dumps({**result, **{key: value or None for key, value in outputs.items()}}))
     elif submitted.status is not None:
         print(f"run {submitted.run_id}: {submitted.status}")
+        if recorded == "default":
+            outputs["store"] = "the default run store ($DARTFL_STORE, else ~/.local/share/dartfl/runs.sqlite)"
         for key, value in outputs.items():
             if value:
                 print(f"{key}: {value} (on the SuperLink's host)")

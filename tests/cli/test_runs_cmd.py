@@ -264,6 +264,27 @@ def test_dartfl_sim_records_the_time_the_simulation_took(
     assert run.duration_s is not None and run.duration_s >= 62.0
 
 
+def test_dartfl_dc_sim_records_the_time_the_simulation_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `dc sim` started its run in the store once the simulation was over: 0.02 s for 62 s.
+    from dartfl.cli import dc_cmd
+
+    class SlowClock:  # the simulation "began" 62 s before it was recorded
+        @staticmethod
+        def time() -> float:
+            return time.time() - 62.0
+
+    monkeypatch.setattr(dc_cmd, "time", SlowClock)
+    store = tmp_path / "runs.sqlite"
+    argv = ["dc", "sim", "--gpus", "8", "--steps", "2", "--policy", "static:0.5"]
+    assert main([*argv, "--no-plot", "--json", "--store", str(store)]) == 0
+    with RunStore(store) as runs:
+        (run,) = runs.list_runs()
+    assert run.kind == "dc"
+    assert run.duration_s is not None and run.duration_s >= 62.0
+
+
 def test_an_edge_replay_is_recorded_from_when_it_began(tmp_path: Path) -> None:
     # Replays were recorded as 0.0 s long.
     from types import SimpleNamespace
