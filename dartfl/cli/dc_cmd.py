@@ -265,17 +265,8 @@ def run_sim(args: argparse.Namespace) -> int:
         what = f", {args.workload}" if args.workload else ""
         title = f"{args.gpus} GPUs, {config.model.name}{what}, {args.steps} steps, eta {args.eta}"
         plot_dc(runs, plot_path, title=title)
-    if args.json:
-        out: dict[str, Any] = {"results": summaries, "run_id": run_id}
-        if sweep:
-            out["static_sweep"] = [{"fraction": f, "samples_per_s": v} for f, v in sweep]
-        json.dump(out, sys.stdout, default=float)
-        sys.stdout.write("\n")
-    else:
-        _print_table(summaries)
-        if plot_path:
-            print(f"plot: {plot_path}")
-    return 0
+    extra = {"static_sweep": [{"fraction": f, "samples_per_s": v} for f, v in sweep]} if sweep else {}
+    return _report(args, summaries, run_id, plot_path, extra)
 
 
 def run_real(args: argparse.Namespace) -> int:
@@ -294,8 +285,19 @@ def run_real(args: argparse.Namespace) -> int:
     if plot_path:
         title = f"Ray engine, {cfg.task} task, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
         plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
+    return _report(args, summaries, run_id, plot_path)
+
+
+def _report(
+    args: argparse.Namespace,
+    summaries: list[dict[str, Any]],
+    run_id: int | None,
+    plot_path: Path | None,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """The `--json` contract (results, run_id and `extra`), or the table and the plot's path."""
     if args.json:
-        json.dump({"results": summaries, "run_id": run_id}, sys.stdout, default=float)
+        json.dump({"results": summaries, "run_id": run_id, **(extra or {})}, sys.stdout, default=float)
         sys.stdout.write("\n")
     else:
         _print_table(summaries)
