@@ -263,18 +263,10 @@ def run_sim(args: argparse.Namespace) -> int:
         run_id = _record(args, runs, summaries, sweep, started_s=started_s)
     if plot_path:
         what = f", {args.workload}" if args.workload else ""
-        plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}{what}, eta {args.eta}")
-    if args.json:
-        out: dict[str, Any] = {"results": summaries, "run_id": run_id}
-        if sweep:
-            out["static_sweep"] = [{"fraction": f, "samples_per_s": v} for f, v in sweep]
-        json.dump(out, sys.stdout, default=float)
-        sys.stdout.write("\n")
-    else:
-        _print_table(summaries)
-        if plot_path:
-            print(f"plot: {plot_path}")
-    return 0
+        title = f"{args.gpus} GPUs, {config.model.name}{what}, {args.steps} steps, eta {args.eta}"
+        plot_dc(runs, plot_path, title=title)
+    extra = {"static_sweep": [{"fraction": f, "samples_per_s": v} for f, v in sweep]} if sweep else {}
+    return _report(args, summaries, run_id, plot_path, extra)
 
 
 def run_real(args: argparse.Namespace) -> int:
@@ -293,8 +285,19 @@ def run_real(args: argparse.Namespace) -> int:
     if plot_path:
         title = f"Ray engine, {cfg.task} task, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
         plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
+    return _report(args, summaries, run_id, plot_path)
+
+
+def _report(
+    args: argparse.Namespace,
+    summaries: list[dict[str, Any]],
+    run_id: int | None,
+    plot_path: Path | None,
+    extra: dict[str, Any] | None = None,
+) -> int:
+    """The `--json` contract (results, run_id and `extra`), or the table and the plot's path."""
     if args.json:
-        json.dump({"results": summaries, "run_id": run_id}, sys.stdout, default=float)
+        json.dump({"results": summaries, "run_id": run_id, **(extra or {})}, sys.stdout, default=float)
         sys.stdout.write("\n")
     else:
         _print_table(summaries)
@@ -363,11 +366,26 @@ def decision_rows(run: Any) -> list[Any]:
 
 
 def _print_table(summaries: list[dict[str, Any]]) -> None:
-    cols = [c for c in CONTRACT_KEYS if c != "steps"]
-    print("  ".join(f"{c:>18s}" for c in cols))
+    """The contract's figures per policy, headed in words, in the tables' one number format."""
+    from dartfl.cli.tables import number, print_table
+
+    heads = {
+        "samples_per_s": "samples/s",
+        "tokens_per_s": "tokens/s",
+        "rollout_idle_ratio": "rollout idle",
+        "trainer_idle_ratio": "trainer idle",
+        "staleness_max": "stale max",
+        "staleness_mean": "stale mean",
+        "dropped_samples": "dropped",
+        "switches": "switches",
+        "aborted_gpu_s": "aborted GPU·s",
+        "idle_gpu_s": "idle GPU·s",
+    }
+    rows = []
     for s in summaries:
-        cells = []
-        for c in cols:
-            v = s.get(c)
-            cells.append(f"{v:>18.3f}" if isinstance(v, float) else f"{v!s:>18s}")
-        print("  ".join(cells))
+        cells = [str(s.get("policy"))]
+        for key in heads:
+            v = s.get(key)
+            cells.append(f"{v:.1%}" if key.endswith("_ratio") and isinstance(v, float) else number(v))
+        rows.append(cells)
+    print_table(["policy", *heads.values()], rows)

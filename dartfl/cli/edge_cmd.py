@@ -83,7 +83,12 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-train", type=int, default=3000, help="training samples loaded per task (default 3000)"
     )
-    p.add_argument("--seed", type=seed_arg, default=0)
+    p.add_argument(
+        "--seed",
+        type=seed_arg,
+        default=0,
+        help="seed of the data subset, model and training order (default 0)",
+    )
 
 
 def _agent_arguments(p: argparse.ArgumentParser) -> None:
