@@ -149,10 +149,13 @@ def test_a_broker_killed_for_10_s_under_load_loses_no_request_and_answers_none_t
         outage: dict[str, float] = {}
         started = threading.Event()
 
+        pid = brokers[0].pid
+        assert pid is not None
+
         def kill_and_restart() -> None:
             started.wait()
             time.sleep(KILL_AT_S)
-            os.kill(brokers[0].pid or 0, signal.SIGKILL)
+            os.kill(pid, signal.SIGKILL)
             outage["down"] = time.time()
             brokers[0].stop()  # reaps it and removes its files
             time.sleep(OUTAGE_S)
@@ -176,13 +179,15 @@ def test_a_broker_killed_for_10_s_under_load_loses_no_request_and_answers_none_t
     worst = int(np.argmax(gaps))
     log.info(
         "broker outage %.1f s: %d requests, %d replies (%d rejected), %d lost, %d unsent, "
-        "%d duplicate deliveries, agent counted %d; longest telemetry gap %.1f s (%.1f s after the kill)",
+        "%d resent, %d duplicate deliveries, agent counted %d; longest telemetry gap %.1f s "
+        "(%.1f s after the kill)",
         outage["up"] - outage["down"],
         s["requests"],
         s["replies"],
         s["rejected"],
         s["lost"],
         s["unsent"],
+        outcome.resent,
         outcome.duplicate_replies,
         report["requests"],
         gaps[worst],
