@@ -53,6 +53,7 @@ from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
+from edge_client.answered import RecentRequests
 from edge_client.telemetry import RequestStats
 
 if TYPE_CHECKING:
@@ -96,6 +97,7 @@ class Agent:
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
         self._cond = threading.Condition()  # serialises the executor; notified on every request
         self.stats = RequestStats()
+        self.recent = RecentRequests()  # a request delivered twice is answered once
         self.counters = Counters(ce_sum_per_task=[0.0] * len(config.tasks), started_s=now)
         self._stop = threading.Event()
         self._link: DeviceLink | None = None
@@ -138,6 +140,7 @@ class Agent:
 
     def start(self) -> str:
         """Connect to the broker (starting a private Mosquitto if none is given); return its URL.
+        A broker that is not up yet is waited for until `request_stop` (MqttWaitStoppedError).
 
         If that fails the agent is finished: it lets go of what it holds, its temp dir too.
         """
@@ -150,7 +153,7 @@ class Agent:
     def _start(self) -> str:
         from edge_client.agent_link import DeviceLink, open_agent_link
 
-        link, broker, url = open_agent_link(self.config, self._on_message)
+        link, broker, url = open_agent_link(self.config, self._on_message, self._stop)
         link.on_reconnected = self._republish_online
         self._link = DeviceLink(self.config.device_id, link, broker)
         if self.profile.request_path == RequestPathCost():  # the profile prices the model alone
@@ -294,6 +297,7 @@ class Agent:
             self.stats,
             self._reply,
             reply_rule=self.config.reply_topics,
+            recent=self.recent,
         )
         self._add_overhead(time.thread_time() - started)
 
@@ -343,6 +347,7 @@ class Agent:
         together: dict[str, list[bytes]] = {}
         for r, label, latency in zip(requests, labels.tolist(), latencies, strict=True):
             answer = protocol.answer(r.binary, r.id, task_name, label, latency * 1e3, version)
+            self.recent.answered(r.reply_to, r.id, answer)
             if r.binary and r.correlation_data is None:
                 together.setdefault(r.reply_to, []).append(answer[0])
             else:

@@ -21,6 +21,7 @@ from dartfl import protocol
 from dartfl.errors import ProtocolError
 from dartfl.executor import Admission
 from dartfl.protocol import ReplyTopicRule
+from edge_client.answered import RecentRequests
 from edge_client.telemetry import RequestStats
 from messaging.link import Message
 
@@ -57,10 +58,12 @@ def admit_request(
     reply: Reply,
     *,
     reply_rule: ReplyTopicRule = "requester",
+    recent: RecentRequests | None = None,
 ) -> None:
-    """Decode one request message (messaging.link.Message) and queue it, or answer it now."""
+    """Decode one request message (messaging.link.Message) and queue it, or answer it now.
+    A copy of a request in `recent` is not a request: it gets the answer already sent, or
+    nothing while the first is still pending (edge_client.answered)."""
     received = time.monotonic()
-    stats.count(requests=1)
     try:
         _, task = protocol.parse_request_topic(message.topic)
         request = protocol.decode_any_request(
@@ -74,7 +77,7 @@ def admit_request(
             reply_rule=reply_rule,
         )
     except ProtocolError as exc:
-        stats.count(errors=1)
+        stats.count(requests=1, errors=1)
         # Only the reply address the decoder validated: a raw Response Topic may be another
         # device's request topic, a topic outside the reply namespace (reflection), or a
         # wildcard that the client refuses to publish to.
@@ -88,6 +91,14 @@ def admit_request(
             reply(reply_to, error, message.correlation_data)
         log.debug("bad request on %s: %s", message.topic, exc)
     else:
+        if recent is not None:
+            new, earlier = recent.take(request.reply_to, request.id)
+            if not new:
+                if earlier is not None:
+                    reply(request.reply_to, earlier, request.correlation_data)
+                log.debug("a copy of request %r from %s", request.id, request.reply_to)
+                return
+        stats.count(requests=1)
         task_id = task_index[request.task]
         queued = QueuedRequest(
             request.id,
@@ -102,4 +113,6 @@ def admit_request(
         if reason != "queued":
             stats.rejected_now(received)
             refused = protocol.refusal(request.binary, request.id, reason, request.task)
+            if recent is not None:
+                recent.answered(request.reply_to, request.id, refused)
             reply(request.reply_to, refused, request.correlation_data)

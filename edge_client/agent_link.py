@@ -2,6 +2,11 @@
 and login from the agent's config, a private Mosquitto on loopback when no broker is given), and
 what the agent publishes on it: replies, telemetry and its retained status.
 
+An agent started before its broker waits for it (docs/deployment.md): it retries until the
+broker is up or the agent is stopped, says so once, and keeps asking for MQTT 5 unless the
+broker answers that it does not speak it. TLS and login failures still end the start at once:
+waiting cannot cure them.
+
 Its client id is `dartfl-agent-<device>` when anonymous, its account's name when logged in
 (messaging.link): with the shipped broker's `use_username_as_clientid`, nobody but the
 device's own account can connect under the id the device uses and knock it offline."""
@@ -9,6 +14,7 @@ device's own account can connect under the id the device uses and knock it offli
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 
 from dartfl import protocol
@@ -24,9 +30,10 @@ __all__ = ["DeviceLink", "check_private_broker", "open_agent_link", "start_priva
 
 
 def open_agent_link(
-    config: AgentConfig, on_message: Callable[[Message], None]
+    config: AgentConfig, on_message: Callable[[Message], None], stop: threading.Event | None = None
 ) -> tuple[MqttLink, BrokerHandle | None, str]:
-    """Connect the agent; returns (link, the private broker it started or None, broker URL)."""
+    """Connect the agent, waiting for the broker until `stop` is set (MqttWaitStoppedError); returns
+    (link, the private broker it started or None, broker URL)."""
     broker = None
     url = config.broker_url
     if url is None:
@@ -55,6 +62,8 @@ def open_agent_link(
             ),
             protocol=version,
             security=config.mqtt_security,
+            timeout=None,
+            stop=stop,
         )
 
     try:

@@ -1,15 +1,19 @@
 """ONNX export of the multitask model and an ONNX Runtime engine with atomic hot swap.
 
 A model directory holds one ONNX file per task (the trunk plus that task's head, dynamic
-batch dimension, weights inside the file) and `manifest.json`:
+batch dimension, weights inside the file), the PyTorch weights (`weights.npz`, so training
+can resume from this version after a restart) and `manifest.json`:
 
     {"format": "dartfl-edge-model", "format_version": 1, "version": 3,
      "input": {"name": "x", "shape": [null, 1, 28, 28], "dtype": "float32"},
      "output": {"name": "logits"},
-     "tasks": {"digits": {"file": "digits.onnx", "num_classes": 10}, ...}}
+     "tasks": {"digits": {"file": "digits.onnx", "num_classes": 10}, ...},
+     "weights": "weights.npz", "sha256": {"digits.onnx": "9f2c...", "weights.npz": "...", ...}}
 
-Export writes into a hidden temporary directory next to the target and renames it into place,
-so a reader sees either no model directory or a complete one. The engine swaps model sets
+Export writes into a hidden temporary directory next to the target, fsyncs every file and the
+directory, and renames it into place, so a reader sees either no model directory or a
+complete one; the checksums let a reader tell a complete one from a damaged one
+(edge_client/model_versions.py). The engine swaps model sets
 whole: a new set is loaded and warmed up off to the side, then replaces the old one in one
 assignment under a lock; a batch already running finishes on the set it started with.
 
@@ -22,6 +26,7 @@ back to CPU with one warning; with `strict_provider` it is a ProviderError inste
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -41,21 +46,25 @@ from torch import nn
 
 from dartfl.errors import ConfigError, InputError
 from fltask.data import IMAGE_SHAPE
-from fltask.model import MultitaskCNN
+from fltask.model import MultitaskCNN, get_weights
 
 __all__ = [
     "MANIFEST",
     "ORT_PROVIDERS",
+    "WEIGHTS",
     "InferenceEngine",
     "ModelLoadError",
     "ProviderError",
     "export_onnx",
+    "file_sha256",
+    "read_manifest",
     "torch_infer",
 ]
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
+WEIGHTS = "weights.npz"  # the PyTorch state dict as numpy arrays (no pickle to load)
 FORMAT = "dartfl-edge-model"
 FORMAT_VERSION = 1
 MAX_BATCH = 4096
@@ -94,7 +103,7 @@ class _OneTask(nn.Module):
 def export_onnx(
     model: MultitaskCNN, directory: str | Path, *, version: int, overwrite: bool = False
 ) -> dict[str, Path]:
-    """Write one ONNX file per task plus the manifest into `directory`, atomically.
+    """Write one ONNX file per task, the weights and the manifest into `directory`, atomically.
 
     Call it between microbatches (it copies the weights first). Returns {task: path of its
     ONNX file}. `directory` must not exist unless `overwrite`
@@ -116,6 +125,8 @@ def export_onnx(
             path = tmp / f"{task}.onnx"
             _export_one(frozen, task, path)
             tasks[task] = {"file": path.name, "num_classes": classes}
+        with (tmp / WEIGHTS).open("wb") as out:
+            np.savez(out, allow_pickle=False, **get_weights(frozen))
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -123,10 +134,13 @@ def export_onnx(
             "input": {"name": _INPUT, "shape": [None, *IMAGE_SHAPE], "dtype": "float32"},
             "output": {"name": _OUTPUT},
             "tasks": tasks,
+            "weights": WEIGHTS,
+            "sha256": {path.name: file_sha256(path) for path in sorted(tmp.iterdir())},
         }
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         for path in tmp.iterdir():
             _fsync(path)
+        _fsync(tmp)  # the entries themselves, before the rename publishes them
         if target.exists():
             aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
             target.rename(aside / target.name)
@@ -167,6 +181,14 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
 
 
 def torch_infer(model: MultitaskCNN, task: str, images: np.ndarray) -> np.ndarray:
@@ -281,7 +303,7 @@ class InferenceEngine:
             return self._current
 
     def _load(self, directory: Path) -> _ModelSet:
-        manifest = _read_manifest(directory)
+        manifest = read_manifest(directory)
         options = ort.SessionOptions()
         options.intra_op_num_threads = self.threads
         options.inter_op_num_threads = 1
@@ -342,7 +364,8 @@ def _fallback(provider: str, reason: str, strict: bool) -> tuple[str, ...]:
     return (_CPU,)
 
 
-def _read_manifest(directory: Path) -> dict[str, Any]:
+def read_manifest(directory: Path) -> dict[str, Any]:
+    """The checked manifest of a model directory, or ModelLoadError saying what is wrong."""
     path = directory / MANIFEST
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))

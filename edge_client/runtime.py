@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
-import shutil
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -19,7 +17,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from dartfl.errors import InputError
 from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from edge_client.model_versions import ModelVersions, mismatch_error
 
 if TYPE_CHECKING:  # the runtime loads torch and ONNX Runtime only when it is built
     from edge_client.agent_config import AgentConfig
@@ -58,22 +58,24 @@ class ModelRuntime:
         model: MultitaskCNN,
         trainer: Trainer,
         engine: InferenceEngine,
-        model_dir: Path,
+        versions: ModelVersions,
     ):
         self.config = config
         self.tasks = tasks
         self.model = model
         self.trainer = trainer
         self.engine = engine
-        self.model_dir = model_dir
+        self.versions = versions
+        self.model_dir = versions.root
         self._export_lock = threading.Lock()
-        self._next_version = 2
+        self._next_version = versions.next_version()
         self._publisher: threading.Thread | None = None
         self._test_images = {name: (data.x_test, data.y_test) for name, data in tasks.items()}
 
     @classmethod
     def build(cls, config: AgentConfig, model_dir: Path) -> ModelRuntime:
-        from edge_client.inference import InferenceEngine, export_onnx
+        """Load the data and the model: the newest complete version in `model_dir` when there
+        is one (a restart goes on serving and training it), fresh weights otherwise."""
         from edge_client.threads import cap_threads
         from fltask.data import load_tasks
         from fltask.model import build_model
@@ -84,17 +86,10 @@ class ModelRuntime:
         model = build_model(
             {n: t.num_classes for n, t in tasks.items()}, width=config.width, seed=config.seed
         )
+        versions = ModelVersions(model_dir)
+        engine = _serve_newest(versions, model, config)
         trainer = Trainer(model, tasks, seed=config.seed)
-        model_dir.mkdir(parents=True, exist_ok=True)
-        _remove_old_versions(model_dir)
-        export_onnx(model, model_dir / "v1", version=1)
-        engine = InferenceEngine(
-            model_dir / "v1",
-            threads=config.inference_threads,
-            provider=config.ort_provider,
-            strict_provider=config.ort_strict,
-        )
-        return cls(config, tasks, model, trainer, engine, model_dir)
+        return cls(config, tasks, model, trainer, engine, versions)
 
     @property
     def version(self) -> int:
@@ -156,12 +151,10 @@ class ModelRuntime:
         with self._export_lock:
             version = self._next_version
             self._next_version += 1
-            target = self.model_dir / f"v{version}"
+            target = self.versions.path(version)
             export_onnx(self.model if model is None else model, target, version=version)
             self.engine.swap(target)
-            old = self.model_dir / f"v{version - 2}"
-            if old.exists():  # keep the previous version for stragglers, drop older ones
-                shutil.rmtree(old, ignore_errors=True)
+            self.versions.prune()  # the previous version stays: the fallback should this one be damaged
             return version
 
     def publish_in_background(self) -> bool:
@@ -265,9 +258,34 @@ def _crossing_microbatch_s(
     return float(trainer.train_microbatch(m, shares, weights).duration_s)
 
 
-def _remove_old_versions(model_dir: Path) -> None:
-    """Delete the model versions (`v<N>` folders) an earlier agent left in `model_dir`, so a
-    restarted agent can reuse its --model-dir; the agent exports its versions there afresh."""
-    for old in model_dir.iterdir():
-        if old.is_dir() and re.fullmatch(r"v\d+", old.name):
-            shutil.rmtree(old)
+def _serve_newest(versions: ModelVersions, model: MultitaskCNN, config: AgentConfig) -> InferenceEngine:
+    """An engine on the newest complete version, whose weights `model` takes on (training
+    resumes from them); with none, `model`'s fresh weights exported as the next version."""
+    from edge_client.inference import InferenceEngine, export_onnx
+    from fltask.model import set_weights
+
+    def engine_on(directory: Path) -> InferenceEngine:
+        return InferenceEngine(
+            directory,
+            threads=config.inference_threads,
+            provider=config.ort_provider,
+            strict_provider=config.ort_strict,
+        )
+
+    def load(directory: Path, weights: dict[str, np.ndarray]) -> InferenceEngine:
+        engine = engine_on(directory)  # ModelLoadError: damaged
+        try:
+            set_weights(model, weights)
+        except InputError as exc:  # intact files of another model: the flags changed
+            raise mismatch_error(directory, exc) from None
+        return engine
+
+    recovered = versions.recover(load)
+    if recovered is not None:
+        log.info("serving model version v%d from %s", recovered.version, versions.root)
+        return recovered.loaded
+    version = versions.next_version()
+    if version > 1:
+        log.warning("no complete model version in %s: serving fresh weights as v%d", versions.root, version)
+    export_onnx(model, versions.path(version), version=version)
+    return engine_on(versions.path(version))

@@ -11,8 +11,17 @@ in it is logged and the link keeps running.
 `mqtts://` URLs use TLS (messaging.tls) with an `MqttSecurity`'s files and login. A TLS
 failure that retrying cannot fix (wrong CA, host name mismatch, no client certificate) or a
 refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause; a
-subscription the broker refuses, with an `MqttAclError` naming the topic. Under MQTT 5 a
-publish the broker refuses is logged and kept as `MqttLink.refusal` (messaging.refusals).
+subscription the broker refuses, with an `MqttAclError` naming the topic; a CONNACK saying the
+broker does not speak the MQTT version, or a broker that takes the connection and stays silent
+after an MQTT 5 CONNECT (CONNACK_WAIT_S) or closes it twice before answering, with an
+`MqttVersionError`. Under MQTT 5 a publish
+the broker refuses is logged and kept as `MqttLink.refusal` (messaging.refusals).
+
+A broker that is not up (connection refused, unreachable, "server unavailable") is retried,
+after 1 s and then every 2 s (paho's reconnect), first connection included: `connect(...,
+timeout=None)` waits until it is up, saying so once in the log, or until its `stop` event is
+set. The same delays bring a link back after an outage, so a device is back within about 2 s
+of its broker (docs/faults.md).
 
 A logged-in client's id is its account's name, as the shipped broker makes it
 (`use_username_as_clientid`): one account is one connection, on every broker.
@@ -21,9 +30,11 @@ A logged-in client's id is its account's name, as the shipped broker makes it
 from __future__ import annotations
 
 import logging
+import math
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Final
@@ -35,7 +46,13 @@ from paho.mqtt.properties import Properties
 
 from dartfl.errors import ConfigError
 from messaging.brokers import parse_broker_address
-from messaging.errors import MqttAclError, MqttConnectError, MqttSecurityError
+from messaging.errors import (
+    MqttAclError,
+    MqttConnectError,
+    MqttSecurityError,
+    MqttVersionError,
+    MqttWaitStoppedError,
+)
 from messaging.messages import Message, Will, message_from_paho
 from messaging.refusals import Drops, PublishRefusals, Refusal, refused_subscription
 from messaging.security import MqttSecurity
@@ -51,6 +68,8 @@ __all__ = [
     "MqttConnectError",
     "MqttLink",
     "MqttSecurityError",
+    "MqttVersionError",
+    "MqttWaitStoppedError",
     "Will",
     "connect",
 ]
@@ -67,11 +86,19 @@ _PROTOCOLS: Final = {
 # Messages paho may hold while the broker has not acknowledged them: beyond it `publish` fails
 # (it returns False) instead of growing memory; a sender must count that, not ignore it.
 MAX_QUEUED_OUTGOING: Final = 10_000
+# Reconnect delays (paho doubles from the first to the last): a broker that comes back is
+# found within 2 s. A retry is one TCP SYN; a fleet of a thousand devices retrying every 2 s
+# costs a broker nothing next to the gap a 10 s delay left in their telemetry.
 RECONNECT_MIN_S: Final = 1
-RECONNECT_MAX_S: Final = 10
+RECONNECT_MAX_S: Final = 2
+_WAIT_SLICE_S: Final = 0.25  # how often a wait looks at its stop event
+_CLOSES_MEAN_NO_V5: Final = 2  # MQTT 5 connections closed before a CONNACK, in a row
+CONNACK_WAIT_S: Final = 5.0  # a broker silent this long after an MQTT 5 CONNECT does not speak it
 
 # What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
 _AUTH_REFUSALS = ("not authorized", "bad user name or password")
+# Refusals of a broker that is up but cannot take the client now: paho retries, and so do we.
+_TRANSIENT_REFUSALS = ("server unavailable", "server busy", "quota exceeded", "connection rate exceeded")
 
 
 def _set_nodelay(client: paho.Client, userdata: Any, sock: Any) -> None:
@@ -105,6 +132,8 @@ class MqttLink:
         self._failure: str | None = None
         self._failure_kind: type[MqttConnectError] = MqttConnectError
         self._ever_ready = False
+        self._opened_at: float | None = None  # when this attempt's socket opened, until its CONNACK
+        self._closed_unanswered = 0  # attempts in a row the broker closed before a CONNACK
         self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
         self._initial_mid: int | None = None
         self._initial_topics: list[str] = []
@@ -128,6 +157,7 @@ class MqttLink:
         # it), a TLS alert after the handshake as paho's error-level log line. on_log is
         # dropped once ready: paho formats a line per packet while it is set.
         client.on_connect_fail = self._handle_connect_fail
+        client.on_socket_open = self._handle_socket_open
         client.on_log = self._handle_log
 
     @property
@@ -145,11 +175,18 @@ class MqttLink:
     def _handle_connect(
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
+        with self._cond:
+            self._opened_at, self._closed_unanswered = None, 0
         if reason.is_failure:
+            said = str(reason).lower()
+            if said in _TRANSIENT_REFUSALS:  # up but busy: paho tries again, as for a broker not up
+                self._note_failed_attempt(f"the broker refused the connection for now: {reason}")
+                return
             hint, kind = "", MqttConnectError
-            if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
+            if "protocol version" in said:
                 hint = " (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
-            elif str(reason).lower() in _AUTH_REFUSALS:
+                kind = MqttVersionError
+            elif said in _AUTH_REFUSALS:
                 hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
                 kind = MqttSecurityError
             with self._cond:
@@ -175,6 +212,9 @@ class MqttLink:
         with self._cond:
             self._connected = False
             self._ready = False
+            if self._opened_at is not None and not self._ever_ready:  # no CONNACK came
+                self._closed_unanswered += 1
+            self._opened_at = None
             self._cond.notify_all()
         if not self._closed and not self._drops.lost(reason):
             log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
@@ -197,6 +237,34 @@ class MqttLink:
             else:
                 self._failure, self._failure_kind = str(refusal), MqttAclError
             self._cond.notify_all()
+
+    def _handle_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
+        _set_nodelay(client, userdata, sock)
+        with self._cond:
+            self._opened_at = time.monotonic()
+
+    def _unanswered_v5(self, deadline_passed: bool) -> MqttVersionError | None:
+        """A broker that took the TCP connection and then closed it before any CONNACK, twice
+        in a row, or that has not answered an MQTT 5 CONNECT in CONNACK_WAIT_S, does not speak
+        MQTT 5: some 3.1.1-only brokers do that instead of refusing (amqtt stays silent on a
+        CONNECT with a will). With `_cond` held. A broker that is not up refuses the TCP
+        connection and never gets here."""
+        if self._protocol != paho.MQTTv5:
+            return None
+        if self._closed_unanswered >= _CLOSES_MEAN_NO_V5:
+            return MqttVersionError(
+                f"{self._label}: the broker closed {self._closed_unanswered} MQTT 5 connections in a "
+                "row before answering (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+            )
+        if self._opened_at is None:
+            return None
+        silent_s = time.monotonic() - self._opened_at
+        if silent_s < CONNACK_WAIT_S and not (deadline_passed and silent_s > 1.0):
+            return None
+        return MqttVersionError(
+            f"{self._label}: the broker took the connection but did not answer an MQTT 5 CONNECT "
+            f"within {silent_s:.0f} s (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+        )
 
     def _mark_ready(self) -> None:
         with self._cond:
@@ -245,17 +313,45 @@ class MqttLink:
 
     # -- API --
 
-    def wait_ready(self, timeout: float) -> None:
-        """Block until connected with subscriptions acknowledged, or raise MqttConnectError."""
-        with self._cond:
-            self._cond.wait_for(lambda: self._ready or self._failure is not None, timeout)
-            if self._failure is not None:
-                raise self._failure_kind(f"{self._label}: {self._failure}")
-            if not self._ready:
-                last = f" (last attempt: {self._attempts.last})" if self._attempts.last else ""
-                raise MqttConnectError(
-                    f"{self._label}: not connected and subscribed within {timeout} s{last}"
+    def wait_ready(self, timeout: float | None, stop: threading.Event | None = None) -> None:
+        """Block until connected with subscriptions acknowledged, or raise MqttConnectError:
+        after `timeout` seconds, or (None) never, saying once that it waits for the broker;
+        MqttWaitStoppedError as soon as `stop` is set."""
+        started = time.monotonic()
+        deadline = math.inf if timeout is None else started + timeout
+        said = False
+        while True:
+            with self._cond:
+                left = deadline - time.monotonic()
+                self._cond.wait_for(
+                    lambda: self._ready or self._failure is not None, min(max(left, 0.0), _WAIT_SLICE_S)
                 )
+                ready, failure, last = self._ready, self._failure, self._attempts.last
+                over = time.monotonic() >= deadline
+                silent = None if ready or failure is not None else self._unanswered_v5(over)
+            if silent is not None:
+                raise silent
+            if failure is not None:
+                raise self._failure_kind(f"{self._label}: {failure}")
+            if ready:
+                if said:
+                    log.warning("%s: connected after %.0f s", self._label, time.monotonic() - started)
+                return
+            if stop is not None and stop.is_set():
+                raise MqttWaitStoppedError(f"{self._label}: stopped while waiting for the broker")
+            if time.monotonic() >= deadline:
+                detail = f" (last attempt: {last})" if last else ""
+                raise MqttConnectError(
+                    f"{self._label}: not connected and subscribed within {timeout} s{detail}"
+                )
+            if timeout is None and last is not None and not said:
+                log.warning(
+                    "%s: the broker is not reachable yet (%s); retrying every %d s until it is",
+                    self._label,
+                    last,
+                    RECONNECT_MAX_S,
+                )
+                said = True
 
     def publish(
         self,
@@ -351,14 +447,17 @@ def connect(
     subscriptions: Sequence[tuple[str, int]] = (),
     will: Will | None = None,
     protocol: str | int = MQTT_V311,
-    timeout: float = 5.0,
+    timeout: float | None = 5.0,
     keepalive_s: int = 30,
     security: MqttSecurity | None = None,
+    stop: threading.Event | None = None,
 ) -> MqttLink:
     """Connect to `url` (mqtt://host:port, or mqtts://host:port for TLS), subscribe, and
     return once the broker has acknowledged both; raise MqttConnectError if that takes longer
-    than `timeout` seconds, MqttSecurityError (a ConfigError) at once when TLS or the login
-    cannot work (MqttAclError: a subscription refused), ConfigError for unusable `security`.
+    than `timeout` seconds (None: wait until the broker is up, or `stop` is set:
+    MqttWaitStoppedError), MqttVersionError when the broker does not speak `protocol`,
+    MqttSecurityError (a ConfigError) at once when TLS or the login cannot work
+    (MqttAclError: a subscription refused), ConfigError for unusable `security`.
 
     `client_id` is for an anonymous client; a logged-in one is its account's name.
 
@@ -384,7 +483,6 @@ def connect(
         protocol=version,
         clean_session=True if version == paho.MQTTv311 else None,
     )
-    client.on_socket_open = _set_nodelay
     client.max_queued_messages_set(MAX_QUEUED_OUTGOING)
     client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
     apply_security(client, security, tls=address.tls)
@@ -400,7 +498,7 @@ def connect(
         client.connect_async(address.host, address.port, keepalive_s)
     client.loop_start()
     try:
-        link.wait_ready(timeout)
+        link.wait_ready(timeout, stop)
     except MqttConnectError:
         link.close()
         raise

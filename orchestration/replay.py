@@ -41,6 +41,7 @@ from messaging.security import MqttSecurity
 from messaging.versions import connect_preferring_v5
 from orchestration.agent_watch import AgentSighting
 from orchestration.replay_report import ReplayReport, Replies, replay_report
+from orchestration.resend import RESEND_AFTER_S, Resender
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +76,15 @@ class ReplayOptions:
 
 @dataclass(frozen=True)
 class ReplayOutcome:
+    """`telemetry`: every snapshot the replay received, in order; `duplicate_replies`: replies
+    to a request already answered (QoS 1 may deliver one twice; each counts once)."""
+
     report: ReplayReport
     record: RunRecord
     last_telemetry: Telemetry | None
+    telemetry: tuple[Telemetry, ...] = ()
+    duplicate_replies: int = 0
+    resent: int = 0  # requests sent again, unanswered after a while (orchestration.resend)
 
     @property
     def summary(self) -> dict[str, Any]:
@@ -95,6 +102,7 @@ class _Inbox:
     late: npt.NDArray[np.bool_] = field(init=False)
     telemetry: list[Telemetry] = field(default_factory=list)
     answered: int = 0
+    duplicates: int = 0
     waiting_over: bool = False  # replies from now on are late
     lock: threading.Lock = field(default_factory=threading.Lock)
     all_done: threading.Event = field(default_factory=threading.Event)
@@ -107,8 +115,11 @@ class _Inbox:
 
     def reply(self, index: int, reply: protocol.Reply, at_s: float) -> None:
         with self.lock:
-            if not 0 <= index < self.n or self.status[index]:
-                return  # an id we never sent, or a duplicate (QoS 1 may deliver twice)
+            if not 0 <= index < self.n:
+                return  # an id we never sent
+            if self.status[index]:  # QoS 1 may deliver a reply twice
+                self.duplicates += 1
+                return
             self.status[index] = reply.status
             self.finish_s[index] = at_s
             self.late[index] = self.waiting_over
@@ -117,6 +128,11 @@ class _Inbox:
             self.answered += 1
             if self.answered == self.n:
                 self.all_done.set()
+
+    def unanswered(self) -> npt.NDArray[np.bool_]:
+        with self.lock:
+            mask: npt.NDArray[np.bool_] = self.status == ""
+        return mask
 
     def replies(self) -> Replies:
         with self.lock:
@@ -185,13 +201,26 @@ def replay(
         if n:
             _probe(link, options, encode, probe_answered)
         _await_telemetry(inbox, 5.0)  # the window opens with a snapshot before the first request
-        sent, lag = _send(link, arrivals, options, encode, t0, on_progress)
-        _await_telemetry(inbox, 5.0)  # and closes with the first one after the last request
-        inbox.all_done.wait(max(options.settle_s, 4 * options.slo_s))
-        with inbox.lock:
-            inbox.waiting_over = True
-        if not inbox.all_done.is_set():
-            inbox.all_done.wait(options.grace_s)
+        sent = np.full(n, np.nan)
+        resender = Resender(
+            link,
+            lambda i: _topic_and_body(options.device, encode, i),
+            sent,
+            inbox.unanswered,
+            lambda: time.monotonic() - t0[0],
+            max(RESEND_AFTER_S, 4 * options.slo_s),
+        )
+        resender.start()
+        try:
+            lag = _send(link, arrivals, options, encode, t0, on_progress, sent)
+            _await_telemetry(inbox, 5.0)  # and closes with the first one after the last request
+            inbox.all_done.wait(max(options.settle_s, 4 * options.slo_s))
+            with inbox.lock:
+                inbox.waiting_over = True
+            if not inbox.all_done.is_set():
+                inbox.all_done.wait(options.grace_s)
+        finally:
+            resender.stop()
     finally:
         link.close()
     _warn_about_lag(lag, options)
@@ -200,7 +229,8 @@ def replay(
     report, record = replay_report(
         arrivals, sent, lag, replies, truth, profile, policy, options.slo_s, snapshots, options.payload
     )
-    return ReplayOutcome(report, record, snapshots[-1] if snapshots else None)
+    last = snapshots[-1] if snapshots else None
+    return ReplayOutcome(report, record, last, tuple(snapshots), inbox.duplicates, resender.resent)
 
 
 # (request index, its id on the wire or None: the index) -> (task, payload, content type)
@@ -246,12 +276,13 @@ def _send(
     encode: Encoder,
     t0: list[float],
     on_progress: Progress | None,
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
-    """Publish every request at its planned time; returns (sent at, lag behind plan), seconds.
-    A request the client could not queue (its outgoing queue full) keeps a NaN send time."""
+    sent: npt.NDArray[np.float64],
+) -> npt.NDArray[np.float64]:
+    """Publish every request at its planned time, noting when in `sent`; returns the lag
+    behind plan, seconds. A request the client could not queue (its outgoing queue full)
+    keeps a NaN send time."""
     times = arrivals.times_s.tolist()
     n = len(times)
-    sent = np.full(n, np.nan)
     lag = np.zeros(n)
     topics = {name: protocol.request_topic(options.device, name) for name in arrivals.task_names}
     next_report = 0.0
@@ -273,7 +304,12 @@ def _send(
             next_report = now + 1.0
     if on_progress is not None:
         on_progress(n, n, float(lag[-1]) if n else 0.0)
-    return sent, lag
+    return lag
+
+
+def _topic_and_body(device: str, encode: Encoder, i: int) -> tuple[str, bytes, str | None]:
+    name, body, content_type = encode(i, None)
+    return protocol.request_topic(device, name), body, content_type
 
 
 def _publish_waiting(link: MqttLink, topic: str, body: bytes, content_type: str | None) -> bool:

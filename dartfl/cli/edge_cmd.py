@@ -197,13 +197,18 @@ def _agent_config(args: argparse.Namespace) -> Any:
 def _run(args: argparse.Namespace) -> int:
     from dartfl.profiles import load_profile_toml
     from edge_client.agent import Agent
+    from messaging.errors import MqttWaitStoppedError
 
     config = _agent_config(args)
     profile = load_profile_toml(args.profile_file) if args.profile_file else None
     agent = Agent.create(config, profile)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: agent.request_stop())
-    url = agent.start()
+    try:
+        url = agent.start()  # waits for a broker that is not up yet
+    except MqttWaitStoppedError:  # a stop while waiting is a stop, not a failure
+        print(f"dartfl edge agent {config.device_id} stopped before its broker came up", file=sys.stderr)
+        return 0
     print(f"dartfl edge agent {config.device_id} serving {','.join(config.tasks)} on {url}", file=sys.stderr)
     report = agent.run()
     json.dump(report.to_json(), sys.stdout)

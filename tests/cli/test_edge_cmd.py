@@ -220,3 +220,33 @@ def test_edge_run_without_a_broker_serves_through_its_own_mosquitto_and_stops_it
     from messaging.brokers import _probe_mqtt
 
     assert not _probe_mqtt(port)  # its private Mosquitto went with it
+
+
+@pytest.mark.integration
+def test_an_agent_started_before_its_broker_waits_for_it_then_serves(tmp_path: Path) -> None:
+    # It exited after its connection attempts timed out ("not connected and subscribed").
+    from messaging.brokers import free_port, start_mosquitto
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "dartfl.cli.main", "edge", "run", "--broker", f"mqtt://127.0.0.1:{port}"]
+    cmd += ["--device", "early", "--max-train", "200", "--profile-file", str(_x86_profile(tmp_path))]
+    log_path = tmp_path / "agent.log"
+    with log_path.open("wb") as log_file:
+        agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log_file)
+    try:
+        deadline = time.monotonic() + 120
+        while "not reachable yet" not in log_path.read_text(errors="replace"):
+            assert agent.poll() is None, log_path.read_text()[-2000:]
+            assert time.monotonic() < deadline, log_path.read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(6)  # past the 5 s the old wait allowed
+        with start_mosquitto(port) as broker:
+            wait_for_status(broker.url, "early", "online", timeout_s=30)
+            agent.send_signal(signal.SIGTERM)
+            agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+    assert agent.returncode == 0
+    text = log_path.read_text()
+    assert text.count("not reachable yet") == 1 and "MQTT 3.1.1" not in text

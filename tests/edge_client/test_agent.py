@@ -20,12 +20,13 @@ import pytest
 
 from dartfl import protocol
 from dartfl.cli.main import main
-from dartfl.errors import ConfigError, DartflError
+from dartfl.errors import ConfigError
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent, AgentConfig
 from edge_client.agent_ingress import QueuedRequest
 from edge_client.agent_link import DeviceLink
 from messaging.brokers import BrokerHandle, free_port, start_mosquitto
+from messaging.errors import MqttWaitStoppedError
 from messaging.link import MQTT_V5, MQTT_V311, Message, connect
 from orchestration.replay_report import HEADLINE_KEYS
 from tests.messaging import mqtt_fixtures as fx
@@ -261,12 +262,13 @@ def test_a_stopped_agent_removes_its_temp_model_dir_but_keeps_a_given_one(
     assert (tmp_path / "models" / "v1").is_dir()
 
 
-def test_an_agent_that_cannot_connect_removes_its_temp_model_dir(temp_root: Path) -> None:
+def test_an_agent_stopped_while_waiting_for_its_broker_removes_its_temp_model_dir(temp_root: Path) -> None:
     config = AgentConfig(device_id="nobroker", broker_url="mqtt://127.0.0.1:9", max_train_per_task=100)
     agent = Agent.create(config, get_profile("x86-1core"))
     assert agent.runtime.model_dir.is_dir()
-    with pytest.raises(DartflError, match=r"127\.0\.0\.1:9"):
-        agent.start()  # nothing listens on the discard port
+    threading.Timer(1.0, agent.request_stop).start()  # a SIGTERM while it waits
+    with pytest.raises(MqttWaitStoppedError, match=r"127\.0\.0\.1:9"):
+        agent.start()  # nothing listens on the discard port: it waits until stopped
     assert list(temp_root.glob("dartfl-*")) == []
 
 

@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 def test_export_writes_one_file_per_task_and_a_manifest(exported_pair: tuple[ExportedModel, ...]) -> None:
     first = exported_pair[0]
     files = sorted(p.name for p in first.directory.iterdir())
-    assert files == ["digits.onnx", "fashion.onnx", "manifest.json", "uci-digits.onnx"]
+    assert files == ["digits.onnx", "fashion.onnx", "manifest.json", "uci-digits.onnx", "weights.npz"]
     manifest = json.loads((first.directory / MANIFEST).read_text())
     assert manifest["version"] == 1
     assert manifest["input"]["shape"] == [None, 1, 28, 28]

@@ -13,6 +13,7 @@ from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
 from dartfl.types import TaskSpec
 from edge_client.agent_ingress import QueuedRequest, admit_request
+from edge_client.answered import RecentRequests
 from edge_client.telemetry import RequestStats
 from messaging.link import Message
 
@@ -117,3 +118,38 @@ def test_a_window_of_only_rejections_has_attainment_zero_and_no_percentiles() ->
     window = stats.window(5.0)
     assert window.rejected == 4 and len(stats._events) == 4
     assert window.slo_attainment == 0.0 and window.p50_ms is None
+
+
+def test_a_request_delivered_twice_is_taken_once_and_a_copy_of_an_answered_one_gets_its_answer() -> None:
+    # After a broker outage the requester resends what stays unanswered (orchestration.resend):
+    # without the record the agent ran and answered it twice.
+    device, stats, recent = _device(4), RequestStats(), RecentRequests()
+    sent: list[tuple[str, dict]] = []
+
+    def admit(message: Message) -> None:
+        admit_request(
+            message,
+            TASKS,
+            1 << 20,
+            device.admit,
+            stats,
+            lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
+            recent=recent,
+        )
+
+    admit(_request("digits", "a"))
+    admit(_request("digits", "a"))  # still queued: dropped, its reply is on its way
+    assert stats.requests == 1 and sent == [] and device.backlog() == (1, 0)
+    answer = protocol.answer(False, "a", "digits", 7, 12.0, 3)
+    recent.answered(REPLY, "a", answer)  # what the executor does as it replies
+    admit(_request("digits", "a"))
+    assert sent == [(REPLY, json.loads(answer[0]))] and stats.requests == 1
+    assert device.backlog() == (1, 0) and recent.duplicates == 2
+
+
+def test_the_request_record_is_bounded_and_forgets_the_oldest_first() -> None:
+    recent = RecentRequests(capacity=2)
+    assert [recent.take(REPLY, i)[0] for i in ("a", "b", "c")] == [True, True, True]
+    assert recent.take(REPLY, "a") == (True, None)  # forgotten: served again
+    assert recent.take(REPLY, "c") == (False, None)
+    assert recent.take("dartfl/v1/_reply/other", "c")[0]  # another requester's id is its own

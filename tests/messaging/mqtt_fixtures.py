@@ -63,7 +63,7 @@ def _read_packet(conn: socket.socket) -> tuple[int, bytes] | None:
     return head[0], body
 
 
-def _serve_311(conn: socket.socket) -> None:
+def _serve_311(conn: socket.socket, on_v5: str) -> None:
     with conn:
         first = _read_packet(conn)
         if first is None or first[0] >> 4 != 1:  # not a CONNECT
@@ -71,8 +71,12 @@ def _serve_311(conn: socket.socket) -> None:
         body = first[1]
         level = body[2 + int.from_bytes(body[:2], "big")]  # after the protocol name
         if level != 4:
-            conn.sendall(_REFUSE_VERSION)
-            return
+            if on_v5 == "refuse":
+                conn.sendall(_REFUSE_VERSION)
+            elif on_v5 == "silent":  # as amqtt with a will: no answer, the connection held
+                while _read_packet(conn) is not None:
+                    pass
+            return  # "close": closed before any CONNACK
         conn.sendall(_ACCEPT)
         while (packet := _read_packet(conn)) is not None:
             kind, body = packet[0] >> 4, packet[1]
@@ -89,9 +93,10 @@ def _serve_311(conn: socket.socket) -> None:
 
 
 @contextlib.contextmanager
-def mqtt311_only_peer() -> Iterator[str]:
-    """An MQTT 3.1.1-only server on a free loopback port (its URL): refuses an MQTT 5 CONNECT
-    with "unacceptable protocol version", accepts 3.1.1 and grants subscriptions."""
+def mqtt311_only_peer(on_v5: str = "refuse") -> Iterator[str]:
+    """An MQTT 3.1.1-only server on a free loopback port (its URL): answers an MQTT 5 CONNECT
+    with "unacceptable protocol version" (`on_v5` "refuse"), or never ("silent"), or closes the
+    connection ("close"); accepts 3.1.1 and grants subscriptions."""
     server = socket.create_server(("127.0.0.1", 0))
     server.settimeout(0.2)
     stop = threading.Event()
@@ -104,7 +109,7 @@ def mqtt311_only_peer() -> Iterator[str]:
                 continue
             except OSError:
                 return
-            threading.Thread(target=_serve_311, args=(conn,), daemon=True).start()
+            threading.Thread(target=_serve_311, args=(conn, on_v5), daemon=True).start()
 
     thread = threading.Thread(target=accept, name="mqtt311-peer", daemon=True)
     thread.start()

@@ -17,7 +17,7 @@ import pytest
 
 from dartfl import protocol
 from messaging.brokers import BrokerHandle, free_port, start_mosquitto
-from messaging.link import MQTT_V5, MQTT_V311, Message, MqttConnectError, Will, connect
+from messaging.link import MQTT_V5, MQTT_V311, Message, MqttConnectError, MqttVersionError, Will, connect
 from tests.messaging import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
@@ -140,7 +140,8 @@ def test_mqtt5_response_topic_and_correlation_data(mosquitto: BrokerHandle) -> N
 
 
 def test_a_broker_that_refuses_mqtt5_is_named_with_a_hint() -> None:
-    with fx.mqtt311_only_peer() as url, pytest.raises(MqttConnectError, match=r"3\.1\.1 only"):
+    # A refusal of the version, told apart from a broker that is not up: only it may fall back.
+    with fx.mqtt311_only_peer() as url, pytest.raises(MqttVersionError, match=r"3\.1\.1 only"):
         connect(url, "v5-client", on_message=lambda m: None, protocol=MQTT_V5, timeout=3)
 
 
