@@ -181,6 +181,8 @@ def test_a_wheel_ships_the_config_and_acl_templates(tmp_path: Path) -> None:
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy(ROOT / name, source / name)
+    (source / "scripts").mkdir()
+    shutil.copy(ROOT / "scripts" / "dartfl_build.py", source / "scripts")  # the build backend
     for package in (
         "dartfl",
         "workloads",
@@ -213,4 +215,6 @@ def test_a_wheel_ships_the_config_and_acl_templates(tmp_path: Path) -> None:
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = tmp_path.glob("dartfl-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert {"messaging/mosquitto/dartfl.conf.template", "messaging/mosquitto/acl.template"} <= set(names)
+    # The wheel installs the folder as dartfl_messaging (scripts/dartfl_build.py).
+    templates = {"dartfl_messaging/mosquitto/dartfl.conf.template", "dartfl_messaging/mosquitto/acl.template"}
+    assert templates <= set(names)
