@@ -15,6 +15,8 @@ from dartfl.errors import ConfigError
 
 __all__ = [
     "Allocation",
+    "CoreCosts",
+    "CoreModel",
     "DeviceProfile",
     "InferenceCost",
     "Observation",
@@ -70,12 +72,85 @@ class TrainingCost:
         return self.per_sample_s + self.microbatch_fixed_s / self.max_microbatch
 
 
+def _speedups(name: str, curve: tuple[float, ...], count: int) -> None:
+    if len(curve) != count:
+        raise ConfigError(f"{name} needs one entry per core count 1..{count}, got {len(curve)}: {curve}")
+    if curve[0] != 1.0:
+        raise ConfigError(
+            f"{name} starts at 1.0 (one core is the unit it is measured against), got {curve[0]!r}"
+        )
+    for j, s in enumerate(curve, start=1):
+        if not (isinstance(s, int | float) and math.isfinite(s) and s > 0):
+            raise ConfigError(f"{name} on {j} cores must be a finite number > 0, got {s!r}")
+
+
+@dataclass(frozen=True)
+class CoreModel:
+    """How a device's CPU cores run work: their number, how one work item speeds up on j of
+    them, how the two sides slow each other when both run, and what a change of split costs.
+
+    `inference_speedup[j - 1]` is an inference batch's time on one core over its time on j
+    cores (fixed and per-request parts alike); `training_speedup` the same for a training
+    microbatch. `*_interference` f: an item of that side takes (1 + f) times as long while the
+    other side runs on the other cores (shared caches, memory bandwidth). `switch_s`: the dead
+    time of a lane whose core count changes (thread pools resized, caches cold).
+    `gpu_inference_on_cpu`: set on a device with a GPU. Its [inference] and [training] costs
+    then price the GPU, training keeps the GPU when the device is split, and an inference
+    batch on j cores costs this one-core cost over `inference_speedup[j - 1]`.
+    A one-core model (the default) is today's time-shared device.
+    """
+
+    count: int = 1
+    inference_speedup: tuple[float, ...] = (1.0,)
+    training_speedup: tuple[float, ...] = (1.0,)
+    inference_interference: float = 0.0
+    training_interference: float = 0.0
+    switch_s: float = 0.0
+    gpu_inference_on_cpu: InferenceCost | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.count, int) and not isinstance(self.count, bool) and self.count >= 1):
+            raise ConfigError(f"cores count must be an integer >= 1, got {self.count!r}")
+        object.__setattr__(self, "inference_speedup", tuple(self.inference_speedup))
+        object.__setattr__(self, "training_speedup", tuple(self.training_speedup))
+        _speedups("cores inference-speedup", self.inference_speedup, self.count)
+        _speedups("cores training-speedup", self.training_speedup, self.count)
+        _positive("cores inference-interference", self.inference_interference, allow_zero=True)
+        _positive("cores training-interference", self.training_interference, allow_zero=True)
+        _positive("cores switch-s", self.switch_s, allow_zero=True)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_inference_on_cpu is not None
+
+    @property
+    def can_split(self) -> bool:
+        """At least one core for each side (on a GPU device, one hosts the GPU's training)."""
+        return self.count >= 2
+
+    def first(self, count: int) -> CoreModel:
+        """The same device restricted to its first `count` cores."""
+        if not (isinstance(count, int) and 1 <= count <= self.count):
+            raise ConfigError(f"cores must be an integer in 1..{self.count} for this profile, got {count!r}")
+        return CoreModel(
+            count,
+            self.inference_speedup[:count],
+            self.training_speedup[:count],
+            self.inference_interference,
+            self.training_interference,
+            self.switch_s,
+            self.gpu_inference_on_cpu,
+        )
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """What one device's work costs: the inference and training cost models of docs/allocator.md.
 
     `inference` is the default per-request cost model; `task_inference` overrides it per task
-    name (a bigger head, a larger input).
+    name (a bigger head, a larger input). The costs are those of one work item on one core (on
+    a GPU device: on the GPU); `cores` says how the device's cores scale and share them, and
+    `lane_inference` / `lane_training` price an item on a lane of j cores.
     """
 
     name: str
@@ -84,6 +159,7 @@ class DeviceProfile:
     training: TrainingCost
     task_inference: Mapping[str, InferenceCost] = field(default_factory=dict)
     description: str = ""
+    cores: CoreModel = field(default_factory=CoreModel)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -96,13 +172,77 @@ class DeviceProfile:
     def inference_for(self, task: str) -> InferenceCost:
         return self.task_inference.get(task, self.inference)
 
+    def lane_inference(self, task: str, cores: int) -> InferenceCost:
+        """An inference batch of `task` on a lane of `cores` cores; all of them is the
+        time-shared device (on a GPU device: the GPU), fewer a split device's serving lane."""
+        model = self.cores
+        base = self.inference_for(task)
+        if model.count == 1:
+            return base
+        cpu = model.gpu_inference_on_cpu
+        if cpu is not None:
+            if cores >= model.count:
+                return base
+            base = cpu
+        speedup = model.inference_speedup[min(cores, model.count) - 1]
+        return InferenceCost(base.batch_fixed_s / speedup, base.per_request_s / speedup)
+
+    def lane_training(self, cores: int) -> TrainingCost:
+        """A training microbatch on a lane of `cores` cores (on a GPU device: the GPU, hosted
+        by those cores, whatever their number)."""
+        model, base = self.cores, self.training
+        if model.count == 1 or model.has_gpu:
+            return base
+        speedup = model.training_speedup[min(cores, model.count) - 1]
+        return TrainingCost(
+            base.microbatch_fixed_s / speedup, base.per_sample_s / speedup, base.max_microbatch
+        )
+
+    def with_cores(self, count: int) -> DeviceProfile:
+        """This device restricted to its first `count` cores (1: today's one-core time sharing)."""
+        if count == self.cores.count:
+            return self
+        model = self.cores.first(count)
+        return DeviceProfile(
+            self.name,
+            self.inference,
+            self.max_batch,
+            self.training,
+            self.task_inference,
+            self.description,
+            model,
+        )
+
+    def time_shared(self) -> DeviceProfile:
+        """The whole device as one time-shared resource: every item on all of its cores (or on
+        its GPU). This is what a policy that never splits, and the fleet simulator, run on."""
+        n = self.cores.count
+        if n == 1:
+            return self
+        return DeviceProfile(
+            self.name,
+            self._shared(self.inference, n),
+            self.max_batch,
+            self.lane_training(n),
+            {t: self._shared(c, n) for t, c in self.task_inference.items()},
+            self.description,
+        )
+
+    def _shared(self, cost: InferenceCost, n: int) -> InferenceCost:
+        if self.cores.has_gpu:
+            return cost
+        s = self.cores.inference_speedup[n - 1]
+        return InferenceCost(cost.batch_fixed_s / s, cost.per_request_s / s)
+
     def capacity_per_s(self, task_names: tuple[str, ...], task_mix: tuple[float, ...]) -> float:
-        """Requests per second the device serves at its cheapest per-request cost for a task mix."""
+        """Requests per second the device serves at its cheapest per-request cost for a task mix,
+        time-shared on all of its cores (the load a workload is sized by)."""
         total = sum(task_mix)
         if total <= 0:
             raise ConfigError("task mix must have positive total weight")
+        shared = self.time_shared()
         mean_cost = sum(
-            w / total * self.inference_for(t).cheapest_per_request_s(self.max_batch)
+            w / total * shared.inference_for(t).cheapest_per_request_s(self.max_batch)
             for t, w in zip(task_names, task_mix, strict=True)
         )
         return 1.0 / mean_cost
@@ -127,6 +267,37 @@ class TaskSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class CoreCosts:
+    """What a policy needs to split the cores of a device (`Observation.split`).
+
+    The costs of one item on a lane of j cores of a *split* device: an inference batch of b
+    requests of task k takes (batch_fixed_s[k] + per_request_s[k] b) / inference_speedup[j-1],
+    a microbatch of m samples (microbatch_fixed_s + per_sample_s m) / training_speedup[j-1];
+    while the other lane runs, each takes (1 + its interference) times as long. The time-shared
+    device (all cores on one lane) is priced by the Observation's own cost fields.
+    """
+
+    cores: int
+    batch_fixed_s: tuple[float, ...]
+    per_request_s: tuple[float, ...]
+    microbatch_fixed_s: float
+    per_sample_s: float
+    inference_speedup: tuple[float, ...]
+    training_speedup: tuple[float, ...]
+    inference_interference: float = 0.0
+    training_interference: float = 0.0
+    switch_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.cores < 2:
+            raise ConfigError(f"a split needs a device of >= 2 cores, got {self.cores}")
+        if len(self.inference_speedup) != self.cores or len(self.training_speedup) != self.cores:
+            raise ConfigError(f"speedups need one entry per core count 1..{self.cores}")
+        if len(self.batch_fixed_s) != len(self.per_request_s):
+            raise ConfigError("split batch_fixed_s and per_request_s need one entry per task each")
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """What the allocator sees at the start of a control period.
 
@@ -136,6 +307,8 @@ class Observation:
     Costs are the executor's current estimates (profiled or configured).
     `training_misses_since_last` counts the misses of requests that waited while a training
     step ran (empty: the executor cannot tell, so every miss counts).
+    `split` prices the lanes of a device whose cores can be split (None: one core, time
+    sharing only); `inference_cores` is the split in force (all cores: time-shared).
     """
 
     now_s: float
@@ -157,6 +330,8 @@ class Observation:
     round_deadline_s: float = math.inf
     round_target_samples: int = 0
     round_trained_samples: int = 0
+    inference_cores: int = 1
+    split: CoreCosts | None = None
 
     def __post_init__(self) -> None:
         k = len(self.backlog)
@@ -183,6 +358,43 @@ class Observation:
             raise ConfigError("max_batch and max_microbatch must be >= 1")
         if min(self.backlog) < 0 or min(self.arrival_rate_per_s) < 0:
             raise ConfigError("backlogs and arrival rates must be >= 0")
+        cores = self.split.cores if self.split is not None else 1
+        if not 1 <= self.inference_cores <= cores:
+            raise ConfigError(f"inference_cores must lie in 1..{cores}, got {self.inference_cores}")
+        if self.split is not None and len(self.split.per_request_s) != k:
+            raise ConfigError(f"observation split costs need {k} tasks, got {len(self.split.per_request_s)}")
+
+    @property
+    def cores(self) -> int:
+        return self.split.cores if self.split is not None else 1
+
+    def with_costs(
+        self,
+        batch_fixed_s: tuple[float, ...],
+        per_request_s: tuple[float, ...],
+        microbatch_fixed_s: float,
+        per_sample_s: float,
+        round_target_samples: int,
+    ) -> Observation:
+        """This observation of one lane of a split device: other costs, no split of its own.
+
+        A policy decides a lane as it decides a whole device. This runs every control period
+        inside a decision, so it copies the checked fields instead of checking them again:
+        the caller passes positive costs, one per task."""
+        lane = object.__new__(Observation)
+        for name in Observation.__slots__:
+            object.__setattr__(lane, name, getattr(self, name))
+        for name, value in (
+            ("batch_fixed_s", batch_fixed_s),
+            ("per_request_s", per_request_s),
+            ("microbatch_fixed_s", microbatch_fixed_s),
+            ("per_sample_s", per_sample_s),
+            ("round_target_samples", round_target_samples),
+            ("inference_cores", 1),
+            ("split", None),
+        ):
+            object.__setattr__(lane, name, value)
+        return lane
 
     @property
     def num_tasks(self) -> int:
@@ -198,6 +410,10 @@ class Allocation:
     tasks (sum 1), `loss_weights` weight the per-task losses (positive, mean 1).
     `microbatch` is the training step size m (0: do not train); `max_batch` caps an
     inference batch.
+    `inference_cores` k splits a multi-core device: inference runs on k cores (their lane
+    time-shares them with training steps of `microbatch`, the rule above) and training on the
+    other N - k, concurrently, in steps of `split_microbatch` (None: the largest). None, or
+    k >= N, is time sharing on every core: what every policy that knows nothing of cores gets.
     """
 
     inference_share: float
@@ -205,6 +421,8 @@ class Allocation:
     loss_weights: tuple[float, ...]
     microbatch: int
     max_batch: int
+    inference_cores: int | None = None
+    split_microbatch: int | None = None
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.inference_share <= 1.0:
@@ -219,4 +437,12 @@ class Allocation:
         if self.microbatch < 0 or self.max_batch < 1:
             raise ConfigError(
                 f"microbatch must be >= 0 and max_batch >= 1, got {self.microbatch}, {self.max_batch}"
+            )
+        if self.inference_cores is not None and self.inference_cores < 1:
+            raise ConfigError(
+                f"inference_cores must be >= 1 or None (all, time-shared), got {self.inference_cores}"
+            )
+        if self.split_microbatch is not None and self.split_microbatch < 0:
+            raise ConfigError(
+                f"split_microbatch must be >= 0 or None (the largest), got {self.split_microbatch}"
             )

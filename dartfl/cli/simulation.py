@@ -18,13 +18,24 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
     """The profile and simulator config from the device flags (tasks come with the workload)."""
     if args.profile is None and args.profile_file is None:
         raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
-    profile = resolve_profile(args.profile, args.profile_file)
+    profile = on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
     if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
         raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
     if args.queue_capacity < 1:
         raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
     config = SimConfig(period_s=args.period_s, round_s=args.round_s, round_target_samples=args.round_target)
     return profile, config
+
+
+def on_cores(profile: DeviceProfile, cores: int | None) -> DeviceProfile:
+    """`profile` on its first `cores` cores (`--cores`; None: all of them)."""
+    if cores is None:
+        return profile
+    if not 1 <= cores <= profile.cores.count:
+        raise ConfigError(
+            f"--cores must lie in 1..{profile.cores.count} for profile {profile.name!r}, got {cores}"
+        )
+    return profile.with_cores(cores)
 
 
 def run_policies(

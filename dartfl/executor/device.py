@@ -7,13 +7,19 @@ policy observes and which work item runs next cannot differ between them:
   (a refusal counts as a miss of the period);
 - `tick`, once per control period, folds the period's arrivals into the rate estimates,
   builds the Observation, lets the policy update and decide, and starts a new period;
-- `next_work`, whenever the device falls free, applies the Allocation: `ShareGate` picks
-  inference or training, inference serves the most urgent task first, and a training step
-  takes the allocated microbatch; `batch_done` and `step_done` take the finished item back
-  with its duration, which is also what the cost model learns from.
+- `next_work(now, lane)`, whenever a lane falls free, applies the Allocation: on the serving
+  lane `ShareGate` picks inference or training, inference serves the most urgent task first,
+  and a training step takes the allocated microbatch; the training lane of a split device
+  only trains; a lane whose cores the allocation moves first gets a `CoreSwitch`.
+  `batch_done`, `step_done` and `switch_done` take the finished item back with its duration,
+  which is also what the cost model learns from.
 
-Time is passed in on every call (virtual in the simulator, monotonic on the agent). The
-executor takes no locks: a driver with several threads (the agent) serialises its calls.
+Lanes (dartfl.executor.lanes): a device of N cores splits into a serving lane of k cores and
+a training lane of N - k, running concurrently; k = N is time sharing, today's rule on one
+lane. A driver says how many lanes it runs (`ExecutorConfig.lanes`): with one, the device is
+never split, whatever the policy asks. Time is passed in on every call (virtual in the
+simulator, monotonic on the agent). The executor takes no locks: a driver with several
+threads (the agent; one thread per lane) serialises its calls.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
+from dartfl.executor.lanes import CoreLanes
 from dartfl.executor.rounds import RoundClock
 from dartfl.executor.split import SampleSplitter
-from dartfl.executor.work import InferenceBatch, TrainingStep
+from dartfl.executor.work import INFERENCE_LANE, TRAINING_LANE, CoreSwitch, InferenceBatch, Lane, TrainingStep
 from dartfl.policies.base import Policy
 from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
 
@@ -42,6 +49,7 @@ __all__ = ["Admission", "DeviceExecutor", "ExecutorConfig"]
 
 R = TypeVar("R")
 Admission = Literal["queued", "queue-full", "shutting-down"]
+Work = InferenceBatch[R] | TrainingStep | CoreSwitch
 # Plans a training step on an empty queue from what only a simulator knows (the future).
 StepPlanner = Callable[[float], int]
 
@@ -49,16 +57,23 @@ StepPlanner = Callable[[float], int]
 @dataclass(frozen=True)
 class ExecutorConfig:
     """How the executor accounts. `max_decisions` bounds the decision times it keeps (None:
-    all of them, for a finite simulation); `record_periods` keeps a row per control period."""
+    all of them, for a finite simulation); `record_periods` keeps a row per control period.
+    `lanes`: how many lanes the driver runs, 1 (the serving lane only: the device is always
+    time-shared on all its cores) or 2 (serving and training lanes: its cores can be split)."""
 
     period_s: float = 0.25
     rate_time_constant_s: float = 2.0
     record_periods: bool = False
     max_decisions: int | None = None
+    lanes: int = 1
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
             raise ConfigError(f"control period must be > 0 s, got {self.period_s}")
+        if self.lanes not in (1, 2):
+            raise ConfigError(
+                f"an executor drives 1 lane (time sharing) or 2 (split cores), got {self.lanes}"
+            )
         if self.max_decisions is not None and self.max_decisions < 1:
             raise ConfigError(f"max_decisions must be >= 1 or None, got {self.max_decisions}")
 
@@ -86,6 +101,15 @@ class DeviceExecutor(Generic[R]):
         self.capacity = tuple(t.queue_capacity for t in tasks)
         self.policy = policy
         self.profile = profile
+        self.cores = profile.cores.count
+        # Split only where both the device and the driver can: a one-lane driver time-shares.
+        splits = cfg.lanes == 2 and profile.cores.can_split
+        self.lanes = CoreLanes(self.cores) if splits else None
+        # An item's duration over its solo time while the other lane computes (interference).
+        self._slowdown = (
+            1.0 + profile.cores.inference_interference,
+            1.0 + profile.cores.training_interference,
+        )
         self.costs: CostModel = costs if costs is not None else StaticCosts(profile, self.task_names)
         self.rounds = rounds
         self.timer = timer
@@ -103,10 +127,21 @@ class DeviceExecutor(Generic[R]):
         self.trained_per_task = [0] * k
         self.inference_busy_s = 0.0
         self.training_busy_s = 0.0
+        self.switches = 0
+        self.switch_busy_s = 0.0
         self.last_step_end_s = -math.inf  # requests that arrived before it waited behind a step
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
         self.periods: dict[str, list[float]] = {
-            key: [] for key in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
+            key: []
+            for key in (
+                "t_s",
+                "backlog",
+                "inference_share",
+                "microbatch",
+                "max_batch",
+                "trained",
+                "inference_cores",
+            )
         }
         self.period_shares: list[tuple[float, ...]] = []
         self.training_enabled = True  # False: serve only (a federated agent between rounds)
@@ -185,6 +220,8 @@ class DeviceExecutor(Generic[R]):
             round_deadline_s=rounds.deadline_s,
             round_target_samples=rounds.target,
             round_trained_samples=rounds.trained,
+            inference_cores=self.lanes.target if self.lanes is not None else 1,
+            split=costs.split if self.lanes is not None else None,
         )
 
     def tick(self, now_s: float, elapsed_s: float | None = None) -> Allocation:
@@ -197,6 +234,8 @@ class DeviceExecutor(Generic[R]):
         alloc = self.policy.decide(obs)
         self.decision_ns.append(self.timer() - started)
         self.alloc = alloc
+        if self.lanes is not None:
+            self.lanes.want(alloc.inference_cores or self.cores)
         k = len(self._arrivals)
         self._arrivals, self._misses, self._training_misses = [0] * k, [0] * k, [0] * k
         if self.config.record_periods:
@@ -207,6 +246,7 @@ class DeviceExecutor(Generic[R]):
             rec["microbatch"].append(alloc.microbatch)
             rec["max_batch"].append(alloc.max_batch)
             rec["trained"].append(sum(self.trained_per_task))
+            rec["inference_cores"].append(self.lanes.target if self.lanes is not None else self.cores)
             self.period_shares.append(alloc.task_shares)
         return alloc
 
@@ -219,8 +259,28 @@ class DeviceExecutor(Generic[R]):
     def training_open(self, now_s: float) -> bool:
         return self.training_enabled and now_s < self.train_until_s and self.alloc.microbatch > 0
 
-    def next_work(self, now_s: float) -> InferenceBatch[R] | TrainingStep | None:
-        """The work item to run now that the device is free (None: stay idle)."""
+    def next_work(self, now_s: float, lane: Lane = INFERENCE_LANE) -> Work[R] | None:
+        """The work item `lane` runs now that it is free (None: it stays idle)."""
+        lanes = self.lanes
+        if lanes is None:
+            return self._serving_work(now_s, self.cores)
+        i = 0 if lane == INFERENCE_LANE else 1
+        # Work conservation: with no training to do, every core serves.
+        may_train = self.training_enabled and now_s < self.train_until_s
+        lanes.want((self.alloc.inference_cores or self.cores) if may_train else self.cores)
+        held, moved = lanes.held[i], lanes.move(i)
+        if moved is not None:
+            lanes.held[i] = moved
+            return CoreSwitch(lane, held, moved, now_s)
+        if held == 0:
+            return None
+        work = self._serving_work(now_s, held) if i == 0 else self._training_lane_work(now_s, held)
+        if work is not None:
+            lanes.started(i, now_s)
+        return work
+
+    def _serving_work(self, now_s: float, cores: int) -> InferenceBatch[R] | TrainingStep | None:
+        """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""
         alloc = self.alloc
         training_open = self.training_open(now_s)
         if self.gate.should_serve(self.backlog_total, alloc.inference_share, training_open):
@@ -232,7 +292,21 @@ class DeviceExecutor(Generic[R]):
             m = self.step_planner(now_s)
         if m <= 0:
             return None
-        return TrainingStep(m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s)
+        return TrainingStep(
+            m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s, INFERENCE_LANE, cores
+        )
+
+    def _training_lane_work(self, now_s: float, cores: int) -> TrainingStep | None:
+        """The training lane of a split device trains only, in steps of `split_microbatch`."""
+        alloc = self.alloc
+        if not (self.training_enabled and now_s < self.train_until_s):
+            return None
+        m = alloc.split_microbatch
+        if m is None:
+            m = self.profile.training.max_microbatch
+        if m <= 0:
+            return None
+        return TrainingStep(m, alloc.task_shares, alloc.loss_weights, 1.0, now_s, TRAINING_LANE, cores)
 
     def take_batch(self, now_s: float, max_batch: int) -> InferenceBatch[R] | None:
         """A batch of at most `max_batch` from the most urgent task's queue (None if all empty)."""
@@ -241,8 +315,9 @@ class DeviceExecutor(Generic[R]):
             return None
         times, items = self._times[task], self._items[task]
         size = min(len(times), max_batch)
+        cores = self.lanes.held[0] if self.lanes is not None else self.cores
         batch = InferenceBatch(
-            task, [items.popleft() for _ in range(size)], [times.popleft() for _ in range(size)], now_s
+            task, [items.popleft() for _ in range(size)], [times.popleft() for _ in range(size)], now_s, cores
         )
         self.backlog_total -= size
         return batch
@@ -258,7 +333,11 @@ class DeviceExecutor(Generic[R]):
                     self._training_misses[k] += 1
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s
-        self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
+        if self.lanes is None:
+            self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
+            return
+        solo_s, cores = self._solo(self.lanes, 0, now_s, duration_s, batch.cores)
+        self.costs.observe_batch(k, len(batch.arrivals_s), solo_s, cores)
 
     def step_done(
         self,
@@ -276,11 +355,31 @@ class DeviceExecutor(Generic[R]):
         for k, got in enumerate(samples_per_task):
             self.trained_per_task[k] += got
         self.rounds.trained += step.samples
-        self.gate.trained(duration_s, step.inference_share)
         self.training_busy_s += duration_s
-        self.last_step_end_s = now_s
-        self.costs.observe_step(step.samples, duration_s)
+        if step.lane == INFERENCE_LANE:  # only a step on the serving lane holds requests back
+            self.gate.trained(duration_s, step.inference_share)
+            self.last_step_end_s = now_s
+        if self.lanes is None:
+            self.costs.observe_step(step.samples, duration_s)
+            return samples_per_task
+        lane = 0 if step.lane == INFERENCE_LANE else 1
+        solo_s, cores = self._solo(self.lanes, lane, now_s, duration_s, step.cores)
+        self.costs.observe_step(step.samples, solo_s, cores)
         return samples_per_task
+
+    def switch_done(self, switch: CoreSwitch, now_s: float, duration_s: float) -> None:
+        """`switch`'s lane now runs on its new cores; resizing it took `duration_s`."""
+        self.switches += 1
+        self.switch_busy_s += duration_s
+
+    def _solo(
+        self, lanes: CoreLanes, lane: int, now_s: float, duration_s: float, cores: int
+    ) -> tuple[float, int | None]:
+        """The item's duration without the other lane's interference, and the cores to price it
+        on (None: the time-shared device): while both lanes computed, it ran `slowdown` slower."""
+        overlap = min(duration_s, lanes.finished(lane, now_s))
+        solo = duration_s - overlap + overlap / self._slowdown[lane]
+        return solo, (None if cores >= self.cores else cores)
 
     # -- reports ----------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
+from dartfl.policies.core_split import CoreSplit
 from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
 from dartfl.registry import Knob
 from dartfl.types import Allocation, Observation
@@ -40,6 +41,9 @@ class DartConfig:
     # label-skewed data, where demand shares bias each head (docs/experiments.md).
     task_shares: str = "demand"
     loss_weighting: str = "demand"
+    # `on`: on a device of several cores, choose every period how many serve inference
+    # (dartfl/policies/core_split.py); `off`: time-share all of them, as on one core.
+    core_split: str = "on"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.v) and self.v >= 0):
@@ -60,6 +64,8 @@ class DartConfig:
             raise ConfigError(
                 f"unknown dart task shares {self.task_shares!r}; valid: {', '.join(TASK_SHARES)}"
             )
+        if self.core_split not in ("on", "off"):
+            raise ConfigError(f"dart split must be on or off, got {self.core_split!r}")
         if self.loss_weighting not in LOSS_WEIGHTINGS:
             raise ConfigError(
                 f"unknown loss weighting {self.loss_weighting!r}; valid: {', '.join(LOSS_WEIGHTINGS)}"
@@ -73,6 +79,7 @@ DART_KNOBS = (
     Knob("budget", float, "long-run fraction of requests DART may add as misses", field="miss_budget"),
     Knob("memory", float, "seconds a past burst's rate is remembered", field="burst_memory_s"),
     Knob("shares", str, "training shares: demand or uniform", field="task_shares"),
+    Knob("split", str, "split a multi-core device's cores: on or off", field="core_split"),
 )
 
 
@@ -104,6 +111,7 @@ class DartPolicy(Policy):
         self._ring_pos = 0
         self._decay = 0.0
         self._decay_period_s = -1.0
+        self.cores = CoreSplit()
 
     def reset(self) -> None:
         self.miss_queue = 0.0
@@ -220,7 +228,13 @@ class DartPolicy(Policy):
             shares = demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
         else:
             shares = uniform_shares(len(backlog))
-        return Allocation(share, shares, loss_weights(cfg.loss_weighting, shares), m, batch)
+        alloc = Allocation(share, shares, loss_weights(cfg.loss_weighting, shares), m, batch)
+        if obs.split is None or cfg.core_split == "off":
+            return alloc
+        # 7. A device of several cores: how many serve (core_split.py). Each serving lane is
+        #    decided by this same rule on the lane's costs (its observation has no split).
+        peak = [max(r, p) for r, p in zip(lam, peaks, strict=True)]
+        return self.cores.choose(obs, alloc, self.decide, peak, miss_price / max(gain, 1e-9), budget_s)
 
 
 def _best_microbatch(

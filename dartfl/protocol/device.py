@@ -29,7 +29,7 @@ from dartfl.protocol.jsonwire import (
     unix_s,
 )
 from dartfl.protocol.topics import PROTOCOL_VERSION, check_name, status_topic, telemetry_topic
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import CoreModel, DeviceProfile, InferenceCost, TrainingCost
 
 __all__ = [
     "MAX_DEVICE_MESSAGE_BYTES",
@@ -251,7 +251,40 @@ def profile_to_json(profile: DeviceProfile) -> dict[str, Any]:
             for name, c in profile.task_inference.items()
         },
         "description": profile.description,
+        **({"cores": _cores_to_json(profile.cores)} if profile.cores != CoreModel() else {}),
     }
+
+
+def _cores_to_json(model: CoreModel) -> dict[str, Any]:
+    cpu = model.gpu_inference_on_cpu
+    return {
+        "count": model.count,
+        "inference_speedup": list(model.inference_speedup),
+        "training_speedup": list(model.training_speedup),
+        "inference_interference": model.inference_interference,
+        "training_interference": model.training_interference,
+        "switch_s": model.switch_s,
+        "cpu_inference": None
+        if cpu is None
+        else {"batch_fixed_s": cpu.batch_fixed_s, "per_request_s": cpu.per_request_s},
+    }
+
+
+def _cores_from_json(obj: Any) -> CoreModel:
+    if obj is None:
+        return CoreModel()
+    cpu = obj.get("cpu_inference")
+    return CoreModel(
+        count=obj["count"],
+        inference_speedup=tuple(obj["inference_speedup"]),
+        training_speedup=tuple(obj["training_speedup"]),
+        inference_interference=obj["inference_interference"],
+        training_interference=obj["training_interference"],
+        switch_s=obj["switch_s"],
+        gpu_inference_on_cpu=None
+        if cpu is None
+        else InferenceCost(cpu["batch_fixed_s"], cpu["per_request_s"]),
+    )
 
 
 def profile_from_json(obj: object) -> DeviceProfile:
@@ -269,6 +302,7 @@ def profile_from_json(obj: object) -> DeviceProfile:
                 str(t): InferenceCost(c["batch_fixed_s"], c["per_request_s"]) for t, c in tasks.items()
             },
             description=str(obj.get("description") or ""),
+            cores=_cores_from_json(obj.get("cores")),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"a cost profile lacks or mistypes {exc}") from None

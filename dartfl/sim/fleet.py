@@ -28,6 +28,7 @@ import numpy as np
 
 from dartfl.errors import ConfigError
 from dartfl.executor.rounds import next_round_end, rounds_ended_by
+from dartfl.fluid import fluid_prices
 from dartfl.metrics import fluid_trainable_samples
 from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
@@ -46,13 +47,15 @@ __all__ = [
 CountSource = Callable[[int, int], "FleetArrivals"]
 
 
-def _device_arrays(profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]) -> DeviceArrays:
+def _device_arrays(devices: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]) -> DeviceArrays:
+    """Every device time-shared on all its cores (the fleet model has one lane), its harvest
+    priced by the same fluid limit as the exact simulator's (dartfl.fluid)."""
     names = [t.name for t in tasks]
-    n = len(profiles)
+    n = len(devices)
+    profiles = [p.time_shared() for p in devices]
     costs = [[p.inference_for(name) for p in profiles] for name in names]
-    cheapest = [
-        [c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs
-    ]
+    prices = [fluid_prices(p, names) for p in devices]
+    cheapest = [[f.request_s[k] for f in prices] for k in range(len(names))]
     return DeviceArrays(
         fixed=np.array([[c.batch_fixed_s for c in row] for row in costs], dtype=np.float64),
         per=np.array([[c.per_request_s for c in row] for row in costs], dtype=np.float64),
@@ -63,7 +66,9 @@ def _device_arrays(profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec])
         a_t=np.array([p.training.microbatch_fixed_s for p in profiles], dtype=np.float64),
         c_t=np.array([p.training.per_sample_s for p in profiles], dtype=np.float64),
         max_microbatch=np.array([p.training.max_microbatch for p in profiles], dtype=np.int64),
-        cheapest_sample=np.array([p.training.cheapest_per_sample_s() for p in profiles], dtype=np.float64),
+        cheapest_sample=np.array([f.sample_s for f in prices], dtype=np.float64),
+        fluid_units=np.array([f.units for f in prices], dtype=np.float64),
+        offload_s_per_s=np.array([f.offload_per_s * f.offload_saves_s for f in prices], dtype=np.float64),
     )
 
 
@@ -124,6 +129,14 @@ def simulate_fleet(
     profiles = [profile] * n_dev if isinstance(profile, DeviceProfile) else list(profile)
     if len(profiles) != n_dev:
         raise ConfigError(f"got {len(profiles)} device profiles for {n_dev} devices")
+    spatial = [p for p in profiles if p.cores.can_split]
+    if policy.splits_cores and spatial:
+        raise ConfigError(
+            f"policy {policy.name!r} splits the {spatial[0].cores.count} cores of profile {spatial[0].name!r} "
+            "between serving and training, which the fleet simulator does not model: run it time-shared "
+            f"on every core ({policy.name.partition(':')[0]}:split=off), on one core (--cores 1), or in "
+            "the exact simulator (dartfl sim)"
+        )
     dev = _device_arrays(profiles, tasks)
     tau = cfg.period_s
     state = FleetState.start(dev, tau, arrivals.horizon_s)
@@ -191,8 +204,15 @@ def simulate_fleet(
     # The fluid limit counts the device's time up to its last work (dartfl.metrics).
     trainable = np.array(
         [
-            fluid_trainable_samples(horizon + float(extra), float(i), float(c))
-            for extra, i, c in zip(overrun, inference_min, dev.cheapest_sample, strict=True)
+            fluid_trainable_samples(run, float(i), float(c), float(u), min(float(i), float(off) * run))
+            for run, i, c, u, off in zip(
+                (horizon + float(extra) for extra in overrun),
+                inference_min,
+                dev.cheapest_sample,
+                dev.fluid_units,
+                dev.offload_s_per_s,
+                strict=False,
+            )
         ]
     )
     requests = totals.sum(axis=0)

@@ -1,0 +1,234 @@
+"""DART's core split: how many of a device's N cores serve inference, chosen every period.
+
+docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `choose`:
+
+1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
+   interference, and a training lane of N - k; k = N is time sharing. For each, the load the
+   serving lane carries now (the larger of the smoothed rate and this period's count) is
+   rho_k = sum_i r_i c_i(k), and its backlog drains in D_k = sum_i Q_i c_i(k) / (1 - rho_k).
+2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
+   lane's costs): its share, batch cap and the step size m_k it trains in its idle time.
+   Training there is a bonus on top of the training lane's, not worth a miss, so m_k is
+   also capped where a step is safe against any rate the lane can serve at all: with
+   Lambda_c -> 1 the safe step of docs/allocator.md is s <= (B - A) / 2.
+3. The training lane trains in steps the serving lane can wait for: if the remembered burst
+   rate came back, the serving lane would fall behind by rho_k^peak - 1 seconds of work per
+   second until the training lane hands its cores back (one step, one period, one switch),
+   so the step is capped where that delay reaches B.
+4. Value per second, in trained samples: the training lane's rate, plus the serving lane's
+   (1 - rho_k) of idle time at its step rate, less the misses the split risks, priced as
+   DART prices a miss against a sample: arrivals past its capacity (1 - 1 / rho_k), or whose
+   cycle of batches cannot fit B (a cycle is 2 A / (1 - rho_k): wait one, then one's own),
+   and the share of the backlog that cannot drain within B, spread over the period.
+5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k only if the
+   gain clears the hysteresis band and repays the moved cores' switch time.
+
+O(K + N) per period plus one lane decision: every serving-lane price is the one-core price
+scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per split.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dartfl.errors import ConfigError
+from dartfl.types import Allocation, CoreCosts, Observation
+from dartfl.unit_split import SplitRule, choose_split_small
+
+__all__ = ["CoreSplit", "CoreSplitConfig"]
+
+
+@dataclass(frozen=True)
+class CoreSplitConfig:
+    """How reluctant the split is to move: the least gain worth a move (a share of the best
+    training rate), and the horizon in seconds a move must repay its switch time in."""
+
+    hysteresis: float = 0.05
+    hold_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.hysteresis) and 0.0 <= self.hysteresis < 1.0):
+            raise ConfigError(f"core split hysteresis must lie in [0, 1), got {self.hysteresis}")
+        if not (math.isfinite(self.hold_s) and self.hold_s > 0):
+            raise ConfigError(f"core split hold_s must be a finite number > 0, got {self.hold_s}")
+
+
+@dataclass(frozen=True)
+class _Prices:
+    """One split's costs: per task on the serving lane (interfered), steps on both lanes."""
+
+    scale: float  # serving-lane price over the one-core price: (1 + f_inference) / S(k)
+    fixed: tuple[float, ...]
+    per: tuple[float, ...]
+    serve_step: tuple[float, float]  # (a_T, c_T) of a step on the serving lane, interfered
+    train_step: tuple[float, float]  # the same on the training lane
+
+
+def _prices(split: CoreCosts) -> list[_Prices]:
+    """Index k - 1 for k = 1..N-1 serving cores."""
+    n, f_i, f_t = split.cores, 1.0 + split.inference_interference, 1.0 + split.training_interference
+    a_t, c_t = split.microbatch_fixed_s, split.per_sample_s
+    out = []
+    for k in range(1, n):
+        scale = f_i / split.inference_speedup[k - 1]
+        serve, lane = f_t / split.training_speedup[k - 1], f_t / split.training_speedup[n - k - 1]
+        out.append(
+            _Prices(
+                scale,
+                tuple(a * scale for a in split.batch_fixed_s),
+                tuple(c * scale for c in split.per_request_s),
+                (a_t * serve, c_t * serve),
+                (a_t * lane, c_t * lane),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    """What the serving lane must carry now, priced at some per-task costs (step 1)."""
+
+    busy: float  # sum_i r_i c_i: the busy fraction of the arrivals (rho)
+    active_s: float  # sum_i a_i over active tasks: A
+    queued_s: float  # sum_i Q_i c_i: the backlog's work
+    peak: float  # sum_i peak_i c_i: the busy fraction at the remembered burst rate
+
+
+def _demand(
+    obs: Observation,
+    rates: Sequence[float],
+    peak: Sequence[float],
+    fixed: Sequence[float],
+    per: Sequence[float],
+) -> _Demand:
+    busy = active = queued = at_peak = 0.0
+    for rate, q, a, c, top in zip(rates, obs.backlog, fixed, per, peak, strict=True):
+        if rate > 0.0 or q > 0:
+            busy += rate * c
+            active += a
+            queued += q * c
+        at_peak += top * c
+    return _Demand(busy, active, queued, at_peak)
+
+
+def _late_per_s(
+    rho: float,
+    active_s: float,
+    queued_s: float,
+    arrivals: float,
+    backlog: int,
+    obs: Observation,
+    budget_s: float,
+) -> float:
+    """The misses per second a lane risks now (step 4)."""
+    if rho >= 1.0:
+        return arrivals * (1.0 - 1.0 / rho) + backlog / obs.period_s
+    cycle = 2.0 * active_s / (1.0 - rho)
+    late = arrivals * (cycle - budget_s) / cycle if cycle > budget_s else 0.0
+    drain = queued_s / (1.0 - rho)
+    if drain > budget_s:
+        late += backlog * (drain - budget_s) / drain / obs.period_s
+    return late
+
+
+def _steps_within(span_s: float, step: tuple[float, float], m_max: int) -> int:
+    """The largest step (0..m_max samples) that takes at most `span_s`."""
+    a_t, c_t = step
+    return max(0, min(m_max, int((span_s - a_t) / c_t))) if span_s > a_t else 0
+
+
+def _rate(m: int, step: tuple[float, float]) -> float:
+    return m / (step[0] + step[1] * m) if m > 0 else 0.0
+
+
+class CoreSplit:
+    """Chooses the split every period (module docstring); stateless but for a price cache."""
+
+    def __init__(self, config: CoreSplitConfig | None = None) -> None:
+        self.config = config or CoreSplitConfig()
+        self._split: CoreCosts | None = None
+        self._prices: list[_Prices] = []
+        self._rule = SplitRule(0.0, 0.0, self.config.hold_s, self.config.hysteresis)
+
+    def _cached(self, split: CoreCosts) -> tuple[list[_Prices], SplitRule]:
+        if split is not self._split:  # static costs hand over the same object every period
+            self._split, self._prices = split, _prices(split)
+            cfg = self.config
+            self._rule = SplitRule(split.switch_s, split.switch_s, cfg.hold_s, cfg.hysteresis)
+        return self._prices, self._rule
+
+    def choose(
+        self,
+        obs: Observation,
+        shared: Allocation,
+        lane_decision: Callable[[Observation], Allocation],
+        peak: Sequence[float],
+        miss_price: float,
+        budget_s: float,
+    ) -> Allocation:
+        """The allocation for the period: `shared` (time sharing) or a split of the cores.
+
+        `peak`: per task, the burst rate the training lane's step must survive;
+        `miss_price`: a miss in trained samples; `budget_s`: the latency budget B."""
+        split = obs.split
+        if split is None:
+            return shared
+        (prices, rule), n = self._cached(split), split.cores
+        tau, m_max = obs.period_s, obs.max_microbatch
+        rates = [
+            max(r, c / tau) for r, c in zip(obs.arrival_rate_per_s, obs.arrivals_since_last, strict=True)
+        ]
+        arrivals, backlog = sum(rates), sum(obs.backlog)
+        values = [0.0] * n
+        # k = N: time sharing, as DART decided it for the whole device.
+        d = _demand(obs, rates, peak, obs.batch_fixed_s, obs.per_request_s)
+        late = _late_per_s(d.busy, d.active_s, d.queued_s, arrivals, backlog, obs, budget_s)
+        values[n - 1] = max(0.0, 1.0 - d.busy) * _rate(
+            shared.microbatch, (obs.microbatch_fixed_s, obs.per_sample_s)
+        )
+        values[n - 1] -= miss_price * late
+        # 1. One core's demand, scaled to each split's serving lane.
+        one = _demand(obs, rates, peak, split.batch_fixed_s, split.per_request_s)
+        steps: list[tuple[int, int]] = []
+        for k in range(1, n):
+            p = prices[k - 1]
+            rho, active = one.busy * p.scale, one.active_s * p.scale
+            late = _late_per_s(rho, active, one.queued_s * p.scale, arrivals, backlog, obs, budget_s)
+            # 2. Its idle-time steps, valued at their cap (DART's own rule, below, may pick
+            #    smaller ones for the split it settles on).
+            m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
+            # 3. The training lane's step, capped so that a returning burst can reclaim cores:
+            #    (rho_peak - 1) (step + period + switch) <= B.
+            m_split = m_max
+            rho_peak = one.peak * p.scale
+            if rho_peak > 1.0:
+                m_split = max(
+                    1, _steps_within(budget_s / (rho_peak - 1.0) - tau - split.switch_s, p.train_step, m_max)
+                )
+            steps.append((m_lane, m_split))
+            # 4. Trained samples per second, less the priced misses.
+            value = _rate(m_split, p.train_step) + max(0.0, 1.0 - rho) * _rate(m_lane, p.serve_step)
+            values[k - 1] = value - miss_price * late
+        # 5. Move only for a gain past the band that repays the switch.
+        scale = max(max(values), 1e-9)
+        k = choose_split_small(
+            range(1, n + 1), obs.inference_cores, values, units=n, scale=scale, rule=rule
+        ).split
+        if k >= n:
+            return shared
+        # The serving lane of the split chosen, decided by DART on its costs.
+        p, (m_cap, m_split) = prices[k - 1], steps[k - 1]
+        lane = lane_decision(
+            obs.with_costs(p.fixed, p.per, p.serve_step[0], p.serve_step[1], round_target_samples=0)
+        )
+        return Allocation(
+            lane.inference_share,
+            lane.task_shares,
+            lane.loss_weights,
+            min(lane.microbatch, m_cap),
+            lane.max_batch,
+            inference_cores=k,
+            split_microbatch=m_split,
+        )
