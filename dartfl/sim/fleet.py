@@ -131,8 +131,9 @@ def simulate_fleet(
         raise ConfigError(f"got {len(profiles)} device profiles for {n_dev} devices")
     spatial = [p for p in profiles if p.cores.can_split]
     if policy.splits_cores and spatial:
+        device = spatial[0]
         raise ConfigError(
-            f"policy {policy.name!r} splits the {spatial[0].cores.count} cores of profile {spatial[0].name!r} "
+            f"policy {policy.name!r} splits the {device.cores.count} cores of profile {device.name!r} "
             "between serving and training, which the fleet simulator does not model: run it time-shared "
             f"on every core ({policy.name.partition(':')[0]}:split=off), on one core (--cores 1), or in "
             "the exact simulator (dartfl sim)"
