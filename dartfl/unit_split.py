@@ -85,6 +85,7 @@ def choose_split(
     units: int,
     scale: float,
     rule: SplitRule,
+    band_scale: float | None = None,
 ) -> SplitDecision:
     """The split for the next period (semantics in the module docstring).
 
@@ -92,7 +93,9 @@ def choose_split(
     allowed, e.g. while a side is below its minimum: it is then priced at the nearest allowed
     value); `value`: the value per second of each allowed split, or a function that returns
     it for the array of allowed splits; `units`: the units in all (prices a unit's dead time);
-    `scale`: the value rate the hysteresis band and the dead time are measured against.
+    `scale`: the value rate the hysteresis band and the dead time are measured against;
+    `band_scale`, if given, measures the band instead (a value whose stakes are more than
+    the units' throughput, as misses priced in samples, while a dead unit loses only that).
     """
     ks = np.asarray(allowed, dtype=np.int64)
     if ks.ndim != 1 or ks.size == 0 or np.any(np.diff(ks) <= 0):
@@ -106,7 +109,8 @@ def choose_split(
     best = int(ks[int(np.argmax(values))])
     target = _step_limited(best, current, rule)
     here, there = _index(ks, current), _index(ks, target)
-    return _decide(int(ks[there]), current, float(values[there] - values[here]), units, scale, rule)
+    gain = float(values[there] - values[here])
+    return _decide(int(ks[there]), current, gain, units, scale, rule, band_scale)
 
 
 def choose_split_small(
@@ -117,6 +121,7 @@ def choose_split_small(
     units: int,
     scale: float,
     rule: SplitRule,
+    band_scale: float | None = None,
 ) -> SplitDecision:
     """`choose_split` for a few splits given as plain sequences (an edge device's cores,
     decided every control period): the same decision, without numpy's per-call overhead.
@@ -131,7 +136,7 @@ def choose_split_small(
             best_at = i
     target = _step_limited(allowed[best_at], current, rule)
     here, there = _nearest(allowed, current), _nearest(allowed, target)
-    return _decide(allowed[there], current, values[there] - values[here], units, scale, rule)
+    return _decide(allowed[there], current, values[there] - values[here], units, scale, rule, band_scale)
 
 
 def _step_limited(best: int, current: int, rule: SplitRule) -> int:
@@ -141,14 +146,20 @@ def _step_limited(best: int, current: int, rule: SplitRule) -> int:
 
 
 def _decide(
-    target: int, current: int, gain: float, units: int, scale: float, rule: SplitRule
+    target: int,
+    current: int,
+    gain: float,
+    units: int,
+    scale: float,
+    rule: SplitRule,
+    band_scale: float | None,
 ) -> SplitDecision:
     # 2-3. Gain per second against the value the dead units lose.
     moved = abs(target - current)
     dead_s = rule.dead_up_s if target > current else rule.dead_down_s
     dead_loss = moved * dead_s * max(scale, 0.0) / units
     # 4. The hysteresis band and the repayment horizon.
-    band = rule.hysteresis * max(scale, 1e-12)
+    band = rule.hysteresis * max(scale if band_scale is None else band_scale, 1e-12)
     if target == current or gain <= band or gain * rule.hold_s <= dead_loss:
         return SplitDecision(current, target, gain, dead_loss)
     return SplitDecision(target, target, gain, dead_loss)

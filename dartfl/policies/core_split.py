@@ -4,8 +4,8 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
 
 1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
    interference, and a training lane of N - k; k = N is time sharing. For each, the load the
-   serving lane carries now (the larger of the smoothed rate and this period's count) is
-   rho_k = sum_i r_i c_i(k), and its backlog drains in D_k = sum_i Q_i c_i(k) / (1 - rho_k).
+   serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k), and its backlog
+   drains in D_k = sum_i Q_i c_i(k) / (1 - rho_k).
 2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
    lane's costs): its share, batch cap and the step size m_k it trains in its idle time.
    Training there is a bonus on top of the training lane's, not worth a miss, so m_k is
@@ -16,10 +16,12 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    second until the training lane hands its cores back (one step, one period, one switch),
    so the step is capped where that delay reaches B.
 4. Value per second, in trained samples: the training lane's rate, plus the serving lane's
-   (1 - rho_k) of idle time at its step rate, less the misses the split risks, priced as
-   DART prices a miss against a sample: arrivals past its capacity (1 - 1 / rho_k), or whose
-   cycle of batches cannot fit B (a cycle is 2 A / (1 - rho_k): wait one, then one's own),
-   and the share of the backlog that cannot drain within B, spread over the period.
+   (1 - rho_k) of idle time at its step rate, less the misses the split risks (time
+   sharing: also those its steps cause, an arrival during one having its length less
+   slack), priced as
+   DART prices a miss against a sample: the arrivals whose wait exceeds B less their own
+   service (Kingman's heavy-traffic tail), all of them and the excess again when overloaded,
+   and the share of the backlog that cannot drain within B.
 5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k only if the
    gain clears the hysteresis band and repays the moved cores' switch time.
 
@@ -92,6 +94,8 @@ class _Demand:
 
     busy: float  # sum_i r_i c_i: the busy fraction of the arrivals (rho)
     active_s: float  # sum_i a_i over active tasks: A
+    alone_s: float  # the rate-weighted time of a batch of one: how long one request is served
+    each_s: float  # the rate-weighted per-request cost: how fast a queue drains in batches
     queued_s: float  # sum_i Q_i c_i: the backlog's work
     peak: float  # sum_i peak_i c_i: the busy fraction at the remembered burst rate
 
@@ -103,34 +107,64 @@ def _demand(
     fixed: Sequence[float],
     per: Sequence[float],
 ) -> _Demand:
-    busy = active = queued = at_peak = 0.0
+    busy = active = alone = each = queued = at_peak = 0.0
     for rate, q, a, c, top in zip(rates, obs.backlog, fixed, per, peak, strict=True):
         if rate > 0.0 or q > 0:
             busy += rate * c
             active += a
+            alone += rate * (a + c)
+            each += rate * c
             queued += q * c
         at_peak += top * c
-    return _Demand(busy, active, queued, at_peak)
+    arrivals = sum(rates)
+    if arrivals <= 0:
+        return _Demand(busy, active, 0.0, 0.0, queued, at_peak)
+    return _Demand(busy, active, alone / arrivals, each / arrivals, queued, at_peak)
 
 
-def _late_per_s(
-    rho: float,
-    active_s: float,
-    queued_s: float,
-    arrivals: float,
-    backlog: int,
-    obs: Observation,
-    budget_s: float,
-) -> float:
-    """The misses per second a lane risks now (step 4)."""
+def _late_per_s(rho: float, d: _Demand, scale: float, arrivals: float, budget_s: float) -> float:
+    """The arrivals per second a lane whose prices are `scale` times `d`'s serves late (step 4).
+
+    Below capacity, a request's wait is near exponential in heavy traffic (Kingman): with
+    Poisson arrivals and deterministic service, P(W > x) ~ rho exp(-2 (1 - rho) x / s). A
+    queue drains in batches at s = the per-request cost, and a request is late when it
+    waits more than B less a batch of one. Overloaded, every arrival counts as late and the
+    excess past capacity once more, so that more capacity is always worth more (continuous
+    with rho -> 1)."""
     if rho >= 1.0:
-        return arrivals * (1.0 - 1.0 / rho) + backlog / obs.period_s
-    cycle = 2.0 * active_s / (1.0 - rho)
-    late = arrivals * (cycle - budget_s) / cycle if cycle > budget_s else 0.0
-    drain = queued_s / (1.0 - rho)
-    if drain > budget_s:
-        late += backlog * (drain - budget_s) / drain / obs.period_s
-    return late
+        return arrivals * (2.0 - 1.0 / rho)
+    if d.each_s <= 0:
+        return 0.0
+    slack = budget_s - d.alone_s * scale
+    return arrivals * (rho * math.exp(-2.0 * (1.0 - rho) * slack / (d.each_s * scale)) if slack > 0 else 1.0)
+
+
+def _backlog_late(
+    rho: float, d: _Demand, scale: float, backlog: int, horizon_s: float, budget_s: float
+) -> float:
+    """The share of the backlog that cannot drain within B, spread over the horizon a move is
+    judged on (all of it when the lane cannot keep up)."""
+    if rho >= 1.0:
+        return backlog / horizon_s
+    drain = d.queued_s * scale / (1.0 - rho)
+    return backlog * (drain - budget_s) / drain / horizon_s if drain > budget_s else 0.0
+
+
+def _held_late(m: int, step: tuple[float, float], d: _Demand, budget_s: float) -> float:
+    """The share of arrivals during a step of m samples on a time-shared lane that finish
+    late. One arriving with r of the step left waits r, then the batches of what arrived
+    meanwhile, r (1 + rho) + A, and a queueing tail on top (Kingman, as in `_late_per_s`):
+    rho exp(-2 (1 - rho) (B - A - r (1 + rho)) / c), averaged over r uniform in [0, s]."""
+    rho, c = d.busy, d.each_s
+    if m <= 0 or c <= 0 or rho >= 1.0:
+        return 0.0 if m <= 0 else 1.0
+    held_s = step[0] + step[1] * m
+    decay = 2.0 * (1.0 - rho) / c
+    full, empty = budget_s - d.active_s - held_s * (1.0 + rho), budget_s - d.active_s
+    if full <= 0:  # the arrivals in the step's first -full / (1 + rho) seconds are late for sure
+        sure = min(1.0, -full / ((1.0 + rho) * held_s))
+        return sure + (1.0 - sure) * rho * (1.0 - math.exp(-decay * empty)) / (decay * empty)
+    return rho * (math.exp(-decay * full) - math.exp(-decay * empty)) / (decay * (1.0 + rho) * held_s)
 
 
 def _steps_within(span_s: float, step: tuple[float, float], m_max: int) -> int:
@@ -176,26 +210,30 @@ class CoreSplit:
         if split is None:
             return shared
         (prices, rule), n = self._cached(split), split.cores
-        tau, m_max = obs.period_s, obs.max_microbatch
-        rates = [
-            max(r, c / tau) for r, c in zip(obs.arrival_rate_per_s, obs.arrivals_since_last, strict=True)
-        ]
+        tau, m_max, hold_s = obs.period_s, obs.max_microbatch, self.config.hold_s
+        # Smoothed rates: the tail model below accounts for the arrivals' own noise, and a
+        # burst the smoothing has not caught up with shows in the backlog.
+        rates = obs.arrival_rate_per_s
         arrivals, backlog = sum(rates), sum(obs.backlog)
-        values = [0.0] * n
+        # Per split k = 1..N: training rate, misses per second, and misses of the backlog.
+        rate, late, queued = [0.0] * n, [0.0] * n, [0.0] * n
         # k = N: time sharing, as DART decided it for the whole device.
         d = _demand(obs, rates, peak, obs.batch_fixed_s, obs.per_request_s)
-        late = _late_per_s(d.busy, d.active_s, d.queued_s, arrivals, backlog, obs, budget_s)
-        values[n - 1] = max(0.0, 1.0 - d.busy) * _rate(
-            shared.microbatch, (obs.microbatch_fixed_s, obs.per_sample_s)
-        )
-        values[n - 1] -= miss_price * late
+        step = (obs.microbatch_fixed_s, obs.per_sample_s)
+        idle = max(0.0, 1.0 - d.busy)
+        rate[n - 1] = idle * _rate(shared.microbatch, step)
+        # Its steps hold requests back: an arrival during one waits out the rest of it.
+        late[n - 1] = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
+        late[n - 1] += idle * arrivals * _held_late(shared.microbatch, step, d, budget_s)
+        queued[n - 1] = _backlog_late(d.busy, d, 1.0, backlog, hold_s, budget_s)
         # 1. One core's demand, scaled to each split's serving lane.
         one = _demand(obs, rates, peak, split.batch_fixed_s, split.per_request_s)
         steps: list[tuple[int, int]] = []
         for k in range(1, n):
             p = prices[k - 1]
             rho, active = one.busy * p.scale, one.active_s * p.scale
-            late = _late_per_s(rho, active, one.queued_s * p.scale, arrivals, backlog, obs, budget_s)
+            late[k - 1] = _late_per_s(rho, one, p.scale, arrivals, budget_s)
+            queued[k - 1] = _backlog_late(rho, one, p.scale, backlog, hold_s, budget_s)
             # 2. Its idle-time steps, valued at their cap (DART's own rule, below, may pick
             #    smaller ones for the split it settles on).
             m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
@@ -208,13 +246,25 @@ class CoreSplit:
                     1, _steps_within(budget_s / (rho_peak - 1.0) - tau - split.switch_s, p.train_step, m_max)
                 )
             steps.append((m_lane, m_split))
-            # 4. Trained samples per second, less the priced misses.
-            value = _rate(m_split, p.train_step) + max(0.0, 1.0 - rho) * _rate(m_lane, p.serve_step)
-            values[k - 1] = value - miss_price * late
-        # 5. Move only for a gain past the band that repays the switch.
-        scale = max(max(values), 1e-9)
+            # 4. Trained samples per second.
+            rate[k - 1] = _rate(m_split, p.train_step) + max(0.0, 1.0 - rho) * _rate(m_lane, p.serve_step)
+        # A backlog is helped by more serving cores only if they come in time: taken from a
+        # training lane, they come when its step ends, and a step longer than B comes too late.
+        current = min(obs.inference_cores, n)
+        if current < n:
+            p, m_split = prices[current - 1], steps[current - 1][1]
+            if p.train_step[0] + p.train_step[1] * m_split > budget_s:
+                for k in range(current + 1, n + 1):
+                    queued[k - 1] = queued[current - 1]
+        values = [r - miss_price * (m + q) for r, m, q in zip(rate, late, queued, strict=True)]
+        # 5. Move only for a gain past the band that repays the switch. A moving core's dead
+        #    time loses training (the best rate on offer); the band is measured against all
+        #    that is at stake, the current split's priced misses too (a noisy estimate where
+        #    the SLO is tight: the band keeps the split from following its noise).
+        trains = max(max(rate), 1e-9)
+        stakes = trains + miss_price * (late[current - 1] + queued[current - 1])
         k = choose_split_small(
-            range(1, n + 1), obs.inference_cores, values, units=n, scale=scale, rule=rule
+            range(1, n + 1), current, values, units=n, scale=trains, rule=rule, band_scale=stakes
         ).split
         if k >= n:
             return shared
