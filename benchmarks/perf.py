@@ -1,17 +1,22 @@
 """Speed of the core: allocator decision time and simulator throughput.
 
-1. DART's decision (update + decide) for 8 tasks on observations recorded from a real
-   simulation, median and p99 in microseconds (CPython, one core).
+1. DART's decision (update + decide) for 8 tasks on 200 varied observations, median and p99
+   in microseconds (CPython, one core): on a one-core device (time sharing) and on the
+   4-core `pi4`, where DART also chooses the split of the cores.
 2. One hour of the bundled Azure trace through 6 policies with `dartfl sim` (end to end:
-   trace parsing, simulation, metrics), wall time.
+   trace parsing, simulation, metrics), wall time, on the 4-core `pi4` and on one core.
+   With `--base COMMIT` the same runs of that commit's tree (git archive) alternate with
+   this tree's, so a machine whose speed drifts slows both alike.
 
-    .venv/bin/python benchmarks/perf.py
+    .venv/bin/python benchmarks/perf.py [--base e0a8b55] [--repeats 3]
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -21,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import workloads
+from dartfl.executor import split_costs
 from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
 from dartfl.types import Observation
@@ -28,9 +34,11 @@ from dartfl.types import Observation
 TASKS8 = tuple(f"task{k}" for k in range(8))
 
 
-def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
+def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float, float]:
+    """`cores`: the observations are of the 4-core pi4, whose split DART also decides."""
     rng = np.random.default_rng(0)
     policy = make_policy("dart")
+    split = split_costs(get_profile("pi4"), TASKS8) if cores else None
     base = Observation(
         now_s=30.0,
         period_s=0.25,
@@ -61,6 +69,8 @@ def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
                 arrivals_since_last=tuple(rng.poisson(rates * 0.25).tolist()),
                 backlog=tuple(backlog.tolist()),
                 oldest_age_s=tuple(np.where(backlog > 0, rng.uniform(0, 0.2, 8), 0.0).tolist()),
+                inference_cores=int(rng.integers(1, 5)) if split is not None else 1,
+                split=split,
             )
         )
     times = np.empty(samples)
@@ -73,23 +83,16 @@ def decision_times_us(samples: int = 20_000) -> tuple[float, float]:
     return float(np.median(times) / 1e3), float(np.percentile(times, 99) / 1e3)
 
 
-def azure_hour_seconds() -> tuple[float, int]:
+def azure_hour_seconds(cores: int | None, tree: Path | None = None) -> tuple[float, int]:
+    """`dartfl sim` of the Azure hour on pi4 (`cores` of it); `tree`: another source tree."""
     with tempfile.TemporaryDirectory() as tmp:
         trace = Path(tmp) / "azure.csv"
         tasks = ("digits", "fashion", "uci-digits")
         workloads.write_time_task_csv(workloads.bundled_azure_conv(tasks), trace)
-        cmd = [
-            str(Path(sys.executable).parent / "dartfl"),
-            "sim",
-            "--trace",
-            str(trace),
-            "--profile",
-            "pi4",
-            "--slo-ms",
-            "250",
-            "--no-store",
-            "--json",
-        ]
+        cmd = [sys.executable, "-m", "dartfl.cli.main", "sim", "--trace", str(trace), "--profile", "pi4"]
+        cmd += ["--slo-ms", "250", "--no-store", "--json"]
+        if cores is not None:
+            cmd += ["--cores", str(cores)]
         for spec in (
             "dart",
             "inference-only",
@@ -99,28 +102,52 @@ def azure_hour_seconds() -> tuple[float, int]:
             "proportional",
         ):
             cmd += ["--policy", spec]
+        env = dict(os.environ)
+        if tree is not None:
+            env["PYTHONPATH"] = str(tree)
         t0 = time.perf_counter()
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env, cwd=tree or Path.cwd())
         elapsed = time.perf_counter() - t0
         requests = json.loads(out.stdout)["results"][0]["requests"]
     return elapsed, requests
 
 
+def _base_tree(commit: str, into: Path) -> Path:
+    """The commit's source tree, extracted with git archive (read only, outside the worktree)."""
+    archive = subprocess.run(["git", "archive", commit], check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--base", help="a commit to time side by side (the simulator runs)")
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
     p50, p99 = decision_times_us()
-    wall, requests = azure_hour_seconds()
-    profile = get_profile("pi4")
-    print(
-        json.dumps(
-            {
-                "decision_us_p50_8_tasks": round(p50, 2),
-                "decision_us_p99_8_tasks": round(p99, 2),
-                "azure_hour_6_policies_s": round(wall, 2),
-                "azure_requests": requests,
-                "profile": profile.name,
-            }
-        )
-    )
+    split_p50, split_p99 = decision_times_us(cores=True)
+    result: dict[str, object] = {
+        "decision_us_p50_8_tasks": round(p50, 2),
+        "decision_us_p99_8_tasks": round(p99, 2),
+        "split_decision_us_p50_8_tasks_pi4": round(split_p50, 2),
+        "split_decision_us_p99_8_tasks_pi4": round(split_p99, 2),
+        "split_decision_p99_fraction_of_period": round(split_p99 / 0.25e6, 6),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        base = _base_tree(args.base, Path(tmp)) if args.base else None
+        runs: dict[str, list[float]] = {}
+        for _ in range(args.repeats):
+            for label, cores, tree in (("pi4", None, None), ("pi4_1core", 1, None), ("base_pi4", None, base)):
+                if label.startswith("base") and tree is None:
+                    continue
+                wall, requests = azure_hour_seconds(cores, tree)
+                runs.setdefault(label, []).append(wall)
+    for label, walls in runs.items():
+        result[f"azure_hour_6_policies_s_{label}"] = round(float(np.median(walls)), 2)
+    result["azure_requests"] = requests
+    if args.base:
+        result["base_commit"] = args.base
+    print(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

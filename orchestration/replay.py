@@ -22,6 +22,7 @@ import numpy as np
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
 from dartfl.errors import DartflError
+from dartfl.fluid import fluid_terms
 from dartfl.metrics import RunRecord, summarize
 from dartfl.protocol import DeviceStatus, Telemetry
 from dartfl.types import DeviceProfile
@@ -243,12 +244,8 @@ def _outcome(
         before, after = first.train_samples_per_task, last.train_samples_per_task
         trained = [after.get(t, 0) - before.get(t, 0) for t in names]
         training_busy = (last.training_busy_s or 0.0) - (first.training_busy_s or 0.0)
-    inference_min = float(
-        sum(
-            count * profile.inference_for(t).cheapest_per_request_s(profile.max_batch)
-            for t, count in zip(names, arrivals.counts_per_task().tolist(), strict=True)
-        )
-    )
+    # The fluid limit of the device the agent reported, on all its cores (dartfl.fluid).
+    fluid = fluid_terms(profile, names, arrivals.counts_per_task().tolist())
     record = RunRecord(
         policy=policy,
         task_names=names,
@@ -260,10 +257,14 @@ def _outcome(
         rejected=status == "rejected",
         trained_per_task=tuple(trained),
         training_busy_s=training_busy,
-        inference_min_s=inference_min,
-        cheapest_sample_s=profile.training.cheapest_per_sample_s(),
+        inference_min_s=fluid.inference_min_s,
+        cheapest_sample_s=fluid.cheapest_sample_s,
         max_backlog=0,
         decision_us=np.zeros(0),
+        fluid_units=fluid.units,
+        offload_per_s=fluid.offload_per_s,
+        offload_saves_s=fluid.offload_saves_s,
+        cores=profile.cores.count,
     )
     summary = summarize(record)
     errors = int((status == "error").sum())
