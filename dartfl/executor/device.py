@@ -326,10 +326,12 @@ class DeviceExecutor(Generic[R]):
         """The batch was answered at `now_s` after running `duration_s`."""
         k = batch.task
         slo, step_end = self.slo_s[k], self.last_step_end_s
+        # A miss on the lane of a split is training's too: the split gave cores away to it.
+        split = batch.cores < self.cores
         for arrived in batch.arrivals_s:
             if now_s - arrived > slo:
                 self._misses[k] += 1
-                if arrived < step_end:
+                if split or arrived < step_end:
                     self._training_misses[k] += 1
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s

@@ -4,17 +4,21 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
 
 1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
    interference, and a training lane of N - k; k = N is time sharing. For each, the load the
-   serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k), and its backlog
-   drains in D_k = sum_i Q_i c_i(k) / (1 - rho_k).
+   serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k) (at DART's
+   burst-aware planning rates, where those overload it), and its backlog drains in
+   D_k = sum_i Q_i c_i(k) / (1 - rho_k).
 2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
    lane's costs): its share, batch cap and the step size m_k it trains in its idle time.
    Training there is a bonus on top of the training lane's, not worth a miss, so m_k is
    also capped where a step is safe against any rate the lane can serve at all: with
    Lambda_c -> 1 the safe step of docs/allocator.md is s <= (B - A) / 2.
-3. The training lane trains in steps the serving lane can wait for: if the remembered burst
-   rate came back, the serving lane would fall behind by rho_k^peak - 1 seconds of work per
-   second until the training lane hands its cores back (one step, one period, one switch),
-   so the step is capped where that delay reaches B.
+3. The training lane trains in steps the serving lane can wait for: in a burst the serving
+   lane falls behind by rho_k^burst - 1 seconds of work per second until the training lane
+   hands its cores back (one step, one period, one switch), so the step is capped where that
+   delay reaches B. The burst is the remembered one, or at least one the whole device,
+   time-shared, could still carry (rho_N = 1): time sharing survives it, so a split must too.
+   Where not even a one-sample step fits (a tight SLO), steps are full: capping would only
+   waste their fixed cost.
 4. Value per second, in trained samples: the training lane's rate, plus the serving lane's
    (1 - rho_k) of idle time at its step rate, less the misses the split risks (time
    sharing: also those its steps cause, an arrival during one having its length less
@@ -22,8 +26,10 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    DART prices a miss against a sample: the arrivals whose wait exceeds B less their own
    service (Kingman's heavy-traffic tail), all of them and the excess again when overloaded,
    and the share of the backlog that cannot drain within B.
-5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k only if the
-   gain clears the hysteresis band and repays the moved cores' switch time.
+5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k
+   only if the gain clears the hysteresis band and repays the moved cores' switch time. It
+   moves to fewer serving cores only once they would carry the remembered burst (the
+   busiest period of the burst memory): up at once, down slowly.
 
 O(K + N) per period plus one lane decision: every serving-lane price is the one-core price
 scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per split.
@@ -31,6 +37,7 @@ scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per s
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -40,6 +47,10 @@ from dartfl.types import Allocation, CoreCosts, Observation
 from dartfl.unit_split import SplitRule, choose_split_small
 
 __all__ = ["CoreSplit", "CoreSplitConfig"]
+
+# How long a burst that overloads a serving lane is taken to last (step 4): the smoothing of
+# the arrival rates (2 s) catches up with it by then, and the lane is judged at its rate.
+BURST_S = 2.5
 
 
 @dataclass(frozen=True)
@@ -98,17 +109,21 @@ class _Demand:
     each_s: float  # the rate-weighted per-request cost: how fast a queue drains in batches
     queued_s: float  # sum_i Q_i c_i: the backlog's work
     peak: float  # sum_i peak_i c_i: the busy fraction at the remembered burst rate
+    now: float  # sum_i max(lambda_i, peak_i) c_i: the busy fraction a burst needs
+    mean_per_s: float  # the plain mean per-request cost (prices a mix with no arrivals)
 
 
 def _demand(
     obs: Observation,
     rates: Sequence[float],
+    planned: Sequence[float],
     peak: Sequence[float],
     fixed: Sequence[float],
     per: Sequence[float],
 ) -> _Demand:
-    busy = active = alone = each = queued = at_peak = 0.0
-    for rate, q, a, c, top in zip(rates, obs.backlog, fixed, per, peak, strict=True):
+    busy = active = alone = each = queued = at_peak = now = 0.0
+    for rate, q, a, c, top, plan in zip(rates, obs.backlog, fixed, per, peak, planned, strict=True):
+        now += max(plan, top) * c
         if rate > 0.0 or q > 0:
             busy += rate * c
             active += a
@@ -117,9 +132,10 @@ def _demand(
             queued += q * c
         at_peak += top * c
     arrivals = sum(rates)
+    mean = sum(per) / len(per)
     if arrivals <= 0:
-        return _Demand(busy, active, 0.0, 0.0, queued, at_peak)
-    return _Demand(busy, active, alone / arrivals, each / arrivals, queued, at_peak)
+        return _Demand(busy, active, 0.0, 0.0, queued, at_peak, now, mean)
+    return _Demand(busy, active, alone / arrivals, each / arrivals, queued, at_peak, now, mean)
 
 
 def _late_per_s(rho: float, d: _Demand, scale: float, arrivals: float, budget_s: float) -> float:
@@ -128,15 +144,22 @@ def _late_per_s(rho: float, d: _Demand, scale: float, arrivals: float, budget_s:
     Below capacity, a request's wait is near exponential in heavy traffic (Kingman): with
     Poisson arrivals and deterministic service, P(W > x) ~ rho exp(-2 (1 - rho) x / s). A
     queue drains in batches at s = the per-request cost, and a request is late when it
-    waits more than B less a batch of one. Overloaded, every arrival counts as late and the
-    excess past capacity once more, so that more capacity is always worth more (continuous
-    with rho -> 1)."""
+    waits more than B less a batch of one. Where a burst (DART's planning rates and the
+    remembered peak) overloads the lane, rho' > 1, it falls behind by rho' - 1 seconds of
+    work per second while the burst lasts, and arrivals are late once it is B behind: over
+    a burst of BURST_S seconds, a share 1 - B / ((rho' - 1) BURST_S) of them. Overloaded at
+    the smoothed rates, every arrival counts as late and the excess past capacity once more,
+    so that more capacity is always worth more (continuous with rho -> 1)."""
     if rho >= 1.0:
         return arrivals * (2.0 - 1.0 / rho)
-    if d.each_s <= 0:
-        return 0.0
-    slack = budget_s - d.alone_s * scale
-    return arrivals * (rho * math.exp(-2.0 * (1.0 - rho) * slack / (d.each_s * scale)) if slack > 0 else 1.0)
+    late = 0.0
+    if d.each_s > 0:
+        slack = budget_s - d.alone_s * scale
+        late = rho * math.exp(-2.0 * (1.0 - rho) * slack / (d.each_s * scale)) if slack > 0 else 1.0
+    burst = d.now * scale
+    if burst > 1.0:
+        late = max(late, 1.0 - budget_s / ((burst - 1.0) * BURST_S))
+    return arrivals * late
 
 
 def _backlog_late(
@@ -185,6 +208,21 @@ class CoreSplit:
         self._split: CoreCosts | None = None
         self._prices: list[_Prices] = []
         self._rule = SplitRule(0.0, 0.0, self.config.hold_s, self.config.hysteresis)
+        self.burst_work = 0.0  # remembered busiest period: one-core seconds of arrivals per second
+
+    def reset(self) -> None:
+        self.burst_work = 0.0
+
+    def update(self, obs: Observation, decay: float) -> None:
+        """Remember the busiest period's work, decaying by `decay` a period (DART's burst
+        memory). Per-task rates smooth a short burst away and per-task maxima of separate
+        periods add up to more than any period held; the total work of each period is what a
+        serving lane had to carry."""
+        split = obs.split
+        if split is None:
+            return
+        work = sum(n * c for n, c in zip(obs.arrivals_since_last, split.per_request_s, strict=True))
+        self.burst_work = max(work / obs.period_s, self.burst_work * decay)
 
     def _cached(self, split: CoreCosts) -> tuple[list[_Prices], SplitRule]:
         if split is not self._split:  # static costs hand over the same object every period
@@ -198,13 +236,15 @@ class CoreSplit:
         obs: Observation,
         shared: Allocation,
         lane_decision: Callable[[Observation], Allocation],
+        planned: Sequence[float],
         peak: Sequence[float],
         miss_price: float,
         budget_s: float,
     ) -> Allocation:
         """The allocation for the period: `shared` (time sharing) or a split of the cores.
 
-        `peak`: per task, the burst rate the training lane's step must survive;
+        `planned`: DART's planning rates per task (step 1 of dart.py); `peak`: per task, the
+        burst rate the training lane's step must survive;
         `miss_price`: a miss in trained samples; `budget_s`: the latency budget B."""
         split = obs.split
         if split is None:
@@ -217,8 +257,16 @@ class CoreSplit:
         arrivals, backlog = sum(rates), sum(obs.backlog)
         # Per split k = 1..N: training rate, misses per second, and misses of the backlog.
         rate, late, queued = [0.0] * n, [0.0] * n, [0.0] * n
+        # 1. The demand on the whole device and on one core (scaled to each serving lane).
+        d = _demand(obs, rates, planned, peak, obs.batch_fixed_s, obs.per_request_s)
+        one = _demand(obs, rates, planned, peak, split.batch_fixed_s, split.per_request_s)
+        # A one-core request's price over a time-shared one's: the serving lane's load (per
+        # unit of scale) when arrivals fill the whole device.
+        carried = one.each_s / d.each_s if d.each_s > 0 else one.mean_per_s / d.mean_per_s
+        # The burst a split must carry: the planning rates, or the busiest period remembered.
+        one = dataclasses.replace(one, now=max(one.now, self.burst_work))
+        d = dataclasses.replace(d, now=max(d.now, self.burst_work / carried))
         # k = N: time sharing, as DART decided it for the whole device.
-        d = _demand(obs, rates, peak, obs.batch_fixed_s, obs.per_request_s)
         step = (obs.microbatch_fixed_s, obs.per_sample_s)
         idle = max(0.0, 1.0 - d.busy)
         rate[n - 1] = idle * _rate(shared.microbatch, step)
@@ -226,9 +274,9 @@ class CoreSplit:
         late[n - 1] = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
         late[n - 1] += idle * arrivals * _held_late(shared.microbatch, step, d, budget_s)
         queued[n - 1] = _backlog_late(d.busy, d, 1.0, backlog, hold_s, budget_s)
-        # 1. One core's demand, scaled to each split's serving lane.
-        one = _demand(obs, rates, peak, split.batch_fixed_s, split.per_request_s)
+        current = min(obs.inference_cores, n)
         steps: list[tuple[int, int]] = []
+        in_time: list[bool] = []
         for k in range(1, n):
             p = prices[k - 1]
             rho, active = one.busy * p.scale, one.active_s * p.scale
@@ -237,26 +285,33 @@ class CoreSplit:
             # 2. Its idle-time steps, valued at their cap (DART's own rule, below, may pick
             #    smaller ones for the split it settles on).
             m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
-            # 3. The training lane's step, capped so that a returning burst can reclaim cores:
-            #    (rho_peak - 1) (step + period + switch) <= B.
+            # 3. The training lane's step, capped so that a burst can reclaim cores:
+            #    (rho_burst - 1) (step + period + switch) <= B, for the remembered burst rate
+            #    or one that the whole device, time-shared, could still carry.
             m_split = m_max
-            rho_peak = one.peak * p.scale
+            rho_peak = max(one.peak * p.scale, carried * p.scale)
             if rho_peak > 1.0:
-                m_split = max(
-                    1, _steps_within(budget_s / (rho_peak - 1.0) - tau - split.switch_s, p.train_step, m_max)
-                )
+                # No step at all may be short enough (a tight SLO): then capping one only
+                # wastes its fixed cost, and a burst is the value's business (step 4).
+                m_fit = _steps_within(budget_s / (rho_peak - 1.0) - tau - split.switch_s, p.train_step, m_max)
+                m_split = m_fit if m_fit > 0 else m_max
             steps.append((m_lane, m_split))
+            held_s = p.train_step[0] + p.train_step[1] * m_split
+            in_time.append(rho_peak <= 1.0 or (rho_peak - 1.0) * (held_s + tau + split.switch_s) <= budget_s)
             # 4. Trained samples per second.
             rate[k - 1] = _rate(m_split, p.train_step) + max(0.0, 1.0 - rho) * _rate(m_lane, p.serve_step)
         # A backlog is helped by more serving cores only if they come in time: taken from a
-        # training lane, they come when its step ends, and a step longer than B comes too late.
-        current = min(obs.inference_cores, n)
-        if current < n:
-            p, m_split = prices[current - 1], steps[current - 1][1]
-            if p.train_step[0] + p.train_step[1] * m_split > budget_s:
-                for k in range(current + 1, n + 1):
-                    queued[k - 1] = queued[current - 1]
+        # training lane, they come when its step ends, in time only if the step keeps within
+        # the reclaim bound of step 3 (a step of one sample may not, where the SLO is tight).
+        if current < n and not in_time[current - 1]:
+            for k in range(current + 1, n + 1):
+                queued[k - 1] = queued[current - 1]
         values = [r - miss_price * (m + q) for r, m, q in zip(rate, late, queued, strict=True)]
+        # Fewer serving cores only once they would carry the remembered burst: on/off sources
+        # come back, and each way down and up again costs two switches and a reclaim.
+        for k in range(1, current):
+            if one.now * prices[k - 1].scale >= 1.0:
+                values[k - 1] = -math.inf
         # 5. Move only for a gain past the band that repays the switch. A moving core's dead
         #    time loses training (the best rate on offer); the band is measured against all
         #    that is at stake, the current split's priced misses too (a noisy estimate where

@@ -114,6 +114,7 @@ class DartPolicy(Policy):
         self.cores = CoreSplit()
 
     def reset(self) -> None:
+        self.cores.reset()
         self.miss_queue = 0.0
         self.peak_rates = []
         self.recent_max = []
@@ -145,6 +146,7 @@ class DartPolicy(Policy):
             ring[pos] = n
             self.recent_max[k] = max(ring)
         self._ring_pos = (pos + 1) % self.config.rate_window
+        self.cores.update(obs, decay)  # the busiest period a split must carry (core_split.py)
 
     def decide(self, obs: Observation) -> Allocation:
         cfg = self.config
@@ -234,7 +236,7 @@ class DartPolicy(Policy):
         # 7. A device of several cores: how many serve (core_split.py). Each serving lane is
         #    decided by this same rule on the lane's costs (its observation has no split).
         peak = [max(r, p) for r, p in zip(lam, peaks, strict=True)]
-        return self.cores.choose(obs, alloc, self.decide, peak, miss_price / max(gain, 1e-9), budget_s)
+        return self.cores.choose(obs, alloc, self.decide, lam, peak, miss_price / max(gain, 1e-9), budget_s)
 
 
 def _best_microbatch(

@@ -98,7 +98,7 @@ def test_with_nothing_to_train_every_core_serves() -> None:
     assert device.next_work(0.3, "inference") == CoreSwitch("inference", 1, 4, 0.3)
 
 
-def test_a_step_on_the_training_lane_makes_no_miss_training_caused_and_earns_no_credit() -> None:
+def test_a_step_on_the_training_lane_earns_no_credit_but_a_miss_on_a_split_lane_is_training_caused() -> None:
     device = executor(two_cores(), "cores:1")
     for lane in ("inference", "training"):
         device.next_work(0.25, lane)
@@ -110,7 +110,9 @@ def test_a_step_on_the_training_lane_makes_no_miss_training_caused_and_earns_no_
     device.step_done(step, 0.65, 0.4)
     device.batch_done(batch, 0.7, 0.4)  # 0.4 s after it arrived: past its 0.25 s SLO
     obs = device.observation(0.7)
-    assert obs.slo_misses_since_last == (1,) and obs.training_misses_since_last == (0,)
+    # It never waited behind a step, but it was served on one core that the split left it:
+    # the miss budget must see it (docs/allocator.md, "Splitting the cores").
+    assert obs.slo_misses_since_last == (1,) and obs.training_misses_since_last == (1,)
     assert device.gate.credit_s <= 0.0 and device.last_step_end_s == -math.inf
 
 
