@@ -4,8 +4,9 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
 
 1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
    interference, and a training lane of N - k; k = N is time sharing. For each, the load the
-   serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k) (at DART's
-   burst-aware planning rates, where those overload it), and its backlog drains in
+   serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k), the load a burst
+   brings is rho'_k (DART's planning rates, its remembered peak, and the busiest period of
+   the burst memory, `CoreSplit.update`), and its backlog drains in
    D_k = sum_i Q_i c_i(k) / (1 - rho_k).
 2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
    lane's costs): its share, batch cap and the step size m_k it trains in its idle time.
@@ -13,23 +14,23 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    also capped where a step is safe against any rate the lane can serve at all: with
    Lambda_c -> 1 the safe step of docs/allocator.md is s <= (B - A) / 2.
 3. The training lane trains in steps the serving lane can wait for: in a burst the serving
-   lane falls behind by rho_k^burst - 1 seconds of work per second until the training lane
+   lane falls behind by rho'_k - 1 seconds of work per second until the training lane
    hands its cores back (one step, one period, one switch), so the step is capped where that
-   delay reaches B. The burst is the remembered one, or at least one the whole device,
-   time-shared, could still carry (rho_N = 1): time sharing survives it, so a split must too.
-   Where not even a one-sample step fits (a tight SLO), steps are full: capping would only
-   waste their fixed cost.
+   delay reaches B. The burst is rho'_k, or at least one the whole device, time-shared,
+   could still carry (rho_N = 1): time sharing survives it, so a split must too. Where not
+   even a one-sample step fits (a tight SLO), steps are full: a cap would only waste their
+   fixed cost.
 4. Value per second, in trained samples: the training lane's rate, plus the serving lane's
-   (1 - rho_k) of idle time at its step rate, less the misses the split risks (time
-   sharing: also those its steps cause, an arrival during one having its length less
-   slack), priced as
+   (1 - rho_k) of idle time at its step rate, less the misses the split risks, priced as
    DART prices a miss against a sample: the arrivals whose wait exceeds B less their own
-   service (Kingman's heavy-traffic tail), all of them and the excess again when overloaded,
-   and the share of the backlog that cannot drain within B.
+   service (Kingman's heavy-traffic tail at rho_k); those a burst makes late (falling
+   rho'_k - 1 behind for BURST_S seconds); all of them and the excess again when rho_k >= 1;
+   the share of the backlog that cannot drain within B; and, time-shared, those its steps
+   hold back.
 5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k
    only if the gain clears the hysteresis band and repays the moved cores' switch time. It
-   moves to fewer serving cores only once they would carry the remembered burst (the
-   busiest period of the burst memory): up at once, down slowly.
+   moves to fewer serving cores only once they would carry the burst (rho'_k < 1): up at
+   once, down slowly, since on/off sources come back.
 
 O(K + N) per period plus one lane decision: every serving-lane price is the one-core price
 scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per split.
