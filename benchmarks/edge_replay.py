@@ -1,13 +1,15 @@
 """The real edge device under a bursty replay, and how well the simulator predicts it.
 
-1. `dartfl edge profile` measures this machine's costs for a Pi-like model (width 16).
+For each model width (default: 1, where the request path dominates, and 24, a Pi-like model):
+1. `dartfl edge profile` measures this machine's end-to-end costs (the model and the request
+   path) for that width.
 2. A Pareto on/off workload at mean load 0.5 of that profile, 120 s, is written to a trace.
 3. `dartfl edge replay --spawn-agent` replays it against a real agent (Mosquitto, ONNX
    Runtime serving, PyTorch training) once with DART and once with inference-only.
 4. `dartfl sim` runs the same trace on the measured profile; its p99 latency and trained
    samples are compared with the replay's.
 
-    .venv/bin/python benchmarks/edge_replay.py [--duration-s 120] [--width 16] [--slo-ms 150]
+    .venv/bin/python benchmarks/edge_replay.py [--duration-s 120] [--widths 1,24] [--slo-ms 150]
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ import numpy as np
 
 import workloads
 from dartfl.profiles import load_profile_toml
-from orchestration.replay import HEADLINE_KEYS
+from orchestration.replay_report import HEADLINE_KEYS
 
 DARTFL = str(Path(sys.executable).parent / "dartfl")
 TASKS = ("digits", "fashion", "uci-digits")
@@ -42,20 +44,26 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--duration-s", type=float, default=120.0)
-    parser.add_argument("--width", type=float, default=16.0)
+    parser.add_argument("--widths", default="1,24", help="model widths to measure, comma-separated")
     parser.add_argument("--slo-ms", type=float, default=150.0)
     parser.add_argument("--workload", default="pareto-onoff")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="dartfl-edge-bench-") as folder:
-        report = _measure(args, Path(folder))
-    print(json.dumps(report, indent=1))
+    reports = []
+    for width in (float(w) for w in args.widths.split(",")):
+        with tempfile.TemporaryDirectory(prefix="dartfl-edge-bench-") as folder:
+            reports.append(_measure(args, width, Path(folder)))
+    text = json.dumps(reports, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
 
 
-def _measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any]:
     """Profile the model, make the trace, replay it on real agents and simulate it."""
     profile_path = tmp / "profile.toml"
-    model = ["--width", f"{args.width:g}"]
+    model = ["--width", f"{width:g}"]
     subprocess.run(
         [DARTFL, "edge", "profile", *model, "-o", str(profile_path)], check=True, capture_output=True
     )
@@ -84,9 +92,9 @@ def _measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     sim = run_json(["sim", *common, "--policy", "dart", "--policy", "inference-only", "--json", "--no-store"])
     predicted = {r["policy"]: r for r in sim["results"]}
 
-    keys = HEADLINE_KEYS
+    keys = (*HEADLINE_KEYS, "send_lag_s", "late_replies", "unsent")
     report = {
-        "profile": {"width": args.width, "file": profile_path.read_text()},
+        "profile": {"width": width, "file": profile_path.read_text()},
         "workload": {
             "name": args.workload,
             "requests": arrivals.num_requests,
@@ -99,6 +107,13 @@ def _measure(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     report["sim_vs_real"] = {
         "p99_latency_ratio": d_sim["p99_latency_s"] / d_real["p99_latency_s"],
         "train_samples_ratio": d_sim["train_samples"] / max(1, d_real["train_samples"]),
+    }
+    io_real = replays["inference-only"]
+    report["targets"] = {
+        "nothing_lost": all(r["lost"] == 0 and r.get("unsent", 0) == 0 for r in replays.values()),
+        "every_request_answered": all(r["replies"] == r["requests"] for r in replays.values()),
+        "dart_slo_points_below_inference_only": 100 * (io_real["slo_attainment"] - d_real["slo_attainment"]),
+        "dart_harvest": d_real["harvest_efficiency"],
     }
     return report
 

@@ -12,11 +12,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from dartfl.types import CoreModel, DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import CoreModel, DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = ["BUILTIN_PROFILES"]
 
 _NO_TASKS: Mapping[str, InferenceCost] = MappingProxyType({})
+
+
+# The request path measured on the reference x86 core (docs/profiles.md, "The request path"):
+# receiving a QoS 1 request, decoding and admitting it (JSON), publishing its reply alone.
+_X86_PATH_S = (58e-6, 22e-6, 57e-6)
+
+
+def _path(dispatch_ratio: float) -> RequestPathCost:
+    """The x86 request path scaled by a device's interpreter-bound speed ratio `Kd`."""
+    receive, ingress, egress = (round(t * dispatch_ratio, 6) for t in _X86_PATH_S)
+    return RequestPathCost(receive_s=receive, ingress_s=ingress, egress_s=egress)
 
 
 def _amdahl(four_core_speedup: float, count: int) -> tuple[float, ...]:
@@ -33,6 +44,7 @@ def _builtin(
     description: str,
     inference: tuple[float, float, int],
     training: tuple[float, float, int],
+    request_path: RequestPathCost,
     cores: CoreModel,
 ) -> DeviceProfile:
     batch_fixed_s, per_request_s, max_batch = inference
@@ -46,6 +58,7 @@ def _builtin(
         ),
         task_inference=_NO_TASKS,
         description=description,
+        request_path=request_path,
         cores=cores,
     )
 
@@ -56,7 +69,8 @@ _PI5_SPEEDUP = _amdahl(2164 / 904, 4)
 # The Jetson's A78AE cores are taken to scale as the Pi 5's A76 (no published ratio in [2]).
 _ORIN_CPU_SPEEDUP = _amdahl(2164 / 904, 6)
 
-# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s, max-microbatch).
+# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s,
+# max-microbatch); then the request path, scaled by the dispatch ratio Kd of each device.
 BUILTIN_PROFILES: dict[str, DeviceProfile] = {
     p.name: p
     for p in (
@@ -68,6 +82,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "microbatch takes ~0.75 s on one core, ~0.33 s on all four: past a 250 ms SLO slack.",
             (0.0010, 0.0050, 32),
             (0.012, 0.023, 32),
+            _path(5.5),
             CoreModel(4, _PI4_SPEEDUP, _PI4_SPEEDUP, 0.15, 0.10, 0.005),
         ),
         _builtin(
@@ -78,6 +93,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "one core.",
             (0.00048, 0.0016, 32),
             (0.0060, 0.0073, 32),
+            _path(2.4),
             CoreModel(4, _PI5_SPEEDUP, _PI5_SPEEDUP, 0.10, 0.08, 0.003),
         ),
         _builtin(
@@ -88,6 +104,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "the host launching kernels, tiny per-item costs on the GPU (docs/profiles.md).",
             (0.00087, 0.00016, 64),
             (0.0080, 0.00058, 64),
+            _path(3.8),
             CoreModel(
                 6,
                 _ORIN_CPU_SPEEDUP,
@@ -105,6 +122,7 @@ BUILTIN_PROFILES: dict[str, DeviceProfile] = {
             "in docs/profiles.md.",
             (0.00018, 0.00064, 32),
             (0.0022, 0.0029, 32),
+            _path(1.0),
             CoreModel(),
         ),
     )

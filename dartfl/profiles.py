@@ -17,6 +17,11 @@ one and cites its sources. A measured device should get its own TOML file:
     max-microbatch = 32
     [inference.tasks.fashion]   # optional; missing keys inherit from [inference]
     per-request-s = 0.003
+    [request-path]              # optional: what a request costs besides the model
+    receive-s = 0.00006         # paho receiving and acknowledging it
+    ingress-s = 0.00002         # decoding and admitting it
+    egress-s = 0.00006          # encoding and publishing its reply
+    per-batch-s = 0.0
     [cores]                     # optional; without it the device has one core
     count = 4
     inference-speedup = [1.0, 1.59, 1.98, 2.26]   # time on 1 core / time on j cores
@@ -47,7 +52,7 @@ from typing import Any
 
 from dartfl.builtin_profiles import BUILTIN_PROFILES
 from dartfl.errors import ConfigError
-from dartfl.types import CoreModel, DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import CoreModel, DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "BUILTIN_PROFILE_NAMES",
@@ -93,7 +98,9 @@ def resolve_profile(name: str | None, path: str | Path | None) -> DeviceProfile:
 # ---------------------------------------------------------------------------------------------
 # Reading: TOML document -> DeviceProfile, every check naming the file and the dotted key.
 
-_TOP_KEYS = frozenset({"name", "description", "inference", "training", "cores"})
+_TOP_KEYS = frozenset({"name", "description", "inference", "training", "request-path", "cores"})
+_PATH_ORDER = ("receive-s", "ingress-s", "egress-s", "per-batch-s")
+_REQUEST_PATH_KEYS = frozenset({"receive-s", "ingress-s", "egress-s", "per-batch-s"})
 _INFERENCE_KEYS = frozenset({"batch-fixed-s", "per-request-s", "max-batch", "tasks"})
 _TRAINING_KEYS = frozenset({"microbatch-fixed-s", "per-sample-s", "max-microbatch"})
 _TASK_KEYS = frozenset({"batch-fixed-s", "per-request-s"})
@@ -156,6 +163,15 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
                     "per-request-s", allow_zero=False, default=default_cost.per_request_s
                 ),
             )
+    path = RequestPathCost()
+    if "request-path" in doc:  # older files price the model alone
+        section = top.table("request-path", _REQUEST_PATH_KEYS)
+        path = RequestPathCost(
+            **{
+                key.replace("-", "_"): section.seconds(key, allow_zero=True, default=0.0)
+                for key in _PATH_ORDER
+            }
+        )
     return DeviceProfile(
         name=name,
         inference=default_cost,
@@ -167,6 +183,7 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
         ),
         task_inference=MappingProxyType(task_inference) if task_inference else _NO_TASKS,
         description=description,
+        request_path=path,
         cores=_parse_cores(top.table("cores", _CORES_KEYS)) if "cores" in top.values else CoreModel(),
     )
 
@@ -347,6 +364,10 @@ def profile_to_toml(profile: DeviceProfile) -> str:
             f"batch-fixed-s = {_toml_float(cost.batch_fixed_s)}",
             f"per-request-s = {_toml_float(cost.per_request_s)}",
         ]
+    path = profile.request_path
+    if path != RequestPathCost():
+        lines += ["", "[request-path]"]
+        lines += [f"{key} = {_toml_float(getattr(path, key.replace('-', '_')))}" for key in _PATH_ORDER]
     return "\n".join(lines) + "\n"
 
 

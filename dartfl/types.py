@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dartfl.errors import ConfigError
 
@@ -20,6 +20,7 @@ __all__ = [
     "DeviceProfile",
     "InferenceCost",
     "Observation",
+    "RequestPathCost",
     "TaskSpec",
     "TrainingCost",
 ]
@@ -144,13 +145,35 @@ class CoreModel:
 
 
 @dataclass(frozen=True)
+class RequestPathCost:
+    """What a device spends on a request outside the model (docs/profiles.md), per request:
+    receiving it off the network (`receive_s`), decoding and admitting it (`ingress_s`),
+    encoding and publishing its reply (`egress_s`); and per batch (`per_batch_s`)."""
+
+    receive_s: float = 0.0
+    ingress_s: float = 0.0
+    egress_s: float = 0.0
+    per_batch_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("receive_s", "ingress_s", "egress_s", "per_batch_s"):
+            _positive(f"request-path {name.replace('_', '-')}", getattr(self, name), allow_zero=True)
+
+    @property
+    def per_request_s(self) -> float:
+        return self.receive_s + self.ingress_s + self.egress_s
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """What one device's work costs: the inference and training cost models of docs/allocator.md.
 
-    `inference` is the default per-request cost model; `task_inference` overrides it per task
-    name (a bigger head, a larger input). The costs are those of one work item on one core (on
-    a GPU device: on the GPU); `cores` says how the device's cores scale and share them, and
-    `lane_inference` / `lane_training` price an item on a lane of j cores.
+    `inference` is the model's default per-request cost; `task_inference` overrides it per task
+    name (a bigger head, a larger input). `request_path` is what serving a request costs
+    besides the model; `inference_for` adds the two, the end-to-end price everything plans with.
+    The model's costs are those of one work item on one core (on a GPU device: on the GPU);
+    `cores` says how the device's cores scale and share them, and `lane_inference` /
+    `lane_training` price an item on a lane of j cores (the request path does not scale).
     """
 
     name: str
@@ -159,6 +182,7 @@ class DeviceProfile:
     training: TrainingCost
     task_inference: Mapping[str, InferenceCost] = field(default_factory=dict)
     description: str = ""
+    request_path: RequestPathCost = field(default_factory=RequestPathCost)
     cores: CoreModel = field(default_factory=CoreModel)
 
     def __post_init__(self) -> None:
@@ -169,23 +193,35 @@ class DeviceProfile:
         # A plain dict, whatever mapping was passed, so profiles pickle into worker processes.
         object.__setattr__(self, "task_inference", dict(self.task_inference))
 
-    def inference_for(self, task: str) -> InferenceCost:
+    def model_inference_for(self, task: str) -> InferenceCost:
+        """The model's own cost for `task` (without the request path)."""
         return self.task_inference.get(task, self.inference)
 
+    def inference_for(self, task: str) -> InferenceCost:
+        """What serving a batch of `task` costs end to end: the model plus the request path."""
+        model, path = self.model_inference_for(task), self.request_path
+        if path.per_batch_s == 0.0 and path.per_request_s == 0.0:
+            return model
+        return InferenceCost(model.batch_fixed_s + path.per_batch_s, model.per_request_s + path.per_request_s)
+
     def lane_inference(self, task: str, cores: int) -> InferenceCost:
-        """An inference batch of `task` on a lane of `cores` cores; all of them is the
-        time-shared device (on a GPU device: the GPU), fewer a split device's serving lane."""
+        """An inference batch of `task`, end to end, on a lane of `cores` cores; all of them is
+        the time-shared device (on a GPU device: the GPU), fewer a split device's serving lane.
+        The model runs `inference_speedup` times faster; the request path does not."""
         model = self.cores
-        base = self.inference_for(task)
         if model.count == 1:
-            return base
+            return self.inference_for(task)
+        base = self.model_inference_for(task)
         cpu = model.gpu_inference_on_cpu
         if cpu is not None:
             if cores >= model.count:
-                return base
+                return self.inference_for(task)
             base = cpu
         speedup = model.inference_speedup[min(cores, model.count) - 1]
-        return InferenceCost(base.batch_fixed_s / speedup, base.per_request_s / speedup)
+        path = self.request_path
+        return InferenceCost(
+            base.batch_fixed_s / speedup + path.per_batch_s, base.per_request_s / speedup + path.per_request_s
+        )
 
     def lane_training(self, cores: int) -> TrainingCost:
         """A training microbatch on a lane of `cores` cores (on a GPU device: the GPU, hosted
@@ -202,16 +238,7 @@ class DeviceProfile:
         """This device restricted to its first `count` cores (1: today's one-core time sharing)."""
         if count == self.cores.count:
             return self
-        model = self.cores.first(count)
-        return DeviceProfile(
-            self.name,
-            self.inference,
-            self.max_batch,
-            self.training,
-            self.task_inference,
-            self.description,
-            model,
-        )
+        return replace(self, cores=self.cores.first(count))
 
     def time_shared(self) -> DeviceProfile:
         """The whole device as one time-shared resource: every item on all of its cores (or on
@@ -219,16 +246,16 @@ class DeviceProfile:
         n = self.cores.count
         if n == 1:
             return self
-        return DeviceProfile(
-            self.name,
-            self._shared(self.inference, n),
-            self.max_batch,
-            self.lane_training(n),
-            {t: self._shared(c, n) for t, c in self.task_inference.items()},
-            self.description,
+        return replace(
+            self,
+            inference=self._shared(self.inference, n),
+            training=self.lane_training(n),
+            task_inference={t: self._shared(c, n) for t, c in self.task_inference.items()},
+            cores=CoreModel(),
         )
 
     def _shared(self, cost: InferenceCost, n: int) -> InferenceCost:
+        """A model cost on all n cores (a GPU device's costs are its GPU's already)."""
         if self.cores.has_gpu:
             return cost
         s = self.cores.inference_speedup[n - 1]

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dartfl.protocol import Telemetry
-from dartfl.store import DecisionPoint, RunInfo, RunStore, TelemetryPoint, TelemetryRow
+from dartfl.store import DecisionPoint, RunInfo, RunStore, StoreDamagedError, TelemetryPoint, TelemetryRow
 from dashboard.feed import FeedState
 from dashboard.telemetry import DeviceStatus, Liveness, number, row_from_snapshot
 
@@ -49,8 +49,10 @@ COMPARE_METRICS: dict[str, str] = {
 
 
 def open_store(path: Path) -> RunStore | None:
-    """The run store at `path`, or None if there is none yet (reading never creates one)."""
-    return RunStore(path) if path.is_file() else None
+    """The run store at `path` opened for reading only, or None if there is none yet (reading
+    never creates, migrates or writes one). A file that cannot be read raises its one-line
+    StoreError or ConfigError."""
+    return RunStore(path, read_only=True) if path.exists() else None
 
 
 def _ts(seconds: Iterable[float]) -> pd.Series:
@@ -252,11 +254,23 @@ def run_title(run: RunInfo) -> str:
     return f"#{run.run_id} {run.kind}: {run.label or 'unlabelled'}"
 
 
-def comparison_frame(store: RunStore, runs: Sequence[RunInfo]) -> pd.DataFrame:
-    """One row per (run, policy) with the `dartfl sim` headline metrics (NaN when missing)."""
+def comparison_frame(
+    store: RunStore, runs: Sequence[RunInfo], damage: list[str] | None = None
+) -> pd.DataFrame:
+    """One row per (run, policy) with the `dartfl sim` headline metrics (NaN when missing).
+
+    A run whose results are damaged is left out, its one-line StoreDamagedError appended to
+    `damage` (raised when no list is given), so the other runs still compare."""
     rows = []
     for run in runs:
-        for policy, metrics in store.results(run.run_id).items():
+        try:
+            results = store.results(run.run_id)
+        except StoreDamagedError as exc:
+            if damage is None:
+                raise
+            damage.append(str(exc))
+            continue
+        for policy, metrics in results.items():
             row: dict[str, Any] = {"run": run_title(run), "run_id": run.run_id, "policy": policy}
             for key in COMPARE_METRICS:
                 row[key] = number(metrics.get(key))

@@ -30,6 +30,7 @@ import os
 import tempfile
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,7 +48,7 @@ from dartfl.executor import (
 )
 from dartfl.policies import make_policy
 from dartfl.protocol import DeviceStatus, FinalReport, Telemetry
-from dartfl.types import DeviceProfile, TaskSpec
+from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.agent_report import Counters, build_report
@@ -58,13 +59,14 @@ if TYPE_CHECKING:
     from edge_client.agent_link import DeviceLink
     from edge_client.round_channel import RoundChannelServer
     from edge_client.runtime import ModelRuntime
-    from messaging.link import Message
+    from messaging.link import Message, MqttLink
 
 log = logging.getLogger(__name__)
 
 __all__ = ["Agent", "AgentConfig"]
 
 DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
+PAYLOADS = ("json", "binary")  # the request forms the agent decodes, advertised in its status
 
 
 class Agent:
@@ -80,13 +82,16 @@ class Agent:
         now = time.monotonic()
         tasks = [TaskSpec(name, config.slo_s, config.queue_capacity) for name in config.tasks]
         rounds = RoundClock(config.round_s, config.round_target_samples, origin_s=now, periodic=not federated)
+        self._costs = ProfiledCosts(profile, config.tasks)  # the executor's, learning as it serves
         self.device: DeviceExecutor[QueuedRequest] = DeviceExecutor(
             tasks,
             policy,
             profile,
             rounds,
-            ExecutorConfig(config.period_s, max_decisions=DECISIONS_KEPT),
-            costs=ProfiledCosts(profile, config.tasks),
+            ExecutorConfig(
+                config.period_s, max_decisions=DECISIONS_KEPT, deadline_admission=config.deadline_admission
+            ),
+            costs=self._costs,
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
         self._cond = threading.Condition()  # serialises the executor; notified on every request
@@ -95,7 +100,6 @@ class Agent:
         self._stop = threading.Event()
         self._link: DeviceLink | None = None
         self._telemetry_thread: threading.Thread | None = None
-        self._overhead_lock = threading.Lock()
         self._channel: RoundChannelServer | None = None  # when federated
         self._rounds = FederatedRounds(config, runtime, self.device, self._cond, self.counters, self._tick)
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
@@ -147,6 +151,8 @@ class Agent:
         link, broker, url = open_agent_link(self.config, self._on_message)
         link.on_reconnected = self._republish_online
         self._link = DeviceLink(self.config.device_id, link, broker)
+        if self.profile.request_path == RequestPathCost():  # the profile prices the model alone
+            self._price_request_path(link)
         self._publish_status(online=True)
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()
@@ -159,6 +165,23 @@ class Agent:
             log.warning("round channel on %s", server.start())
             self._channel = server  # only a serving one: stop() would wait forever on another
         return url
+
+    def _price_request_path(self, link: MqttLink) -> None:
+        """Measure what a request costs besides the model on this agent's own path and start
+        planning with it: the replayer sizes `--target-load` from the profile published next."""
+        from edge_client.request_path import measure_request_path
+
+        path = measure_request_path(self.profile, self.config.tasks, link)
+        log.info("request path: %.0f us per request besides the model", path.per_request_s * 1e6)
+        self.profile = replace(self.profile, request_path=path)
+        with self._cond:
+            self._costs = ProfiledCosts(self.profile, self.config.tasks)
+            self.device.costs = self._costs
+
+    def cost_profile(self) -> DeviceProfile:
+        """The costs the agent plans with now, end to end (published in status and telemetry)."""
+        with self._cond:
+            return self._costs.profile(self.profile, self.config.tasks)
 
     @property
     def round_channel_address(self) -> str | None:
@@ -217,10 +240,8 @@ class Agent:
         with self._cond:
             leftovers = self.device.drain()
         for task, r in leftovers:
-            rejection = protocol.encode_rejection(
-                request_id=r.id, reason="shutting-down", task=self.config.tasks[task]
-            )
-            self._reply(r.reply_to, rejection, r.correlation_data)
+            refused = protocol.refusal(r.binary, r.id, "shutting-down", self.config.tasks[task])
+            self._reply(r.reply_to, refused, r.correlation_data)
         self.stats.rejected_now(time.monotonic(), len(leftovers))
         report = FinalReport.of(self.report(), drained=drained, rejected_at_shutdown=len(leftovers))
         self._publish_telemetry()
@@ -264,7 +285,13 @@ class Agent:
     def _on_message(self, message: Message) -> None:
         started = time.thread_time()
         admit_request(
-            message, self.task_index, self.config.max_payload_bytes, self._admit, self.stats, self._reply
+            message,
+            self.task_index,
+            self.config.max_payload_bytes,
+            self._admit,
+            self.stats,
+            self._reply,
+            reply_rule=self.config.reply_topics,
         )
         self._add_overhead(time.thread_time() - started)
 
@@ -297,26 +324,29 @@ class Agent:
         task, requests = batch.task, batch.requests
         images = np.stack([r.image for r in requests]).astype(np.float32)[:, None, :, :] / 255.0
         cpu0 = time.thread_time()
-        labels, version = self.runtime.classify(self.config.tasks[task], images)
+        task_name = self.config.tasks[task]
+        labels, version = self.runtime.classify(task_name, images)
         done = time.monotonic()
         self.counters.compute_cpu_s += time.thread_time() - cpu0
         started = time.thread_time()
-        slo, job = self.config.slo_s, self._rounds.active
-        for r, label in zip(requests, labels, strict=True):
-            latency = done - r.received_s
-            met = latency <= slo
-            if job is not None:
-                job.answered += 1
-                job.met += met
-            self.stats.answered(done, latency, met)
-            reply = protocol.encode_reply(
-                request_id=r.id,
-                task=self.config.tasks[task],
-                label=int(label),
-                latency_ms=latency * 1e3,
-                model_version=str(version),
-            )
-            self._reply(r.reply_to, reply, r.correlation_data)
+        latencies = [done - r.received_s for r in requests]
+        slo = self.config.slo_s
+        met = sum(latency <= slo for latency in latencies)
+        if (job := self._rounds.active) is not None:
+            job.answered += len(requests)
+            job.met += met
+        self.stats.answered_batch(done, latencies, slo)
+        # Binary replies bound for one topic (their ids in the payload) travel as one message:
+        # a publish costs about as much as the rest of a request's path (docs/protocol.md).
+        together: dict[str, list[bytes]] = {}
+        for r, label, latency in zip(requests, labels.tolist(), latencies, strict=True):
+            answer = protocol.answer(r.binary, r.id, task_name, label, latency * 1e3, version)
+            if r.binary and r.correlation_data is None:
+                together.setdefault(r.reply_to, []).append(answer[0])
+            else:
+                self._reply(r.reply_to, answer, r.correlation_data)
+        for topic, records in together.items():
+            self._reply(topic, (b"".join(records), protocol.REPLY_CONTENT_TYPE))
         self._add_overhead(time.thread_time() - started)
         # The allocator plans with what a batch really costs the executor: preparing the
         # images and publishing the replies too, not only the model's forward pass.
@@ -335,18 +365,21 @@ class Agent:
 
     # -- egress -------------------------------------------------------------------------------
 
-    def _reply(self, topic: str, payload: bytes, correlation_data: bytes | None = None) -> None:
+    def _reply(self, topic: str, reply: protocol.Encoded, correlation_data: bytes | None = None) -> None:
         if self._link is not None:
-            self._link.reply(topic, payload, correlation_data)
+            self._link.reply(topic, reply, correlation_data)
 
     def _add_overhead(self, cpu_s: float) -> None:
-        with self._overhead_lock:
+        with self._cond:
             self.counters.overhead_cpu_s += cpu_s
 
     def report(self) -> Telemetry:
         """Totals and the latest window: the telemetry snapshot."""
         with self._cond:
-            return build_report(self.config, self.device, self.stats, self.counters, self.runtime.version)
+            profile = self._costs.profile(self.profile, self.config.tasks)
+            return build_report(
+                self.config, self.device, self.stats, self.counters, self.runtime.version, profile
+            )
 
     def _publish_telemetry(self) -> None:
         if self._link is not None:
@@ -363,7 +396,9 @@ class Agent:
         """The retained status: online/offline, the cost profile (and the final report)."""
         if self._link is not None:
             self._link.status(
-                DeviceStatus(self.config.device_id, online, time.time(), self.profile, report, error)
+                DeviceStatus(
+                    self.config.device_id, online, time.time(), self.cost_profile(), report, error, PAYLOADS
+                )
             )
 
     def _telemetry_loop(self) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from dartfl.errors import ConfigError
 from dartfl.policies import FutureAwarePolicy, make_policy, natural_loss_weighting
+from dartfl.protocol import REPLY_TOPIC_RULES, ReplyTopicRule
 from messaging.security import MqttSecurity
 
 __all__ = ["AgentConfig"]
@@ -38,7 +39,10 @@ class AgentConfig:
     model_dir: Path | None = None
     seed: int = 0
     round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
+    deadline_admission: bool = True  # refuse at once a request that cannot make its SLO
     mqtt_security: MqttSecurity | None = None  # TLS files and login for an mqtts:// broker_url
+    # Which reply topics it answers on (docs/protocol.md): "any" only for old requesters.
+    reply_topics: ReplyTopicRule = "requester"
 
     def __post_init__(self) -> None:
         if not self.device_id or "/" in self.device_id or "+" in self.device_id or "#" in self.device_id:
@@ -55,6 +59,8 @@ class AgentConfig:
             raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
         if not self.tasks:
             raise ConfigError("the agent needs at least one task")
+        if self.reply_topics not in REPLY_TOPIC_RULES:
+            raise ConfigError(f"reply-topics must be one of {REPLY_TOPIC_RULES}, got {self.reply_topics!r}")
         # A bad spec fails before the model is built.
         if isinstance(make_policy(self.policy, self.loss_weighting), FutureAwarePolicy):
             raise ConfigError(f"policy {self.policy!r} needs future arrivals: it runs in `dartfl sim` only")

@@ -2,7 +2,9 @@
 
 It decodes and queues, or answers at once: an error reply for a malformed request, a
 rejection when the task's queue is full or the agent is shutting down. It never waits for
-the model, so a slow model cannot stall the network thread.
+the model, so a slow model cannot stall the network thread. A request whose reply topic breaks
+the reply rule (docs/protocol.md) is counted as an error and not answered at all: answering it
+on that topic is exactly the reflection the rule stops.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -19,7 +20,9 @@ import numpy.typing as npt
 from dartfl import protocol
 from dartfl.errors import ProtocolError
 from dartfl.executor import Admission
+from dartfl.protocol import ReplyTopicRule
 from edge_client.telemetry import RequestStats
+from messaging.link import Message
 
 log = logging.getLogger(__name__)
 
@@ -36,60 +39,67 @@ class QueuedRequest:
     image: npt.NDArray[np.uint8]
     received_s: float
     correlation_data: bytes | None = None  # MQTT 5: echoed on the reply
+    binary: bool = False  # it came in the binary form: its reply goes in kind
 
 
-# (reply topic, payload, MQTT 5 correlation data)
-Reply = Callable[[str, bytes, bytes | None], None]
+# Publishes a reply: (reply topic, (payload, content type), MQTT 5 correlation data).
+Reply = Callable[[str, protocol.Encoded, bytes | None], None]
 # Hands a request to the device executor (under the agent's lock): queued or refused, and why.
 Admit = Callable[[float, int, QueuedRequest], Admission]
 
 
 def admit_request(
-    message: Any,
+    message: Message,
     task_index: Mapping[str, int],
     max_payload_bytes: int,
     admit: Admit,
     stats: RequestStats,
     reply: Reply,
+    *,
+    reply_rule: ReplyTopicRule = "requester",
 ) -> None:
     """Decode one request message (messaging.link.Message) and queue it, or answer it now."""
     received = time.monotonic()
     stats.count(requests=1)
     try:
         _, task = protocol.parse_request_topic(message.topic)
-        request = protocol.decode_request(
+        request = protocol.decode_any_request(
             message.payload,
             task,
             task_index,
             max_bytes=max_payload_bytes,
+            content_type=message.content_type,
             response_topic=message.response_topic,
             correlation_data=message.correlation_data,
+            reply_rule=reply_rule,
         )
     except ProtocolError as exc:
         stats.count(errors=1)
         # Only the reply address the decoder validated: a raw Response Topic may be another
-        # device's request topic, or a wildcard that the client refuses to publish to.
+        # device's request topic, a topic outside the reply namespace (reflection), or a
+        # wildcard that the client refuses to publish to.
         reply_to = getattr(exc, "reply_to", None)
         if reply_to:
+            binary = protocol.is_binary(message.payload, message.content_type)
             task_name = message.topic.rsplit("/", 1)[-1]
-            error = protocol.encode_error(
-                request_id=getattr(exc, "correlation_id", None),
-                code=exc.code,
-                detail=exc.detail,
-                task=task_name,
+            error = protocol.failure(
+                binary, getattr(exc, "correlation_id", None), exc.code, exc.detail, task_name
             )
             reply(reply_to, error, message.correlation_data)
         log.debug("bad request on %s: %s", message.topic, exc)
     else:
         task_id = task_index[request.task]
         queued = QueuedRequest(
-            request.id, task_id, request.reply_to, request.image, received, request.correlation_data
+            request.id,
+            task_id,
+            request.reply_to,
+            request.image,
+            received,
+            request.correlation_data,
+            request.binary,
         )
         reason = admit(received, task_id, queued)
         if reason != "queued":
             stats.rejected_now(received)
-            reply(
-                request.reply_to,
-                protocol.encode_rejection(request_id=request.id, reason=reason, task=request.task),
-                request.correlation_data,
-            )
+            refused = protocol.refusal(request.binary, request.id, reason, request.task)
+            reply(request.reply_to, refused, request.correlation_data)

@@ -1,6 +1,10 @@
 """The device agent's MQTT side: the connection (request subscription, offline last will, TLS
 and login from the agent's config, the embedded broker when no broker is given), and what the
-agent publishes on it: replies, telemetry and its retained status."""
+agent publishes on it: replies, telemetry and its retained status.
+
+Its client id is `dartfl-agent-<device>` when anonymous, its account's name when logged in
+(messaging.link): with the shipped broker's `use_username_as_clientid`, nobody but the
+device's own account can connect under the id the device uses and knock it offline."""
 
 from __future__ import annotations
 
@@ -11,16 +15,8 @@ from dartfl import protocol
 from dartfl.protocol import DeviceStatus
 from edge_client.agent_config import AgentConfig
 from messaging.brokers import BrokerHandle, start_embedded_broker
-from messaging.link import (
-    MQTT_V5,
-    MQTT_V311,
-    Message,
-    MqttConnectError,
-    MqttLink,
-    MqttSecurityError,
-    Will,
-    connect,
-)
+from messaging.link import MQTT_V311, Message, MqttLink, Will, connect
+from messaging.versions import connect_preferring_v5
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +34,15 @@ def open_agent_link(
         url = broker.url
         log.info("embedded MQTT broker on %s", url)
     device = config.device_id
+    account = config.mqtt_security.username if config.mqtt_security is not None else None
+    if account is not None and account != device:
+        log.warning(
+            "logging in as %r for device %r: the shipped broker ACL gives a device account rights "
+            "on dartfl/v1/<account>/ only, so name the account after the device (--mqtt-username %s)",
+            account,
+            device,
+            device,
+        )
 
     def link(version: str) -> MqttLink:
         return connect(
@@ -53,20 +58,12 @@ def open_agent_link(
         )
 
     try:
-        # MQTT 5 lets requesters use Response Topic / Correlation Data; the embedded broker
-        # (and older brokers) speak 3.1.1 only, so fall back to it. Not after a TLS or login
-        # failure: the protocol version cannot cure a wrong certificate or password. The
-        # embedded amqtt broker does not refuse an MQTT 5 CONNECT, it drops the connection,
-        # which looks like any other failure; so any other failure falls back, loudly.
-        try:
-            return link(MQTT_V311 if broker is not None else MQTT_V5), broker, url
-        except MqttSecurityError:
-            raise
-        except MqttConnectError as exc:
-            log.warning(
-                "MQTT 5 to %s failed (%s); using MQTT 3.1.1, so requests must carry reply_to", url, exc
-            )
+        # MQTT 5 lets requesters use Response Topic / Correlation Data and shows the replies
+        # the broker refuses; the embedded broker speaks 3.1.1 only.
+        if broker is not None:
             return link(MQTT_V311), broker, url
+        lost = "requests must carry reply_to and replies the broker refuses go unnoticed"
+        return connect_preferring_v5(link, url, lost), broker, url
     except BaseException:
         if broker is not None:
             broker.stop()
@@ -81,8 +78,16 @@ class DeviceLink:
         self.link = link
         self.broker = broker
 
-    def reply(self, topic: str, payload: bytes, correlation_data: bytes | None = None) -> None:
-        self.link.publish(topic, payload, qos=protocol.REPLY_QOS, correlation_data=correlation_data)
+    def reply(self, topic: str, reply: protocol.Encoded, correlation_data: bytes | None = None) -> None:
+        """A reply to a request, in the request's form (its content type, under MQTT 5)."""
+        payload, content_type = reply
+        self.link.publish(
+            topic,
+            payload,
+            qos=protocol.REPLY_QOS,
+            correlation_data=correlation_data,
+            content_type=content_type,
+        )
 
     def telemetry(self, snapshot: protocol.Telemetry) -> None:
         self.link.publish(

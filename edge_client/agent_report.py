@@ -12,6 +12,7 @@ import numpy as np
 
 from dartfl.executor import DeviceExecutor
 from dartfl.protocol import LatencyWindow, RoundProgress, Telemetry
+from dartfl.types import DeviceProfile
 from edge_client.agent_config import AgentConfig
 from edge_client.telemetry import RequestStats
 
@@ -34,6 +35,7 @@ def build_report(
     stats: RequestStats,
     counters: Counters,
     model_version: int,
+    profile: DeviceProfile,
 ) -> Telemetry:
     """Totals and the latest window of one agent: its telemetry snapshot.
     The caller holds the lock that serialises the executor."""
@@ -78,5 +80,5 @@ def build_report(
         overhead_cpu_s=c.overhead_cpu_s,
         compute_cpu_s=c.compute_cpu_s,
         process_cpu_s=time.process_time(),
-        profile=device.profile,
+        profile=profile,
     )

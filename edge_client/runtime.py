@@ -13,7 +13,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,10 +34,20 @@ MAX_BATCH = 32
 MAX_MICROBATCH = 32
 
 
+MIN_FIXED_S = 1e-6  # no call into a runtime is free: a fitted 0 is noise, not a measurement
+
+
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """Least-squares (intercept, slope) of y = a + c x, clamped to a >= 0, c > 0."""
-    slope, intercept = np.polyfit(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), 1)
-    return max(0.0, float(intercept)), max(1e-7, float(slope))
+    """(intercept, slope) of y = a + c x: least squares, unless noise drives the intercept
+    to or below 0 (a near-linear cost with a small fixed part); then the line through the
+    smallest and the largest x, which keeps the fixed cost the smallest x shows. a > 0, c > 0."""
+    x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
+    slope, intercept = (float(v) for v in np.polyfit(x, y, 1))
+    if intercept <= 0.0:
+        lo, hi = int(np.argmin(x)), int(np.argmax(x))
+        slope = (y[hi] - y[lo]) / (x[hi] - x[lo])
+        intercept = y[lo] - slope * x[lo]
+    return max(MIN_FIXED_S, intercept), max(1e-7, slope)
 
 
 class ModelRuntime:
@@ -175,14 +185,20 @@ class ModelRuntime:
         idx = rng.integers(0, len(y), count)
         return np.round(x[idx, 0] * 255).astype(np.uint8), y[idx]
 
-    def calibrate(self, *, quick: bool = True, name: str = "measured") -> DeviceProfile:
-        """Measure t_k(b) = a_k + c_k b per task and s(m) = a_T + c_T m on this device."""
+    def calibrate(
+        self, *, quick: bool = True, name: str = "measured", progress: Callable[[str], None] | None = None
+    ) -> DeviceProfile:
+        """Measure t_k(b) = a_k + c_k b per task and s(m) = a_T + c_T m on this device (the
+        model's costs; `edge_client.request_path` measures the rest of a request's path).
+        `progress` is told what is being measured, step by step."""
         from fltask.trainer import Trainer
 
+        say = progress or (lambda _text: None)
         reps = 5 if quick else 30
         batch_sizes = (1, 4, 16, MAX_BATCH) if quick else (1, 2, 4, 8, 16, 24, MAX_BATCH)
         per_task: dict[str, InferenceCost] = {}
-        for task in self.tasks:
+        for i, task in enumerate(self.tasks, 1):
+            say(f"inference of {task} at batch sizes {list(batch_sizes)} ({i}/{len(self.tasks)})")
             xs, ys = [], []
             for b in batch_sizes:
                 images = np.random.default_rng(b).random((b, 1, 28, 28), dtype=np.float32)
@@ -204,6 +220,7 @@ class ModelRuntime:
         step_reps = 3 if quick else 8
         med_steps = []
         for m in steps:
+            say(f"training microbatch of {m} samples ({steps.index(m) + 1}/{len(steps)})")
             _crossing_microbatch_s(scratch, m, shares, weights)  # warm-up
             times = [_crossing_microbatch_s(scratch, m, shares, weights) for _ in range(step_reps)]
             med_steps.append(float(np.median(times)))

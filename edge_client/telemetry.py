@@ -42,10 +42,11 @@ class RequestStats:
         self.rejected = 0
         self.errors = 0
 
-    def answered(self, now_s: float, latency_s: float, met: bool) -> None:
+    def answered_batch(self, now_s: float, latencies_s: list[float], slo_s: float) -> None:
+        """A batch answered at `now_s`, one lock for all of it."""
         with self._lock:
-            self.replies += 1
-            self._events.append((now_s, latency_s, met))
+            self.replies += len(latencies_s)
+            self._events.extend((now_s, latency, latency <= slo_s) for latency in latencies_s)
 
     def rejected_now(self, now_s: float, n: int = 1) -> None:
         """`n` requests rejected at `now_s` (queue full, shutting down): misses in the window."""

@@ -39,6 +39,7 @@ __all__ = [
     "parse_broker_url",
     "start_embedded_broker",
     "start_mosquitto",
+    "start_mosquitto_with_config",
 ]
 
 LOOPBACK = "127.0.0.1"
@@ -46,8 +47,12 @@ DEFAULT_MQTT_PORT = 1883
 DEFAULT_MQTTS_PORT = 8883
 START_TIMEOUT_S = 5.0
 STOP_TIMEOUT_S = 5.0
-# Per-client queue bound in Mosquitto: a stalled subscriber must not grow the broker unboundedly.
-MAX_QUEUED_MESSAGES = 1000
+# Per-client queue bounds in Mosquitto: a stalled subscriber must not grow the broker without
+# bound, but a burst to a busy agent must not be dropped silently either (a drop is a request
+# nobody ever answers). 100,000 requests are under 100 MB; an agent that falls that far behind
+# is refusing with replies long before (its own queues are bounded, docs/protocol.md).
+MAX_QUEUED_MESSAGES = 100_000
+MAX_QUEUED_BYTES = 128 * 1024 * 1024
 # The largest packet the broker takes: a telemetry snapshot may be up to 1 MiB (the decoder's
 # limit), requests 16 KiB. Larger publishes are refused at the broker, before a subscriber
 # such as a Pi's agent has to receive them whole and then drop them.
@@ -57,6 +62,7 @@ _AUTO_PORT_TRIES = 3
 # CONNACK that accepts it: proves the port is an MQTT broker, not just any listener.
 _PROBE_CONNECT = b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00"
 _PROBE_CONNACK = b"\x20\x02\x00\x00"
+_PROBE_REFUSED = b"\x20\x02\x00\x05"  # not authorized: a broker without anonymous access
 _PROBE_DISCONNECT = b"\xe0\x00"
 
 
@@ -163,7 +169,8 @@ def free_port() -> int:
 
 
 def _probe_mqtt(port: int, timeout_s: float = 0.5) -> bool:
-    """True if an MQTT broker on 127.0.0.1:port accepts a CONNECT."""
+    """True if an MQTT broker on 127.0.0.1:port answers a CONNECT (accepting it, or refusing
+    it for want of a login)."""
     try:
         with socket.create_connection((LOOPBACK, port), timeout=timeout_s) as sock:
             sock.sendall(_PROBE_CONNECT)
@@ -174,7 +181,7 @@ def _probe_mqtt(port: int, timeout_s: float = 0.5) -> bool:
                     return False
                 answer += chunk
             sock.sendall(_PROBE_DISCONNECT)
-            return answer == _PROBE_CONNACK
+            return answer in (_PROBE_CONNACK, _PROBE_REFUSED)
     except OSError:
         return False
 
@@ -208,6 +215,7 @@ def _mosquitto_conf(port: int, tls: MosquittoTls | None = None, tls_port: int = 
         "allow_anonymous true",
         "persistence false",
         f"max_queued_messages {MAX_QUEUED_MESSAGES}",
+        f"max_queued_bytes {MAX_QUEUED_BYTES}",
         f"max_packet_size {MAX_PACKET_BYTES}",
         "set_tcp_nodelay true",  # small request/reply packets: no Nagle delay
         "log_dest stderr",
@@ -253,11 +261,12 @@ def _stop_process(
         workdir.cleanup()
 
 
-def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: int) -> BrokerHandle | str:
-    """Start Mosquitto on `port` (and `tls_port`): its handle, or the reason it did not come up."""
+def _try_mosquitto(binary: str, config: str, port: int, tls_port: int | None) -> BrokerHandle | str:
+    """Start Mosquitto on `config` (listening on `port`, and `tls_port`): its handle, or the
+    reason it did not come up."""
     workdir = tempfile.TemporaryDirectory(prefix="dartfl-mosquitto-")
     conf = Path(workdir.name) / "mosquitto.conf"
-    conf.write_text(_mosquitto_conf(port, tls, tls_port))
+    conf.write_text(config)
     log_path = Path(workdir.name) / "mosquitto.log"
     with log_path.open("wb") as log_file:
         # stderr goes to a file we opened, so the log survives Mosquitto dropping root.
@@ -278,7 +287,7 @@ def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: i
                 "mosquitto",
                 lambda: _stop_process(proc, workdir),
                 pid=proc.pid,
-                tls_port=tls_port if tls is not None else None,
+                tls_port=tls_port,
             )
         time.sleep(0.02)
     exited = proc.poll()
@@ -291,25 +300,44 @@ def _try_mosquitto(binary: str, port: int, tls: MosquittoTls | None, tls_port: i
     return f"mosquitto on {LOOPBACK}:{port} {status}; log tail:\n{tail}"
 
 
-def start_mosquitto(
-    port: int | None = None, *, mosquitto: str = "mosquitto", tls: MosquittoTls | None = None
-) -> BrokerHandle:
-    """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None), with a TLS
-    listener on another free port when `tls` is given (`handle.tls_url`)."""
+def _mosquitto_binary(mosquitto: str) -> str:
     binary = shutil.which(mosquitto) or shutil.which(mosquitto, path="/usr/sbin:/usr/local/sbin")
     if binary is None:
         raise BrokerStartError(
             f"Mosquitto binary {mosquitto!r} not found on PATH or in /usr/sbin; "
             "install it with `apt-get install mosquitto` or use the embedded broker"
         )
+    return binary
+
+
+def start_mosquitto(
+    port: int | None = None, *, mosquitto: str = "mosquitto", tls: MosquittoTls | None = None
+) -> BrokerHandle:
+    """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None), with a TLS
+    listener on another free port when `tls` is given (`handle.tls_url`)."""
+    binary = _mosquitto_binary(mosquitto)
     tries = 1 if port is not None else _AUTO_PORT_TRIES
     reason = ""
     for _ in range(tries):  # a port picked by free_port() can be taken before Mosquitto binds it
-        result = _try_mosquitto(binary, port if port is not None else free_port(), tls, free_port())
+        plain, tls_port = port if port is not None else free_port(), free_port()
+        config = _mosquitto_conf(plain, tls, tls_port)
+        result = _try_mosquitto(binary, config, plain, tls_port if tls is not None else None)
         if isinstance(result, BrokerHandle):
             return result
         reason = result
     raise BrokerStartError(reason)
+
+
+def start_mosquitto_with_config(
+    config: str, port: int, *, tls_port: int | None = None, mosquitto: str = "mosquitto"
+) -> BrokerHandle:
+    """Start Mosquitto on a config of the caller's (the production set-up of `dartfl broker
+    setup`, in tests): it must listen on 127.0.0.1:`port` (plain MQTT, where start-up is
+    detected, logins or not) and may add a TLS listener on `tls_port`."""
+    result = _try_mosquitto(_mosquitto_binary(mosquitto), config, port, tls_port)
+    if isinstance(result, str):
+        raise BrokerStartError(result)
+    return result
 
 
 # --- embedded amqtt -------------------------------------------------------------------------

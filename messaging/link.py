@@ -10,7 +10,12 @@ in it is logged and the link keeps running.
 
 `mqtts://` URLs use TLS (messaging.tls) with an `MqttSecurity`'s files and login. A TLS
 failure that retrying cannot fix (wrong CA, host name mismatch, no client certificate) or a
-refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause.
+refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause; a
+subscription the broker refuses, with an `MqttAclError` naming the topic. Under MQTT 5 a
+publish the broker refuses is logged and kept as `MqttLink.refusal` (messaging.refusals).
+
+A logged-in client's id is its account's name, as the shipped broker makes it
+(`use_username_as_clientid`): one account is one connection, on every broker.
 """
 
 from __future__ import annotations
@@ -20,7 +25,6 @@ import socket
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final
 
@@ -29,8 +33,11 @@ from paho.mqtt.enums import CallbackAPIVersion
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from dartfl.errors import ConfigError, DartflError
+from dartfl.errors import ConfigError
 from messaging.brokers import parse_broker_address
+from messaging.errors import MqttAclError, MqttConnectError, MqttSecurityError
+from messaging.messages import Message, Will, message_from_paho
+from messaging.refusals import Drops, PublishRefusals, Refusal, refused_subscription
 from messaging.security import MqttSecurity
 from messaging.tls import FailedAttempts, apply_security
 
@@ -40,6 +47,7 @@ __all__ = [
     "MQTT_V5",
     "MQTT_V311",
     "Message",
+    "MqttAclError",
     "MqttConnectError",
     "MqttLink",
     "MqttSecurityError",
@@ -56,57 +64,14 @@ _PROTOCOLS: Final = {
     paho.MQTTv5: paho.MQTTv5,
 }
 # Outgoing QoS>0 messages paho keeps while the broker is away: bounded memory on a device.
-MAX_QUEUED_OUTGOING: Final = 1000
+# Messages paho may hold while the broker has not acknowledged them: beyond it `publish` fails
+# (it returns False) instead of growing memory; a sender must count that, not ignore it.
+MAX_QUEUED_OUTGOING: Final = 10_000
 RECONNECT_MIN_S: Final = 1
 RECONNECT_MAX_S: Final = 10
 
-
-class MqttConnectError(DartflError):
-    """The broker did not accept the connection or the subscriptions in time."""
-
-
-class MqttSecurityError(MqttConnectError, ConfigError):
-    """TLS or the login failed in a way retrying cannot fix: the settings are wrong (exit 2)."""
-
-
 # What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
 _AUTH_REFUSALS = ("not authorized", "bad user name or password")
-
-
-@dataclass(frozen=True)
-class Message:
-    """One received message. The MQTT 5 properties are None under 3.1.1 or when absent."""
-
-    topic: str
-    payload: bytes
-    qos: int
-    retain: bool
-    response_topic: str | None = None
-    correlation_data: bytes | None = None
-
-
-@dataclass(frozen=True)
-class Will:
-    """The last will the broker publishes if the link dies without a clean close."""
-
-    topic: str
-    payload: bytes
-    qos: int = 1
-    retain: bool = True
-
-
-def _message_from_paho(msg: paho.MQTTMessage) -> Message:
-    props = getattr(msg, "properties", None)
-    response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
-    correlation = getattr(props, "CorrelationData", None) if props is not None else None
-    return Message(
-        topic=msg.topic,
-        payload=bytes(msg.payload),
-        qos=msg.qos,
-        retain=bool(msg.retain),
-        response_topic=response_topic if isinstance(response_topic, str) else None,
-        correlation_data=bytes(correlation) if isinstance(correlation, bytes | bytearray) else None,
-    )
 
 
 def _set_nodelay(client: paho.Client, userdata: Any, sock: Any) -> None:
@@ -127,6 +92,7 @@ class MqttLink:
         subscriptions: Sequence[tuple[str, int]],
         label: str,
         attempts: FailedAttempts | None = None,
+        account: str | None = None,
     ) -> None:
         self._client = client
         self._protocol = protocol
@@ -141,7 +107,12 @@ class MqttLink:
         self._ever_ready = False
         self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
         self._initial_mid: int | None = None
-        self._acked: dict[int, bool] = {}  # mid -> all granted, for subscribe() waiters
+        self._initial_topics: list[str] = []
+        self._acked: dict[int, Refusal | None] = {}  # mid -> what was refused, for subscribe()
+        self._pending: dict[int, str] = {}  # mid -> topic of a subscribe() not yet answered
+        self._account = account
+        self._refusals = PublishRefusals(label, account) if protocol == paho.MQTTv5 else None
+        self._drops = Drops(label, account)
         self._closed = False
         self._last_sent: paho.MQTTMessageInfo | None = None
         # Called on paho's thread each time the link is ready again after a reconnect.
@@ -150,6 +121,8 @@ class MqttLink:
         client.on_disconnect = self._handle_disconnect
         client.on_subscribe = self._handle_subscribe
         client.on_message = self._handle_message
+        if self._refusals is not None:
+            client.on_publish = self._handle_publish
         # Why an attempt failed reaches us only here: a refused or failed TLS connect through
         # on_connect_fail (called while paho handles the exception, so sys.exc_info() has
         # it), a TLS alert after the handshake as paho's error-level log line. on_log is
@@ -160,6 +133,12 @@ class MqttLink:
     @property
     def connected(self) -> bool:
         return self._connected
+
+    @property
+    def refusal(self) -> Refusal | None:
+        """The first publish the broker refused (MQTT 5 only; None under 3.1.1, where a broker
+        acknowledges a refused publish like any other)."""
+        return None if self._refusals is None else self._refusals.first
 
     # -- paho callbacks (network thread) --
 
@@ -187,7 +166,7 @@ class MqttLink:
             return
         _, mid = client.subscribe(subs)
         with self._cond:
-            self._initial_mid = mid
+            self._initial_mid, self._initial_topics = mid, [t for t, _ in subs]
         log.info("%s: connected; subscribing to %s", self._label, [t for t, _ in subs])
 
     def _handle_disconnect(
@@ -197,22 +176,26 @@ class MqttLink:
             self._connected = False
             self._ready = False
             self._cond.notify_all()
-        if not self._closed:
+        if not self._closed and not self._drops.lost(reason):
             log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
 
     def _handle_subscribe(
         self, client: paho.Client, userdata: Any, mid: int, reasons: list[Any], properties: Any
     ) -> None:
-        granted = not any(r.is_failure for r in reasons)
-        if mid == self._initial_mid and granted:
+        with self._cond:
+            initial = mid == self._initial_mid
+            topics = self._initial_topics if initial else [self._pending.get(mid, "?")]
+        refusal = refused_subscription(topics, reasons, self._account)
+        if initial and refusal is None:
             self._mark_ready()
             return
         with self._cond:
-            if mid == self._initial_mid:
-                if not granted:
-                    self._failure = f"broker refused a subscription: {[str(r) for r in reasons]}"
+            if not initial:
+                self._acked[mid] = refusal
+            elif self._ever_ready:  # refused again after a reconnect: nobody waits to hear it
+                log.error("%s: %s", self._label, refusal)
             else:
-                self._acked[mid] = granted
+                self._failure, self._failure_kind = str(refusal), MqttAclError
             self._cond.notify_all()
 
     def _mark_ready(self) -> None:
@@ -248,9 +231,15 @@ class MqttLink:
                 self._cond.notify_all()
         log.debug("%s: connection attempt failed: %s", self._label, detail)
 
+    def _handle_publish(
+        self, client: paho.Client, userdata: Any, mid: int, reason: Any, properties: Any
+    ) -> None:
+        if self._refusals is not None:
+            self._refusals.acked(mid, reason)
+
     def _handle_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         try:
-            self._on_message(_message_from_paho(msg))
+            self._on_message(message_from_paho(msg))
         except Exception:  # one bad handler call must not stop the network thread
             log.exception("%s: on_message failed for a message on %s", self._label, msg.topic)
 
@@ -277,21 +266,28 @@ class MqttLink:
         retain: bool = False,
         response_topic: str | None = None,
         correlation_data: bytes | None = None,
+        content_type: str | None = None,
     ) -> bool:
         """Send (or, for QoS > 0 while reconnecting, queue) a message. False if it was dropped:
         QoS 0 while disconnected, or the outgoing queue is full. The MQTT 5 properties are
         ignored under 3.1.1."""
         props = None
-        if self._protocol == paho.MQTTv5 and (response_topic is not None or correlation_data is not None):
+        if self._protocol == paho.MQTTv5 and (
+            response_topic is not None or correlation_data is not None or content_type is not None
+        ):
             props = Properties(PacketTypes.PUBLISH)
             if response_topic is not None:
                 props.ResponseTopic = response_topic
             if correlation_data is not None:
                 props.CorrelationData = correlation_data
+            if content_type is not None:
+                props.ContentType = content_type
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
         if info.rc == paho.MQTT_ERR_SUCCESS or (info.rc == paho.MQTT_ERR_NO_CONN and qos > 0):
             if qos > 0:
                 self._last_sent = info
+                if self._refusals is not None:
+                    self._refusals.sent(info.mid, topic)
             return True
         log.debug("%s: publish to %s dropped: %s", self._label, topic, paho.error_string(info.rc))
         return False
@@ -300,18 +296,23 @@ class MqttLink:
         """Add a standing subscription (kept across reconnects) and wait for the broker's ack."""
         with self._cond:
             self._subscriptions[topic] = qos
-        rc, mid = self._client.subscribe(topic, qos)
+            # paho may call back before subscribe() returns the id: hold the condition's lock
+            # (the callback waits on it) until the id is noted.
+            rc, mid = self._client.subscribe(topic, qos)
+            if mid is not None:
+                self._pending[mid] = topic
         if rc != paho.MQTT_ERR_SUCCESS or mid is None:
             raise MqttConnectError(
                 f"{self._label}: cannot subscribe to {topic!r} now: {paho.error_string(rc)}"
             )
         with self._cond:
-            self._cond.wait_for(lambda: mid in self._acked, timeout)
-            granted = self._acked.pop(mid, None)
-        if granted is None:
+            answered = self._cond.wait_for(lambda: mid in self._acked, timeout)
+            refusal = self._acked.pop(mid, None)
+            self._pending.pop(mid, None)
+        if not answered:
             raise MqttConnectError(f"{self._label}: no SUBACK for {topic!r} within {timeout} s")
-        if not granted:
-            raise MqttConnectError(f"{self._label}: broker refused the subscription to {topic!r}")
+        if refusal is not None:
+            raise MqttAclError(f"{self._label}: {refusal}")
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until the broker has acknowledged the last QoS > 0 message (and so, in order,
@@ -357,7 +358,9 @@ def connect(
     """Connect to `url` (mqtt://host:port, or mqtts://host:port for TLS), subscribe, and
     return once the broker has acknowledged both; raise MqttConnectError if that takes longer
     than `timeout` seconds, MqttSecurityError (a ConfigError) at once when TLS or the login
-    cannot work, ConfigError for unusable `security` files.
+    cannot work (MqttAclError: a subscription refused), ConfigError for unusable `security`.
+
+    `client_id` is for an anonymous client; a logged-in one is its account's name.
 
     `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
     (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
@@ -371,6 +374,10 @@ def connect(
             f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
         )
     version = _PROTOCOLS[protocol]
+    # The shipped broker names a logged-in client after its account, so that no account can
+    # take over another's connection: so do we, and two processes on one account behave
+    # alike on every broker (each closes the other's connection, see _handle_disconnect).
+    client_id = security.username or client_id
     client = paho.Client(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
@@ -386,7 +393,7 @@ def connect(
     scheme = "mqtts" if address.tls else "mqtt"
     label = f"{scheme} {client_id}@{address.host}:{address.port}"
     attempts = FailedAttempts(f"{address.host}:{address.port}", security, tls=address.tls)
-    link = MqttLink(client, version, on_message, subscriptions, label, attempts)
+    link = MqttLink(client, version, on_message, subscriptions, label, attempts, security.username)
     if version == paho.MQTTv5:
         client.connect_async(address.host, address.port, keepalive_s, clean_start=True)
     else:

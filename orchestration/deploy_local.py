@@ -70,7 +70,8 @@ class LoadGenerator:
         self._sent_at: dict[str, tuple[str, float]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self.reply_to = f"dartfl/v1/deploy-local/{uuid.uuid4().hex[:10]}/reply"
+        # Under the reply rule (docs/protocol.md); the private loopback broker has no accounts.
+        self.reply_to = protocol.reply_topic("deploy-local", uuid.uuid4().hex[:10])
         self._link = connect(
             broker_url,
             client_id=f"dartfl-load-{uuid.uuid4().hex[:8]}",

@@ -1,287 +1,355 @@
 """The load generator: replays a workload against a device agent at wall-clock pace over MQTT.
 
-Every request carries a real test image of its task. Every reply is matched by its
-correlation id, and the metrics are computed from the requester's side: latency runs from
-send to receipt, so it includes the broker round trip. Training progress comes from the
-agent's telemetry: the difference between the first and the last snapshot of the replay.
+Every request carries a real test image of its task, in the binary form by default (the JSON
+one with `payload="json"`). Every reply is matched by its request id, and the metrics are
+computed from the requester's side: latency runs from send to receipt, so it includes the
+broker round trip. The sender measures how far behind its plan it publishes (`send_lag_s`):
+a replay whose sender cannot keep up measures the sender, not the device, and says so.
+Training and busy times come from the agent's telemetry over the replay (replay_report.py).
+
+Replies come back on dartfl/v1/_reply/<requester>/<run> (the reply rule, docs/protocol.md),
+<requester> being the broker account. Before the workload starts, one probe request must be
+answered: a broker that drops the requests or the replies (its ACL) stops the replay at once,
+naming the topic, instead of counting every request as lost. (The agent's own counters
+include that probe; the replay's figures do not.) Under MQTT 5 a request the broker refuses
+stops it too (a PUBACK reason code, messaging.refusals).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
-from dartfl.errors import DartflError
-from dartfl.fluid import fluid_terms
-from dartfl.metrics import RunRecord, summarize
-from dartfl.protocol import DeviceStatus, Telemetry
+from dartfl.errors import ConfigError, DartflError
+from dartfl.metrics import RunRecord
+from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
+from messaging.accounts import grant_hint
+from messaging.link import MQTT_V311, MqttAclError, MqttLink, connect
+from messaging.messages import Message
 from messaging.security import MqttSecurity
+from messaging.versions import connect_preferring_v5
+from orchestration.agent_watch import AgentSighting
+from orchestration.replay_report import ReplayReport, Replies, replay_report
 
 log = logging.getLogger(__name__)
 
-# The replay's headline figures, in the order people read them.
-HEADLINE_KEYS = (
-    "requests",
-    "replies",
-    "rejected",
-    "errors",
-    "lost",
-    "slo_attainment",
-    "p50_latency_s",
-    "p99_latency_s",
-    "train_samples",
-    "harvest_efficiency",
-    "accuracy",
-    "agent_overhead_cpu_fraction",
-)
+__all__ = ["ReplayOptions", "ReplayOutcome", "profile_of", "replay"]
+
+ANONYMOUS_REQUESTER = "replay"  # the requester name on a broker without logins
+PROBE_ID = "probe"
+PROBE_TIMEOUT_S = 10.0
+QUEUE_WAIT_S = 5.0  # how long a request may wait for room in the client's outgoing queue
+
+Payload = Literal["binary", "json"]
+# (requests sent, requests in all, seconds behind plan now)
+Progress = Callable[[int, int, float], None]
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How a replay runs. `settle_s`: how long after the last send to wait for replies;
+    `grace_s`: how much longer to listen, counting what still comes back as late, not lost;
+    `lag_warning_s`: a p99 send lag past it gets a warning (default: a tenth of the SLO)."""
+
+    broker_url: str
+    device: str
+    slo_s: float
+    payload: Payload = "binary"
+    settle_s: float = 10.0
+    grace_s: float = 2.0
+    lag_warning_s: float | None = None
+    security: MqttSecurity | None = None
+    mqtt5: bool = True  # try MQTT 5 first (False: a broker known to speak 3.1.1 only)
+
+
+@dataclass(frozen=True)
+class ReplayOutcome:
+    report: ReplayReport
+    record: RunRecord
+    last_telemetry: Telemetry | None
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        return self.report.to_json()
 
 
 @dataclass
 class _Inbox:
     """What came back, keyed by request index; filled by paho's thread."""
 
-    finish_s: np.ndarray
-    status: list[str | None]
-    labels: np.ndarray
+    n: int
+    status: npt.NDArray[np.str_] = field(init=False)
+    finish_s: npt.NDArray[np.float64] = field(init=False)
+    labels: npt.NDArray[np.int64] = field(init=False)
+    late: npt.NDArray[np.bool_] = field(init=False)
     telemetry: list[Telemetry] = field(default_factory=list)
     answered: int = 0
+    waiting_over: bool = False  # replies from now on are late
     lock: threading.Lock = field(default_factory=threading.Lock)
     all_done: threading.Event = field(default_factory=threading.Event)
 
+    def __post_init__(self) -> None:
+        self.status = np.full(self.n, "", dtype="<U8")
+        self.finish_s = np.full(self.n, np.nan)
+        self.labels = np.full(self.n, -1, dtype=np.int64)
+        self.late = np.zeros(self.n, dtype=bool)
 
-@dataclass(frozen=True)
-class ReplayOutcome:
-    summary: dict[str, Any]
-    record: RunRecord
-    agent_report: Telemetry | None
+    def reply(self, index: int, reply: protocol.Reply, at_s: float) -> None:
+        with self.lock:
+            if not 0 <= index < self.n or self.status[index]:
+                return  # an id we never sent, or a duplicate (QoS 1 may deliver twice)
+            self.status[index] = reply.status
+            self.finish_s[index] = at_s
+            self.late[index] = self.waiting_over
+            if reply.label is not None:
+                self.labels[index] = reply.label
+            self.answered += 1
+            if self.answered == self.n:
+                self.all_done.set()
 
-
-def wait_for_status(
-    broker_url: str,
-    device: str,
-    want: str = "online",
-    timeout_s: float = 60.0,
-    security: MqttSecurity | None = None,
-    check: Callable[[], None] | None = None,
-) -> DeviceStatus:
-    """Block until the device's retained status says `want`; return that status message.
-
-    `check` is called about once a second while waiting and may raise to stop the wait (say,
-    the agent process it waits for has exited), on the one broker connection."""
-    from messaging.link import connect
-
-    got: list[DeviceStatus] = []
-    ready = threading.Event()
-
-    def on_message(message: Any) -> None:
-        try:
-            status = protocol.decode_status(message.payload, message.topic)
-        except DartflError:
-            return
-        if status.online == (want == "online"):
-            got.append(status)
-            ready.set()
-
-    link = connect(
-        broker_url,
-        client_id=f"dartfl-wait-{uuid.uuid4().hex[:8]}",
-        on_message=on_message,
-        subscriptions=[(protocol.status_topic(device), 1)],
-        security=security,
-    )
-    deadline = time.monotonic() + timeout_s
-    try:
-        while not ready.wait(min(1.0, max(0.0, deadline - time.monotonic()))):
-            if check is not None:
-                check()
-            if time.monotonic() >= deadline:
-                raise DartflError(
-                    f"device {device!r} did not report {want!r} on {broker_url} within {timeout_s:.0f} s"
-                )
-    finally:
-        link.close()
-    return got[-1]
+    def replies(self) -> Replies:
+        with self.lock:
+            return Replies(self.status.copy(), self.finish_s.copy(), self.labels.copy(), self.late.copy())
 
 
-def profile_from_status(status: DeviceStatus) -> DeviceProfile:
-    """The cost profile an agent publishes in its status message."""
-    if status.profile is None:
+def profile_of(sighting: AgentSighting) -> DeviceProfile:
+    """The cost profile an agent publishes (in its status message and its telemetry)."""
+    if sighting.profile is None:
         raise DartflError(
-            f"device {status.device!r} publishes no cost profile in its status; pass --profile-file"
+            f"device {sighting.device!r} publishes no cost profile in its status; pass --profile-file"
         )
-    return status.profile
+    return sighting.profile
 
 
 def replay(
     arrivals: Arrivals,
-    *,
-    broker_url: str,
-    device: str,
+    options: ReplayOptions,
     images: Mapping[str, tuple[np.ndarray, np.ndarray]],
-    slo_s: float,
     profile: DeviceProfile,
     policy: str,
-    settle_s: float = 10.0,
-    on_progress: Callable[[int, int], None] | None = None,
-    security: MqttSecurity | None = None,
+    on_progress: Progress | None = None,
 ) -> ReplayOutcome:
-    """Send `arrivals` to `device` at their times; `images[task]` = (uint8 images, labels)."""
-    from messaging.link import connect
-
+    """Send `arrivals` to the device at their times; `images[task]` = (uint8 images, labels)."""
     n = arrivals.num_requests
-    inbox = _Inbox(np.full(n, np.nan), [None] * n, np.full(n, -1))
-    reply_topic = f"dartfl/v1/replay/{uuid.uuid4().hex[:12]}/reply"
-    t0 = [math.inf]
+    inbox = _Inbox(n)
+    reply_topic = _reply_topic(options.security)
+    telemetry_topic = protocol.telemetry_topic(options.device)
+    probe_answered = threading.Event()
+    t0 = [time.monotonic()]
 
-    def on_message(message: Any) -> None:
-        now = time.monotonic()
-        topic, payload = message.topic, message.payload
-        if topic == reply_topic:
+    def on_message(message: Message) -> None:
+        at = time.monotonic() - t0[0]
+        if message.topic == telemetry_topic:
             try:
-                reply = protocol.decode_reply(payload)
-                i = int(reply.id or "-1")
-            except (DartflError, ValueError, TypeError):
-                log.warning("unreadable reply on %s", topic)
-                return
-            with inbox.lock:
-                if 0 <= i < n and inbox.status[i] is None:
-                    inbox.status[i] = reply.status
-                    inbox.finish_s[i] = now - t0[0]
-                    if reply.label is not None:
-                        inbox.labels[i] = reply.label
-                    inbox.answered += 1
-                    if inbox.answered == n:
-                        inbox.all_done.set()
-        elif topic == protocol.telemetry_topic(device):
-            inbox.telemetry.append(protocol.decode_telemetry(payload, topic))
+                inbox.telemetry.append(protocol.decode_telemetry(message.payload, message.topic))
+            except DartflError as exc:
+                log.warning("unreadable telemetry from %s: %s", options.device, exc)
+            return
+        try:
+            replies = protocol.decode_any_replies(message.payload, message.content_type)
+            answered = [(reply.id, reply) for reply in replies]
+        except DartflError:
+            log.warning("unreadable reply on %s", message.topic)
+            return
+        for ident, reply in answered:
+            if ident == PROBE_ID:
+                probe_answered.set()
+            elif ident is not None and ident.isdigit():
+                inbox.reply(int(ident), reply, at)
 
-    link = connect(
-        broker_url,
-        client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
-        on_message=on_message,
-        subscriptions=[(reply_topic, 1), (protocol.telemetry_topic(device), 1)],
-        security=security,
-    )
+    def link_of(version: str) -> MqttLink:
+        return connect(
+            options.broker_url,
+            client_id=f"dartfl-replay-{uuid.uuid4().hex[:8]}",
+            on_message=on_message,
+            subscriptions=[(reply_topic, protocol.REPLY_QOS), (telemetry_topic, protocol.TELEMETRY_QOS)],
+            protocol=version,
+            security=options.security,
+        )
+
+    lost = "requests the broker refuses are noticed by the probe only"
+    link = connect_preferring_v5(link_of, options.broker_url, lost) if options.mqtt5 else link_of(MQTT_V311)
     try:
-        # 1. Pick each request's image up front so sending is only encode + publish.
-        picks: list[int] = [0] * n
-        truth = np.full(n, -1)
-        per_task = {name: 0 for name in arrivals.task_names}
-        tasks = arrivals.tasks.tolist()
-        for i, k in enumerate(tasks):
-            name = arrivals.task_names[k]
-            _, labels = images[name]
-            j = per_task[name] % len(labels)
-            per_task[name] += 1
-            picks[i] = j
-            truth[i] = labels[j]
-        first_telemetry = _await_telemetry(inbox, timeout_s=5.0, newer_than=len(inbox.telemetry))
-        # 2. Send at wall-clock pace.
-        times = arrivals.times_s.tolist()
-        sent = np.full(n, np.nan)
-        t0[0] = time.monotonic()
-        for i in range(n):
-            delay = t0[0] + times[i] - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            name = arrivals.task_names[tasks[i]]
-            payload = protocol.encode_request(
-                request_id=str(i), reply_to=reply_topic, image=images[name][0][picks[i]], sent_at=time.time()
-            )
-            sent[i] = time.monotonic() - t0[0]
-            link.publish(protocol.request_topic(device, name), payload, qos=1)
-            if on_progress is not None and i % 256 == 0:
-                on_progress(i, n)
-        # 3. The training window closes with the first snapshot after the last request, so
-        #    training while stragglers are awaited does not count; then wait for them.
-        last_telemetry = _await_telemetry(inbox, timeout_s=5.0, newer_than=len(inbox.telemetry))
-        inbox.all_done.wait(max(settle_s, 4 * slo_s))
+        truth, encode = _requests(arrivals, images, reply_topic, options.payload)
+        if n:
+            _probe(link, options, encode, probe_answered)
+        _await_telemetry(inbox, 5.0)  # the window opens with a snapshot before the first request
+        sent, lag = _send(link, arrivals, options, encode, t0, on_progress)
+        _await_telemetry(inbox, 5.0)  # and closes with the first one after the last request
+        inbox.all_done.wait(max(options.settle_s, 4 * options.slo_s))
+        with inbox.lock:
+            inbox.waiting_over = True
+        if not inbox.all_done.is_set():
+            inbox.all_done.wait(options.grace_s)
     finally:
         link.close()
-    return _outcome(arrivals, sent, inbox, truth, profile, policy, slo_s, first_telemetry, last_telemetry)
-
-
-def _await_telemetry(inbox: _Inbox, timeout_s: float, newer_than: int = 0) -> Telemetry | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if len(inbox.telemetry) > newer_than:
-            return inbox.telemetry[-1]
-        time.sleep(0.05)
-    return inbox.telemetry[-1] if inbox.telemetry else None
-
-
-def _outcome(
-    arrivals: Arrivals,
-    sent: np.ndarray,
-    inbox: _Inbox,
-    truth: np.ndarray,
-    profile: DeviceProfile,
-    policy: str,
-    slo_s: float,
-    first: Telemetry | None,
-    last: Telemetry | None,
-) -> ReplayOutcome:
-    status = np.array([s or "" for s in inbox.status])
-    ok = status == "ok"
-    finish = np.where(ok, inbox.finish_s, np.nan)
-    names = arrivals.task_names
-    trained = [0] * len(names)
-    training_busy = 0.0
-    horizon = arrivals.duration_s
-    if first is not None and last is not None:
-        horizon = last.t - first.t  # the window the training counts cover
-        before, after = first.train_samples_per_task, last.train_samples_per_task
-        trained = [after.get(t, 0) - before.get(t, 0) for t in names]
-        training_busy = (last.training_busy_s or 0.0) - (first.training_busy_s or 0.0)
-    # The fluid limit of the device the agent reported, on all its cores (dartfl.fluid).
-    fluid = fluid_terms(profile, names, arrivals.counts_per_task().tolist())
-    record = RunRecord(
-        policy=policy,
-        task_names=names,
-        slo_s=(slo_s,) * len(names),
-        horizon_s=horizon,
-        arrival_s=sent,
-        finish_s=finish,
-        tasks=arrivals.tasks,
-        rejected=status == "rejected",
-        trained_per_task=tuple(trained),
-        training_busy_s=training_busy,
-        inference_min_s=fluid.inference_min_s,
-        cheapest_sample_s=fluid.cheapest_sample_s,
-        max_backlog=0,
-        decision_us=np.zeros(0),
-        fluid_units=fluid.units,
-        offload_per_s=fluid.offload_per_s,
-        offload_saves_s=fluid.offload_saves_s,
-        cores=profile.cores.count,
+    _warn_about_lag(lag, options)
+    replies = inbox.replies()
+    snapshots = list(inbox.telemetry)
+    report, record = replay_report(
+        arrivals, sent, lag, replies, truth, profile, policy, options.slo_s, snapshots, options.payload
     )
-    summary = summarize(record)
-    errors = int((status == "error").sum())
-    summary["replies"] = int((status != "").sum())
-    summary["errors"] = errors
-    summary["lost"] = int((status == "").sum())
-    summary["accuracy"] = float((inbox.labels[ok] == truth[ok]).mean()) if ok.any() else None
-    if last is not None:
-        summary["agent_decision_us_p50"] = last.decision_us_p50
-        summary["max_backlog"] = None  # the requester cannot see the device's queue
+    return ReplayOutcome(report, record, snapshots[-1] if snapshots else None)
 
-        # Everything the process spent besides inference and training compute is the
-        # agent's own overhead: allocator, queueing, MQTT (paho's thread included), telemetry.
-        def delta(key: str) -> float:
-            before = getattr(first, key) if first is not None else None
-            return float(getattr(last, key) or 0.0) - float(before or 0.0)
 
-        cpu = delta("process_cpu_s")
-        summary["agent_overhead_cpu_fraction"] = (cpu - delta("compute_cpu_s")) / cpu if cpu > 0 else None
-    return ReplayOutcome(summary, record, last)
+# (request index, its id on the wire or None: the index) -> (task, payload, content type)
+Encoder = Callable[[int, str | None], tuple[str, bytes, str | None]]
+
+
+def _requests(
+    arrivals: Arrivals,
+    images: Mapping[str, tuple[np.ndarray, np.ndarray]],
+    reply_topic: str,
+    payload: Payload,
+) -> tuple[npt.NDArray[np.int64], Encoder]:
+    """Each request's true label, and how to encode request i (topic, payload, content type):
+    images are picked up front, so the send loop only encodes and publishes."""
+    n = arrivals.num_requests
+    names = arrivals.task_names
+    tasks = arrivals.tasks.tolist()
+    picks = [0] * n
+    truth = np.full(n, -1, dtype=np.int64)
+    used = dict.fromkeys(names, 0)
+    for i, k in enumerate(tasks):
+        labels = images[names[k]][1]
+        picks[i] = used[names[k]] % len(labels)
+        used[names[k]] += 1
+        truth[i] = labels[picks[i]]
+
+    def encode(i: int, ident: str | None = None) -> tuple[str, bytes, str | None]:
+        name = names[tasks[i]]
+        image = images[name][0][picks[i]]
+        ident = str(i) if ident is None else ident
+        if payload == "binary":
+            body = protocol.encode_binary_request(ident, image, reply_topic, sent_at=time.time())
+            return name, body, protocol.REQUEST_CONTENT_TYPE
+        return name, protocol.encode_request(ident, image, reply_topic, sent_at=time.time()), None
+
+    return truth, encode
+
+
+def _send(
+    link: MqttLink,
+    arrivals: Arrivals,
+    options: ReplayOptions,
+    encode: Encoder,
+    t0: list[float],
+    on_progress: Progress | None,
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Publish every request at its planned time; returns (sent at, lag behind plan), seconds.
+    A request the client could not queue (its outgoing queue full) keeps a NaN send time."""
+    times = arrivals.times_s.tolist()
+    n = len(times)
+    sent = np.full(n, np.nan)
+    lag = np.zeros(n)
+    topics = {name: protocol.request_topic(options.device, name) for name in arrivals.task_names}
+    next_report = 0.0
+    t0[0] = start = time.monotonic()
+    for i in range(n):
+        delay = start + times[i] - time.monotonic()
+        if delay > 0.0005:  # sleeping less than that costs more than it waits
+            time.sleep(delay)
+        name, body, content_type = encode(i, None)
+        if _publish_waiting(link, topics[name], body, content_type):
+            now = time.monotonic() - start
+            sent[i] = now
+        else:
+            now = time.monotonic() - start
+        lag[i] = max(0.0, now - times[i])
+        _stop_if_refused(link)
+        if on_progress is not None and now >= next_report:
+            on_progress(i + 1, n, lag[i])
+            next_report = now + 1.0
+    if on_progress is not None:
+        on_progress(n, n, float(lag[-1]) if n else 0.0)
+    return sent, lag
+
+
+def _publish_waiting(link: MqttLink, topic: str, body: bytes, content_type: str | None) -> bool:
+    """Publish, waiting (up to QUEUE_WAIT_S) while the client's outgoing queue is full: the
+    broker or the network is behind, and a request dropped here would be lost without trace.
+    The wait shows up as send lag. False if it never went out."""
+    deadline = time.monotonic() + QUEUE_WAIT_S
+    while not link.publish(topic, body, qos=protocol.REQUEST_QOS, content_type=content_type):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _reply_topic(security: MqttSecurity | None) -> str:
+    """This run's reply topic: under the requester's account, a private level per run."""
+    requester = (security.username if security is not None else None) or ANONYMOUS_REQUESTER
+    try:
+        return protocol.reply_topic(requester, uuid.uuid4().hex[:12])
+    except ConfigError as exc:
+        raise ConfigError(
+            f"--mqtt-username {requester!r} cannot name a requester (its replies come back on "
+            f"{protocol.REPLY_ROOT}/<account>/...): {exc}"
+        ) from None
+
+
+def _stop_if_refused(link: MqttLink) -> None:
+    if link.refusal is not None:
+        raise MqttAclError(f"replay: {link.refusal}")
+
+
+def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: threading.Event) -> None:
+    """One request that must be answered before the workload starts (the first request's
+    image, under the probe's id): silence here means the broker drops the requests or the
+    replies (or the agent is not serving)."""
+    name, body, content_type = encode(0, PROBE_ID)
+    request = protocol.request_topic(options.device, name)
+    link.publish(request, body, qos=protocol.REQUEST_QOS, content_type=content_type)
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    while not answered.wait(0.05):
+        _stop_if_refused(link)
+        if time.monotonic() >= deadline:
+            account = options.security.username if options.security is not None else None
+            reply_topic = _reply_topic_of(body, content_type)
+            raise DartflError(
+                f"no reply on {reply_topic} to a probe request on {request} within "
+                f"{PROBE_TIMEOUT_S:.0f} s: the agent is not serving, or the broker drops the request "
+                f"or the reply without a word ({grant_hint('write', request, account)}; "
+                f"{grant_hint('read', reply_topic, account)}; the device's account must write replies)"
+            )
+    _stop_if_refused(link)
+
+
+def _reply_topic_of(body: bytes, content_type: str | None) -> str:
+    """The reply topic a request of ours names (for an error message)."""
+    return protocol.decode_any_request(body, "probe", {"probe"}, content_type=content_type).reply_to
+
+
+def _await_telemetry(inbox: _Inbox, timeout_s: float) -> None:
+    """Wait for the next telemetry snapshot (or give up after `timeout_s`)."""
+    seen = len(inbox.telemetry)
+    deadline = time.monotonic() + timeout_s
+    while len(inbox.telemetry) == seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def _warn_about_lag(lag: npt.NDArray[np.float64], options: ReplayOptions) -> None:
+    if not lag.size:
+        return
+    limit = options.lag_warning_s if options.lag_warning_s is not None else 0.1 * options.slo_s
+    p99 = float(np.percentile(lag, 99))
+    if p99 > limit:
+        log.warning(
+            "the replayer fell behind its plan: p99 send lag %.1f ms (max %.1f ms) against %.1f ms allowed; "
+            "the latencies measure the sender too (run it on a core of its own, or replay less load)",
+            p99 * 1e3,
+            float(lag.max()) * 1e3,
+            limit * 1e3,
+        )

@@ -1,4 +1,5 @@
-"""`dartfl edge run|profile|replay`: the real device agent, its cost profiler, and a load generator.
+"""`dartfl edge run|profile|replay`: the real device agent, its cost profiler, and a load generator
+(the replay's command is dartfl/cli/replay_cmd.py).
 
 Heavy imports (torch, onnxruntime, paho) happen inside the handlers so `dartfl --help` stays fast.
 """
@@ -9,26 +10,16 @@ import argparse
 import json
 import logging
 import math
-import os
-import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
-from dartfl.cli.sim_cmd import add_store_arguments
-from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args, seed_arg
-from dartfl.errors import ConfigError, DartflError
-from dartfl.protocol import DeviceStatus
-
-if TYPE_CHECKING:
-    from dartfl.arrivals import Arrivals
-    from dartfl.types import DeviceProfile
-    from messaging.security import MqttSecurity
+from dartfl.cli.workload_args import seed_arg
+from dartfl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
@@ -63,24 +54,9 @@ def register(sub: Any) -> None:
     _model_arguments(prof)
     prof.set_defaults(handler=_profile)
 
-    rep = edge_sub.add_parser("replay", help="replay a workload against an agent and report its metrics")
-    add_workload_arguments(rep)
-    rep.add_argument(
-        "--broker",
-        help="broker URL (mqtt://127.0.0.1:1883, mqtts://HOST:8883); required without --spawn-agent",
-    )
-    rep.add_argument("--device", default="edge-1", help="device id of the agent (default edge-1)")
-    rep.add_argument("--spawn-agent", action="store_true", help="start a broker and an agent for this replay")
-    rep.add_argument("--policy", default="dart", help="the spawned agent's policy (default dart)")
-    rep.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO in ms (default 250)")
-    rep.add_argument(
-        "--profile-file", type=Path, help="cost profile for --target-load (default: the agent's own)"
-    )
-    rep.add_argument("--json", action="store_true", help="print one JSON object")
-    rep.add_argument("--agent-arg", action="append", default=[], help="extra flag for the spawned agent")
-    add_mqtt_arguments(rep)
-    add_store_arguments(rep)
-    rep.set_defaults(handler=_replay)
+    from dartfl.cli import replay_cmd
+
+    replay_cmd.register(edge_sub)
 
 
 def _model_arguments(p: argparse.ArgumentParser) -> None:
@@ -88,8 +64,10 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
         "--tasks", default=DEFAULT_TASKS, help=f"tasks to serve and train (default {DEFAULT_TASKS})"
     )
     p.add_argument("--width", type=float, default=1.0, help="model width multiplier (default 1)")
-    p.add_argument("--inference-threads", type=int, default=1)
-    p.add_argument("--training-threads", type=int, default=1)
+    p.add_argument(
+        "--inference-threads", type=int, default=1, help="ONNX Runtime intra-op threads (default 1)"
+    )
+    p.add_argument("--training-threads", type=int, default=1, help="PyTorch threads (default 1)")
     p.add_argument(
         "--max-train", type=int, default=3000, help="training samples loaded per task (default 3000)"
     )
@@ -108,6 +86,11 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--slo-ms", type=float, default=250.0, help="latency SLO in ms (default 250)")
     p.add_argument("--queue-capacity", type=int, default=256, help="per-task queue bound (default 256)")
+    p.add_argument(
+        "--no-deadline-admission",
+        action="store_true",
+        help="queue every request there is room for, even one that cannot make its SLO",
+    )
     p.add_argument("--period-s", type=float, default=0.25, help="control period (default 0.25 s)")
     p.add_argument("--telemetry-s", type=float, default=1.0, help="telemetry interval (default 1 s)")
     p.add_argument("--round-s", type=float, default=60.0, help="FL round length (default 60 s)")
@@ -127,6 +110,13 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         type=float,
         default=30.0,
         help="serve the locally trained model every so often (default 30 s; 0: only after FL rounds)",
+    )
+    p.add_argument(
+        "--reply-topics",
+        choices=("requester", "any"),
+        default="requester",
+        help="answer only on dartfl/v1/_reply/<requester>/... (default), or on any non-device "
+        "topic as protocol v1 first allowed, for requesters not yet moved (docs/protocol.md)",
     )
     _model_arguments(p)
     add_mqtt_arguments(p)
@@ -177,8 +167,10 @@ def _agent_config(args: argparse.Namespace) -> Any:
         model_dir=args.model_dir,
         publish_every_s=args.publish_every_s,
         round_channel=getattr(args, "round_channel", None),
+        deadline_admission=not args.no_deadline_admission,
         seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
+        reply_topics=args.reply_topics,
     )
 
 
@@ -201,11 +193,15 @@ def _run(args: argparse.Namespace) -> int:
 
 def _profile(args: argparse.Namespace) -> int:
     import platform
+    from dataclasses import replace
 
     from dartfl.cli.output_paths import check_output_path
+    from dartfl.cli.replay_cmd import start_local_broker
     from dartfl.profiles import profile_to_toml
     from edge_client.agent import AgentConfig
+    from edge_client.request_path import measure_request_path
     from edge_client.runtime import ModelRuntime
+    from messaging.link import connect
 
     check_output_path(args.output, "-o", "edge-profile.toml")
     _check_model_flags(args)
@@ -217,197 +213,30 @@ def _profile(args: argparse.Namespace) -> int:
         max_train_per_task=args.max_train,
         seed=args.seed,
     )
+
+    def say(text: str) -> None:
+        print(f"edge profile: {text}", file=sys.stderr, flush=True)
+
+    say("loading the data and building the model")
+    name = args.name or platform.node() or "measured"
     with tempfile.TemporaryDirectory() as tmp:
         runtime = ModelRuntime.build(config, Path(tmp))
-        profile = runtime.calibrate(quick=args.quick, name=args.name or platform.node() or "measured")
+        profile = runtime.calibrate(quick=args.quick, name=name, progress=say)
+        runtime.close()
+    say("the request path: decode, admit, encode and publish, through a broker on loopback")
+    with start_local_broker() as broker:
+        link = connect(broker.url, "dartfl-edge-profile", on_message=lambda _m: None)
+        try:
+            path = measure_request_path(profile, config.tasks, link, broker.url)
+        finally:
+            link.close()
+    profile = replace(profile, request_path=path)
     args.output.write_text(profile_to_toml(profile))
     inf, tr = profile.inference, profile.training
     print(
-        f"inference: {1e3 * inf.batch_fixed_s:.3f} ms + {1e3 * inf.per_request_s:.3f} ms/request; "
+        f"inference: {1e3 * inf.batch_fixed_s:.3f} ms + {1e3 * inf.per_request_s:.3f} ms/request (the model) "
+        f"+ {1e3 * path.per_request_s:.3f} ms/request (the request path); "
         f"training: {1e3 * tr.microbatch_fixed_s:.3f} ms + {1e3 * tr.per_sample_s:.3f} ms/sample; "
         f"wrote {args.output}"
     )
     return 0
-
-
-def _spawn(args: argparse.Namespace, broker_url: str, agent_log: IO[bytes]) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "dartfl.cli.main",
-        "edge",
-        "run",
-        "--broker",
-        broker_url,
-        "--device",
-        args.device,
-    ]
-    cmd += ["--policy", args.policy, "--slo-ms", str(args.slo_ms), *args.agent_arg]
-    if args.profile_file:
-        cmd += ["--profile-file", str(args.profile_file)]
-    log.info("starting agent: %s", " ".join(cmd))
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=agent_log, env=env)
-
-
-def _check_replay_flags(args: argparse.Namespace) -> MqttSecurity | None:
-    """What can be checked before a broker or an agent starts; returns the MQTT security."""
-    if not args.spawn_agent and not args.broker:
-        raise ConfigError("give --broker URL of a running agent's broker, or --spawn-agent")
-    _check_range(args, ("slo_ms",), lambda v: math.isfinite(v) and v > 0, "> 0")
-    if not args.spawn_agent:
-        return mqtt_security_from_args(args)
-    if args.mqtt_ca_file or args.mqtt_cert_file or args.mqtt_key_file or args.mqtt_username:
-        raise ConfigError("--spawn-agent starts a private plain broker on loopback: drop the --mqtt-* flags")
-    from dartfl.policies import make_policy
-
-    make_policy(args.policy)  # the spawned agent would exit on it
-    return None
-
-
-def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | None) -> Arrivals | None:
-    """The arrivals, built before any agent starts so that a bad workload fails at once.
-
-    None when --target-load must wait for the agent's own profile; the workload flags are
-    checked anyway, by building the workload at its --rate.
-    """
-    if args.target_load is None or profile is not None:
-        return arrivals_from_args(args, profile)
-    arrivals_from_args(argparse.Namespace(**{**vars(args), "target_load": None}), None)
-    return None
-
-
-def _wait_for_spawned_agent(
-    agent: subprocess.Popen[bytes], agent_log: IO[bytes], url: str, device: str
-) -> DeviceStatus:
-    """The agent's online status; fails as soon as the agent exits instead (a bad --agent-arg)."""
-    from orchestration.replay import wait_for_status
-
-    def still_running() -> None:
-        if agent.poll() is not None:
-            error = ConfigError if agent.returncode == 2 else DartflError  # 2: it rejected its flags
-            raise error(f"the spawned agent exited with code {agent.returncode}: {_last_line(agent_log)}")
-
-    return wait_for_status(url, device, "online", timeout_s=AGENT_ONLINE_TIMEOUT_S, check=still_running)
-
-
-def _agent_stderr(agent_log: IO[bytes]) -> str:
-    agent_log.seek(0)
-    return agent_log.read().decode(errors="replace")
-
-
-def _last_line(agent_log: IO[bytes]) -> str:
-    """The last thing an exited agent wrote to stderr: normally why it stopped."""
-    lines = _agent_stderr(agent_log).strip().splitlines()
-    return lines[-1].strip() if lines else "it wrote nothing to stderr"
-
-
-def _echo_agent_log(agent_log: IO[bytes]) -> None:
-    """Pass on what the spawned agent wrote to stderr (kept apart from the progress bar)."""
-    text = _agent_stderr(agent_log)
-    if text:
-        sys.stderr.write(text if text.endswith("\n") else text + "\n")
-
-
-def _replay(args: argparse.Namespace) -> int:
-    from dartfl.profiles import load_profile_toml
-    from fltask.data import load_tasks
-    from orchestration.replay import profile_from_status, replay, wait_for_status
-
-    security = _check_replay_flags(args)
-    file_profile = load_profile_toml(args.profile_file) if args.profile_file else None
-    arrivals = _workload_before_agent(args, file_profile)
-    broker = agent = None
-    agent_log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, after the agent)
-    try:
-        url = args.broker
-        if args.spawn_agent:
-            broker = _start_broker()
-            url = broker.url
-            agent = _spawn(args, url, agent_log)
-            status = _wait_for_spawned_agent(agent, agent_log, url, args.device)
-        else:
-            timeout_s = AGENT_ONLINE_TIMEOUT_S
-            status = wait_for_status(url, args.device, "online", timeout_s=timeout_s, security=security)
-        profile = file_profile or profile_from_status(status)
-        if arrivals is None:
-            arrivals = arrivals_from_args(args, profile)
-        tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
-        images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
-        from rich.progress import Progress
-
-        with Progress(transient=True, disable=not sys.stderr.isatty()) as bar:
-            job = bar.add_task(f"replaying to {args.device}", total=arrivals.num_requests)
-            outcome = replay(
-                arrivals,
-                broker_url=url,
-                device=args.device,
-                images=images,
-                slo_s=args.slo_ms / 1e3,
-                profile=profile,
-                policy=args.policy,
-                on_progress=lambda done, _total: bar.update(job, completed=done),
-                security=security,
-            )
-    finally:
-        try:
-            report = _stop_agent(agent)
-            if broker is not None:
-                broker.stop()
-        finally:
-            _echo_agent_log(agent_log)
-            agent_log.close()
-    summary = outcome.summary
-    if report is not None:
-        summary["agent_report"] = report
-    if not args.no_store:
-        _record_replay(args, arrivals, outcome)
-    if args.json:
-        from dartfl.store import to_jsonable
-
-        json.dump(to_jsonable(summary), sys.stdout)
-        sys.stdout.write("\n")
-    else:
-        from orchestration.replay import HEADLINE_KEYS
-
-        for key in HEADLINE_KEYS:
-            print(f"{key:28s} {summary.get(key)}")
-    return 0
-
-
-def _as_uint8(task: Any) -> tuple[Any, Any]:
-    import numpy as np
-
-    return np.round(task.x_test[:, 0] * 255).astype(np.uint8), task.y_test
-
-
-def _start_broker() -> Any:
-    from messaging.brokers import start_embedded_broker, start_mosquitto
-
-    if shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists():
-        return start_mosquitto(mosquitto=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
-    log.warning("mosquitto not found; using the embedded broker (apt-get install mosquitto for the real one)")
-    return start_embedded_broker()
-
-
-def _stop_agent(agent: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> dict[str, Any] | None:
-    if agent is None:
-        return None
-    if agent.poll() is None:
-        agent.send_signal(signal.SIGTERM)
-    try:
-        out, _ = agent.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        agent.kill()
-        out, _ = agent.communicate()
-        raise DartflError("the spawned agent did not stop within 30 s of SIGTERM; killed it") from None
-    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
-    return json.loads(lines[-1]) if lines else None
-
-
-def _record_replay(args: argparse.Namespace, arrivals: Any, outcome: Any) -> None:
-    from dartfl.cli.recording import record_runs
-
-    record_runs(
-        args.store, "replay", args, arrivals, f"replay on {args.device}", [(outcome.record, outcome.summary)]
-    )

@@ -232,7 +232,7 @@ def _record(
     label = f"fleet of {args.devices} x {args.duration_s:g} s on {workloads.profile.name}"
     path = Path(args.store) if args.store else default_store_path()
     with RunStore(path) as store:
-        run_id = store.start_run("fleet", label, config)
+        run_id = store.start_run("fleet", label, config, started_s=time.time() - wall_s)
         for summary in summaries:
             store.add_result(run_id, summary["policy"], summary)
         store.finish_run(run_id, "ok")

@@ -28,6 +28,7 @@ SUBCOMMAND_MODULES = (
     "dartfl.cli.fl_cmd",
     "dartfl.cli.dashboard_cmd",
     "dartfl.cli.record_cmd",
+    "dartfl.cli.broker_cmd",
     "dartfl.cli.dc_cmd",
 )
 

@@ -60,15 +60,20 @@ def record_runs(
     label: str,
     runs: list[tuple[RunRecord, dict[str, Any]]],
     extra_config: dict[str, Any] | None = None,
+    *,
+    started_s: float,
 ) -> int:
-    """Record one run (several policies' records and summaries) and return its id."""
+    """Record one run (several policies' records and summaries) and return its id.
+
+    `started_s` is the Unix time the run began: it is recorded once it is over, and its
+    duration is from then to now (not the few milliseconds that recording takes)."""
     config = {key: _plain(value) for key, value in vars(args).items() if key != "handler"}
     config.update(extra_config or {})
     config["requests"] = arrivals.num_requests
     config["duration_s"] = arrivals.duration_s
     config["task_names"] = list(arrivals.task_names)
     with RunStore(store_path or default_store_path()) as store:
-        run_id = store.start_run(kind, label, config)
+        run_id = store.start_run(kind, label, config, started_s=started_s)
         try:
             for record, summary in runs:
                 store.add_decisions(run_id, record.policy, decision_rows(record))
@@ -86,7 +91,10 @@ def record_sim(
     arrivals: Arrivals,
     profile: DeviceProfile,
     outcome: Any,
+    *,
+    started_s: float,
 ) -> int:
     label = f"{arrivals.num_requests} req / {arrivals.duration_s:.0f} s on {profile.name}"
     pairs = list(zip(outcome.records, outcome.summaries, strict=True))
-    return record_runs(store_path, "sim", args, arrivals, label, pairs, {"profile_name": profile.name})
+    extra = {"profile_name": profile.name}
+    return record_runs(store_path, "sim", args, arrivals, label, pairs, extra, started_s=started_s)

@@ -1,9 +1,14 @@
-"""`dartfl runs list|show`: read the run store."""
+"""`dartfl runs list|show|delete`: read the run store, and delete a run (a damaged one too).
+
+Reading opens the store read-only: nothing is created, migrated or written, and damage is
+said in one line (what, where, how to recover) instead of a traceback."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import sys
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
@@ -11,7 +16,7 @@ from typing import Any
 
 from dartfl.errors import InputError
 from dartfl.paths import default_store_path
-from dartfl.store import RUN_KINDS, RunInfo, RunStore, check_store_file
+from dartfl.store import RUN_KINDS, RunInfo, RunStore, StoreDamagedError, check_store_file
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,6 +43,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     common(p_show)
     p_show.set_defaults(handler=_show)
 
+    p_delete = runs_sub.add_parser(
+        "delete", help="delete a run with its results and decisions (a damaged one too)"
+    )
+    p_delete.add_argument("run_id", type=int, metavar="RUN_ID")
+    common(p_delete)
+    p_delete.set_defaults(handler=_delete)
+
 
 def _store_path(args: argparse.Namespace) -> Path:
     return args.store if args.store is not None else default_store_path()
@@ -53,14 +65,30 @@ def _existing_store(args: argparse.Namespace, *, missing_ok: bool) -> Path:
     return path
 
 
+def _reader(path: Path) -> RunStore:
+    """The store opened for reading only (never created, migrated or written); its notice
+    (a newer schema) goes to stderr, and the command reads what this version knows."""
+    store = RunStore(path, read_only=True)
+    if store.notice is not None:
+        _warn(store.notice)
+    return store
+
+
+def _warn(line: str) -> None:
+    print(f"dartfl: warning: {line}", file=sys.stderr)
+
+
 def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise InputError(f"--limit must be >= 1, got {args.limit}")
     path = _existing_store(args, missing_ok=True)  # "no runs in PATH" says enough
     runs: list[RunInfo] = []
     if path.exists():  # reading must not create a store as a side effect
-        with RunStore(path) as store:
+        with _reader(path) as store:
             runs = store.list_runs(kind=args.kind, limit=args.limit)
+    for run in runs:  # the listing is complete: a damaged config is only named
+        for line in run.damage:
+            _warn(line)
     if args.json:
         print(json.dumps([_summary(r) for r in runs], indent=2))
         return 0
@@ -82,7 +110,7 @@ def _list(args: argparse.Namespace) -> int:
             str(r.run_id),
             r.kind,
             r.label or "",
-            r.status,
+            r.status + (" (damaged)" if r.damage else ""),
             _when(r.created_s),
             "" if r.duration_s is None else f"{r.duration_s:.1f} s",
             ", ".join(r.policies),
@@ -92,16 +120,28 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
+    """Shows what reads; exit code 1 when part of the run is damaged (each part named)."""
     path = _existing_store(args, missing_ok=False)
-    with RunStore(path) as store:
+    with _reader(path) as store:
         run = store.get_run(args.run_id)
         if run is None:
             raise InputError(f"no run {args.run_id} in {path}; see `dartfl runs list --store {path}`")
-        results = store.results(run.run_id)
+        damage = list(run.damage)
+        try:
+            results = store.results(run.run_id)
+        except StoreDamagedError as exc:
+            results = {}
+            damage.append(str(exc))
     if args.json:
-        print(json.dumps({"run": run.to_json(), "results": results}, indent=2))
-        return 0
+        print(json.dumps({"run": run.to_json(), "results": results, "damage": damage}, indent=2))
+    else:
+        _print_run(run, results)
+    for line in damage:
+        print(f"dartfl: damaged: {line}", file=sys.stderr)
+    return 1 if damage else 0
 
+
+def _print_run(run: RunInfo, results: Mapping[str, Mapping[str, Any]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -116,7 +156,7 @@ def _show(args: argparse.Namespace) -> int:
     console.print(config)
     if not results:
         console.print("no results recorded")
-        return 0
+        return
     # Metrics as rows, policies as columns: a few policies, many metrics.
     flat = {policy: _flatten(metrics) for policy, metrics in results.items()}
     names = list(dict.fromkeys(name for metrics in flat.values() for name in metrics))
@@ -127,6 +167,13 @@ def _show(args: argparse.Namespace) -> int:
     for name in names:
         table.add_row(name, *(_cell(flat[policy].get(name)) for policy in flat))
     console.print(table)
+
+
+def _delete(args: argparse.Namespace) -> int:
+    path = _existing_store(args, missing_ok=False)
+    with RunStore(path) as store:  # a writer: refuses a newer schema, repairs a missing table
+        results, decisions = store.delete_run(args.run_id)
+    print(f"deleted run {args.run_id} from {path} ({results} results, {decisions} decisions)")
     return 0
 
 
@@ -158,4 +205,6 @@ def _cell(value: Any) -> str:
 
 
 def _when(epoch_s: float) -> str:
+    if not math.isfinite(epoch_s):
+        return "?"  # a damaged row: RunInfo.damage says so
     return datetime.fromtimestamp(epoch_s).strftime("%Y-%m-%d %H:%M:%S")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,12 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--round-target", type=int, default=0, help="samples owed per round (default 0: no deadline pressure)"
     )
+    g.add_argument(
+        "--no-deadline-admission",
+        action="store_true",
+        help="admit every request a queue has room for, even one that cannot make its SLO "
+        "(the behaviour before deadline-aware admission; docs/allocator.md)",
+    )
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:
@@ -85,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
     specs = args.policies or list(DEFAULT_POLICIES)
+    started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     outcome = run_policies(
         arrivals,
         profile,
@@ -100,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_store:
         from dartfl.cli.recording import record_sim
 
-        run_id = record_sim(args.store, args, arrivals, profile, outcome)
+        run_id = record_sim(args.store, args, arrivals, profile, outcome, started_s=started_s)
     if plot_path is not None:
         from dartfl.cli.plots import plot_sim
 

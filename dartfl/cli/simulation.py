@@ -23,7 +23,12 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
         raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
     if args.queue_capacity < 1:
         raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
-    config = SimConfig(period_s=args.period_s, round_s=args.round_s, round_target_samples=args.round_target)
+    config = SimConfig(
+        period_s=args.period_s,
+        round_s=args.round_s,
+        round_target_samples=args.round_target,
+        deadline_admission=not args.no_deadline_admission,
+    )
     return profile, config
 
 

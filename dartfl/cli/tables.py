@@ -57,3 +57,39 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
     if not console.is_terminal:
         console = Console(width=140)  # piped output: do not squeeze the columns to 80
     console.print(table)
+
+
+def print_replay_table(report: dict[str, Any], arrivals: Arrivals, device: str, policy: str) -> None:
+    """One replay: what the requester saw and what the device trained, like `sim`'s table."""
+    from rich.console import Console
+    from rich.table import Table
+
+    lag = report.get("send_lag_s") or {}
+    table = Table(
+        title=(
+            f"{arrivals.num_requests} requests over {arrivals.duration_s:.0f} s "
+            f"({arrivals.mean_rate_per_s():.1f} req/s) replayed to {device} ({report.get('payload')} payload)"
+        )
+    )
+    columns = ["policy", "SLO met", "p50 ms", "p99 ms", "replies", "rejected", "errors", "lost"]
+    columns += ["trained", "harvest", "accuracy", "send lag p99 ms"]
+    for col in columns:
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    table.add_row(
+        policy,
+        f"{100 * report['slo_attainment']:.2f}%",
+        _ms(report["p50_latency_s"]),
+        _ms(report["p99_latency_s"]),
+        str(report["replies"]),
+        str(report["rejected"]),
+        str(report["errors"]),
+        str(report["lost"]) + (f" (+{report['late_replies']} late)" if report.get("late_replies") else ""),
+        str(report["train_samples"]),
+        cell(report["harvest_efficiency"], ".3f"),
+        cell(report["accuracy"], ".3f"),
+        _ms(lag.get("p99")),
+    )
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=140)
+    console.print(table)

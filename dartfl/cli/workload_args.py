@@ -44,7 +44,6 @@ DEFAULT_SEED = 1
 _GIVEN = "workload_flags_given"
 # Flags that only shape a synthetic workload; with --trace they would be silently ignored.
 _GENERATOR_ONLY = {
-    "duration_s": "--duration-s",
     "zipf": "--zipf",
     "rotate_s": "--rotate-s",
     "param": "--param",
@@ -126,13 +125,14 @@ def _add_shape_arguments(
     group: argparse.ArgumentParser | argparse._ArgumentGroup, *, with_trace: bool
 ) -> None:
     only = "; --workload only" if with_trace else ""
+    trace_limit = "; with --trace: only its first S seconds, after any rescaling" if with_trace else ""
     group.add_argument(
         "--duration-s",
         type=float,
         default=DEFAULT_DURATION_S,
         metavar="S",
         action=_Store,
-        help=f"workload length in seconds (default {DEFAULT_DURATION_S:g}{only})",
+        help=f"workload length in seconds (default {DEFAULT_DURATION_S:g}{trace_limit})",
     )
     group.add_argument(
         "--rate",
@@ -290,9 +290,14 @@ def _trace_arrivals(
     tasks = parse_tasks(args.tasks) if "tasks" in given else None
     arrivals = load_trace(trace, tasks, _rng(args.seed))
     if target_load is not None and profile is not None:
-        return rescale_to_load(arrivals, profile, target_load)
-    if "rate" in given:
-        return scale_to_rate(arrivals, float(args.rate))
+        arrivals = rescale_to_load(arrivals, profile, target_load)
+    elif "rate" in given:
+        arrivals = scale_to_rate(arrivals, float(args.rate))
+    if "duration_s" in given:
+        limit = float(args.duration_s)
+        if not (math.isfinite(limit) and limit > 0):
+            raise ConfigError(f"--duration-s must be > 0, got {args.duration_s}")
+        arrivals = arrivals.window(0.0, min(limit, arrivals.duration_s))
     return arrivals
 
 
@@ -303,7 +308,7 @@ def workload_config(args: argparse.Namespace) -> dict[str, Any]:
     config: dict[str, Any] = {"seed": args.seed, "target_load": target_load}
     if getattr(args, "trace", None) is not None:
         config["trace"] = str(args.trace)
-        for dest in ("tasks", "rate"):
+        for dest in ("tasks", "rate", "duration_s"):
             if dest in given:
                 config[dest] = getattr(args, dest)
         return config

@@ -14,11 +14,13 @@ taken out, so the fit learns one-core costs.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Protocol
 
 from dartfl.estimators import ServiceTimeProfiler
-from dartfl.types import CoreCosts, DeviceProfile
+from dartfl.types import CoreCosts, CoreModel, DeviceProfile, InferenceCost, RequestPathCost
 
 __all__ = ["CostModel", "ProfiledCosts", "StaticCosts", "split_costs"]
 
@@ -104,27 +106,53 @@ class StaticCosts:
         pass
 
 
+# How fast the ingress cost follows new measurements: about the last 1,000 requests.
+INGRESS_WEIGHT = 1e-3
+
+
 class ProfiledCosts:
-    """Online fits of every work item's duration, with `profile` as the prior: one fit per
-    task and one for training on the time-shared device, and one-core fits of the same for
-    the lanes of a split."""
+    """Online fits of every work item's duration, with `profile` (end to end) as the prior.
+
+    A batch's measured duration covers what the executor thread spends on it: preparing the
+    inputs, the model, encoding and publishing the replies. What a request costs before it is
+    queued (decoding, admission, on the ingress thread) is told per request through
+    `observe_ingress`; receiving it off the network (paho's thread, which no handler can time)
+    stays at the profile's `receive_s`. Both are added to the per-request cost, so the
+    Observation prices a request by everything the device spends on it (docs/profiles.md).
+    There is one fit per task and one for training on the time-shared device, and one-core
+    fits of the same for the lanes of a split: a split lane's item is told with its cores,
+    and its duration times the lane's speedup is fitted (the request path's share of it is
+    scaled with the model's, an approximation).
+    """
 
     def __init__(self, profile: DeviceProfile, task_names: Sequence[str]) -> None:
-        n = profile.cores.count
-        costs = [profile.lane_inference(name, n) for name in task_names]
-        self.inference = [ServiceTimeProfiler(c.batch_fixed_s, c.per_request_s) for c in costs]
-        train = profile.lane_training(n)
+        path = profile.request_path
+        shared = profile.time_shared()  # the model's costs on every core; one core: the profile
+        # What a batch costs the executor thread: the model, the per-batch work, the replies.
+        executor = [shared.model_inference_for(name) for name in task_names]
+        self.inference = [
+            ServiceTimeProfiler(c.batch_fixed_s + path.per_batch_s, c.per_request_s + path.egress_s)
+            for c in executor
+        ]
+        train = shared.training
         self.training = ServiceTimeProfiler(train.microbatch_fixed_s, train.per_sample_s)
+        self.ingress_s = path.ingress_s  # smoothed CPU seconds to decode and admit a request
+        self._ingress_seen = 0
+        self.receive_s = path.receive_s
         self._profile = profile
         self._task_names = tuple(task_names)
         self._split_inference: list[ServiceTimeProfiler] = []
         self._split_training: ServiceTimeProfiler | None = None
-        base = split_costs(profile, task_names)
-        if base is not None:
+        if profile.cores.can_split:
+            cpu = profile.cores.gpu_inference_on_cpu
+            one = [cpu if cpu is not None else profile.model_inference_for(name) for name in task_names]
             self._split_inference = [
-                ServiceTimeProfiler(a, c) for a, c in zip(base.batch_fixed_s, base.per_request_s, strict=True)
+                ServiceTimeProfiler(c.batch_fixed_s + path.per_batch_s, c.per_request_s + path.egress_s)
+                for c in one
             ]
-            self._split_training = ServiceTimeProfiler(base.microbatch_fixed_s, base.per_sample_s)
+            self._split_training = ServiceTimeProfiler(
+                profile.training.microbatch_fixed_s, profile.training.per_sample_s
+            )
 
     @property
     def batch_fixed_s(self) -> tuple[float, ...]:
@@ -132,7 +160,17 @@ class ProfiledCosts:
 
     @property
     def per_request_s(self) -> tuple[float, ...]:
-        return tuple(p.per_item_s for p in self.inference)
+        extra = self.ingress_s + self.receive_s
+        return tuple(p.per_item_s + extra for p in self.inference)
+
+    def observe_ingress(self, cpu_s: float) -> None:
+        """One request's decode and admission took `cpu_s` of CPU time."""
+        if not (cpu_s >= 0.0 and math.isfinite(cpu_s)):
+            return
+        self._ingress_seen += 1
+        # A plain mean over the first requests, then an exponential one (no slow ramp from 0).
+        weight = max(INGRESS_WEIGHT, 1.0 / self._ingress_seen)
+        self.ingress_s += weight * (cpu_s - self.ingress_s)
 
     @property
     def microbatch_fixed_s(self) -> float:
@@ -147,7 +185,8 @@ class ProfiledCosts:
         train = self._split_training
         if train is None:
             return None
-        one_core = [(p.fixed_s, p.per_item_s) for p in self._split_inference]
+        outside = self.ingress_s + self.receive_s
+        one_core = [(p.fixed_s, p.per_item_s + outside) for p in self._split_inference]
         return split_costs(self._profile, self._task_names, one_core, (train.fixed_s, train.per_item_s))
 
     def observe_batch(self, task: int, size: int, duration_s: float, cores: int | None = None) -> None:
@@ -163,3 +202,20 @@ class ProfiledCosts:
             self.training.observe(samples, duration_s)
             return
         train.observe(samples, duration_s * self._profile.cores.training_speedup[cores - 1])
+
+    def profile(self, base: DeviceProfile, task_names: Sequence[str]) -> DeviceProfile:
+        """The costs believed now, as a profile like `base`: each task's batch cost on the
+        executor thread (model and replies), the receive and ingress as the request path,
+        the training cost. On a multi-core `base` they are the time-shared device's, so the
+        profile comes back with one core."""
+        fits = [InferenceCost(p.fixed_s, p.per_item_s) for p in self.inference]
+        return replace(
+            base,
+            inference=fits[0],
+            task_inference={name: fit for name, fit in zip(task_names, fits, strict=True) if fit != fits[0]},
+            training=replace(
+                base.training, microbatch_fixed_s=self.training.fixed_s, per_sample_s=self.training.per_item_s
+            ),
+            request_path=RequestPathCost(receive_s=self.receive_s, ingress_s=self.ingress_s),
+            cores=CoreModel(),
+        )

@@ -36,6 +36,7 @@ import numpy.typing as npt
 
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
+from dartfl.executor.admission import earliest_finish_s
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
 from dartfl.executor.lanes import CoreLanes
@@ -57,7 +58,8 @@ StepPlanner = Callable[[float], int]
 @dataclass(frozen=True)
 class ExecutorConfig:
     """How the executor accounts. `max_decisions` bounds the decision times it keeps (None:
-    all of them, for a finite simulation); `record_periods` keeps a row per control period.
+    all of them, for a finite simulation); `record_periods` keeps a row per control period;
+    `deadline_admission` refuses a request that cannot be answered within its SLO.
     `lanes`: how many lanes the driver runs, 1 (the serving lane only: the device is always
     time-shared on all its cores) or 2 (serving and training lanes: its cores can be split)."""
 
@@ -65,6 +67,7 @@ class ExecutorConfig:
     rate_time_constant_s: float = 2.0
     record_periods: bool = False
     max_decisions: int | None = None
+    deadline_admission: bool = True  # refuse what cannot make its SLO (dartfl/executor/admission.py)
     lanes: int = 1
 
     def __post_init__(self) -> None:
@@ -105,6 +108,7 @@ class DeviceExecutor(Generic[R]):
         # Split only where both the device and the driver can: a one-lane driver time-shares.
         splits = cfg.lanes == 2 and profile.cores.can_split
         self.lanes = CoreLanes(self.cores) if splits else None
+        self._serving: tuple[tuple[float, ...], tuple[float, ...], float, float] | None = None
         # An item's duration over its solo time while the other lane computes (interference).
         self._slowdown = (
             1.0 + profile.cores.inference_interference,
@@ -130,6 +134,8 @@ class DeviceExecutor(Generic[R]):
         self.switches = 0
         self.switch_busy_s = 0.0
         self.last_step_end_s = -math.inf  # requests that arrived before it waited behind a step
+        self.busy_until_s = -math.inf  # when the work item running now is expected to end
+        self.past_deadline = 0  # requests refused because they could not make their SLO
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
         self.periods: dict[str, list[float]] = {
             key: []
@@ -159,7 +165,7 @@ class DeviceExecutor(Generic[R]):
         if self.closed:
             self._misses[task] += 1
             return "shutting-down"
-        if len(self._times[task]) >= self.capacity[task]:
+        if len(self._times[task]) >= self.capacity[task] or not self._in_time(arrival_s, task):
             self._misses[task] += 1  # a rejection counts as a miss
             return "queue-full"
         self._times[task].append(arrival_s)
@@ -168,6 +174,53 @@ class DeviceExecutor(Generic[R]):
         if self.backlog_total > self.max_backlog:
             self.max_backlog = self.backlog_total
         return "queued"
+
+    def _in_time(self, now_s: float, task: int) -> bool:
+        if not self.config.deadline_admission:
+            return True
+        fixed, per = self._serving_prices()
+        finish = earliest_finish_s(
+            now_s,
+            self.busy_until_s,
+            task,
+            [len(q) for q in self._times],
+            self.head_deadlines_s(),
+            self.slo_s[task],
+            fixed,
+            per,
+            self.profile.max_batch,
+        )
+        if finish > now_s + self.slo_s[task]:
+            self.past_deadline += 1
+            return False
+        return True
+
+    def _refresh_serving(self) -> None:
+        """The serving lane's prices while the device is split (None: the cost model's, the
+        time-shared device's): its one-core costs, sped up and slowed by interference."""
+        lanes = self.lanes
+        split = self.costs.split if lanes is not None and lanes.held[0] < self.cores else None
+        if lanes is None or split is None:
+            self._serving = None
+            return
+        held, (f_i, f_t) = max(1, lanes.held[0]), self._slowdown
+        s_i, s_t = f_i / split.inference_speedup[held - 1], f_t / split.training_speedup[held - 1]
+        self._serving = (
+            tuple(a * s_i for a in split.batch_fixed_s),
+            tuple(c * s_i for c in split.per_request_s),
+            split.microbatch_fixed_s * s_t,
+            split.per_sample_s * s_t,
+        )
+
+    def _serving_prices(self) -> tuple[Sequence[float], Sequence[float]]:
+        if self._serving is not None:
+            return self._serving[0], self._serving[1]
+        return self.costs.batch_fixed_s, self.costs.per_request_s
+
+    def _serving_step(self) -> tuple[float, float]:
+        if self._serving is not None:
+            return self._serving[2], self._serving[3]
+        return self.costs.microbatch_fixed_s, self.costs.per_sample_s
 
     def backlog(self) -> tuple[int, ...]:
         return tuple(len(q) for q in self._times)
@@ -236,6 +289,7 @@ class DeviceExecutor(Generic[R]):
         self.alloc = alloc
         if self.lanes is not None:
             self.lanes.want(alloc.inference_cores or self.cores)
+            self._refresh_serving()  # the cost model may have learnt
         k = len(self._arrivals)
         self._arrivals, self._misses, self._training_misses = [0] * k, [0] * k, [0] * k
         if self.config.record_periods:
@@ -271,6 +325,8 @@ class DeviceExecutor(Generic[R]):
         held, moved = lanes.held[i], lanes.move(i)
         if moved is not None:
             lanes.held[i] = moved
+            if i == 0:
+                self._refresh_serving()
             return CoreSwitch(lane, held, moved, now_s)
         if held == 0:
             return None
@@ -292,6 +348,8 @@ class DeviceExecutor(Generic[R]):
             m = self.step_planner(now_s)
         if m <= 0:
             return None
+        a_t, c_t = self._serving_step()
+        self.busy_until_s = now_s + a_t + c_t * m
         return TrainingStep(
             m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s, INFERENCE_LANE, cores
         )
@@ -320,6 +378,8 @@ class DeviceExecutor(Generic[R]):
             task, [items.popleft() for _ in range(size)], [times.popleft() for _ in range(size)], now_s, cores
         )
         self.backlog_total -= size
+        fixed, per = self._serving_prices()
+        self.busy_until_s = now_s + fixed[task] + per[task] * size
         return batch
 
     def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> None:

@@ -29,7 +29,7 @@ from dartfl.protocol.jsonwire import (
     unix_s,
 )
 from dartfl.protocol.topics import PROTOCOL_VERSION, check_name, status_topic, telemetry_topic
-from dartfl.types import CoreModel, DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import CoreModel, DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "MAX_DEVICE_MESSAGE_BYTES",
@@ -46,6 +46,7 @@ __all__ = [
     "profile_to_json",
 ]
 
+PAYLOAD_FORMS: Final = ("json", "binary")
 # A snapshot of a device with 64 tasks is about 12 KiB; anything much larger is not telemetry.
 MAX_DEVICE_MESSAGE_BYTES: Final = 64 * 1024
 MAX_TASKS: Final = 64
@@ -223,9 +224,14 @@ class DeviceStatus:
     profile: DeviceProfile | None = None
     report: FinalReport | None = None
     error: str | None = None
+    payloads: tuple[str, ...] = ("json",)  # the request forms it decodes (docs/protocol.md)
 
     def __post_init__(self) -> None:
         check_name("device", self.device)
+        if not set(self.payloads) <= set(PAYLOAD_FORMS) or "json" not in self.payloads:
+            raise ConfigError(
+                f"payloads must include json and lie in {list(PAYLOAD_FORMS)}, got {self.payloads}"
+            )
         if self.t is not None and unix_s(self.t) is None:
             raise ConfigError(f"t must be unix seconds (0 to 1e10), got {short(self.t)}")
         _text("error", self.error)
@@ -251,6 +257,12 @@ def profile_to_json(profile: DeviceProfile) -> dict[str, Any]:
             for name, c in profile.task_inference.items()
         },
         "description": profile.description,
+        "request_path": {
+            "receive_s": profile.request_path.receive_s,
+            "ingress_s": profile.request_path.ingress_s,
+            "egress_s": profile.request_path.egress_s,
+            "per_batch_s": profile.request_path.per_batch_s,
+        },
         **({"cores": _cores_to_json(profile.cores)} if profile.cores != CoreModel() else {}),
     }
 
@@ -302,6 +314,7 @@ def profile_from_json(obj: object) -> DeviceProfile:
                 str(t): InferenceCost(c["batch_fixed_s"], c["per_request_s"]) for t, c in tasks.items()
             },
             description=str(obj.get("description") or ""),
+            request_path=RequestPathCost(**(obj.get("request_path") or {})),
             cores=_cores_from_json(obj.get("cores")),
         )
     except (KeyError, TypeError, AttributeError) as exc:
@@ -412,6 +425,7 @@ def encode_status(status: DeviceStatus) -> bytes:
         obj["report"] = status.report.to_json()
     if status.error is not None:
         obj["error"] = status.error
+    obj["payloads"] = list(status.payloads)
     return dumps(obj)
 
 
@@ -428,6 +442,10 @@ def decode_status(payload: bytes, topic: str | None = None) -> DeviceStatus:
         profile = profile_from_json(obj["profile"]) if obj.get("profile") is not None else None
         report = FinalReport.from_json(obj["report"]) if isinstance(obj.get("report"), Mapping) else None
         error = obj.get("error")
-        return DeviceStatus(obj["device"], state == "online", unix_s(t), profile, report, error)
+        payloads = obj.get("payloads", ["json"])
+        if not isinstance(payloads, list) or not all(isinstance(p, str) for p in payloads):
+            refuse("bad-field", f"status field 'payloads' must be a list of names, got {short(payloads)}")
+        known = tuple(p for p in payloads if p in PAYLOAD_FORMS) or ("json",)  # a newer form: ignored
+        return DeviceStatus(obj["device"], state == "online", unix_s(t), profile, report, error, known)
     except (ConfigError, ProtocolError) as exc:
         refuse("bad-field", f"status of {short(obj['device'])}: {exc}")

@@ -25,10 +25,11 @@ from dartfl.protocol.topics import (
     MAX_ID_CHARS,
     MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
+    ReplyTopicRule,
     reply_topic_problem,
 )
 
-__all__ = ["Request", "decode_request", "encode_request"]
+__all__ = ["Request", "correlation_id", "decode_request", "encode_request", "valid_id"]
 
 
 # --- requests -------------------------------------------------------------------------------
@@ -37,7 +38,8 @@ __all__ = ["Request", "decode_request", "encode_request"]
 @dataclass(frozen=True, eq=False)
 class Request:
     """A decoded inference request. `image` is a read-only uint8 array of IMAGE_SHAPE.
-    `correlation_data` is the MQTT 5 Correlation Data to echo on the reply, if any."""
+    `correlation_data` is the MQTT 5 Correlation Data to echo on the reply, if any; `binary`
+    says it came in the binary form (dartfl.protocol.binary), so its reply goes in kind."""
 
     id: str
     task: str
@@ -45,6 +47,7 @@ class Request:
     image: np.ndarray
     sent_at: float | None = None
     correlation_data: bytes | None = None
+    binary: bool = False
 
     def __post_init__(self) -> None:
         if self.image.dtype != np.uint8 or self.image.shape != IMAGE_SHAPE:
@@ -54,7 +57,7 @@ class Request:
             )
 
 
-def _valid_id(value: object) -> str | None:
+def valid_id(value: object) -> str | None:
     """The id if it is usable as a correlation id, else None."""
     if not isinstance(value, str) or not 0 < len(value) <= MAX_ID_CHARS:
         return None
@@ -65,11 +68,11 @@ def _valid_id(value: object) -> str | None:
     return value
 
 
-def _correlation_id(data: bytes | None) -> str | None:
+def correlation_id(data: bytes | None) -> str | None:
     if data is None:
         return None
     try:
-        return _valid_id(bytes(data).decode("utf-8"))
+        return valid_id(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, TypeError):
         return None
 
@@ -82,21 +85,28 @@ def decode_request(
     *,
     response_topic: str | None = None,
     correlation_data: bytes | None = None,
+    reply_rule: ReplyTopicRule = "requester",
 ) -> Request:
     """Validate and decode one request published on the request topic of `task`.
 
     `response_topic` / `correlation_data` are the MQTT 5 properties of the message, when
     present: they stand in for `reply_to` / `id` missing from the payload (the payload wins
-    when both are given). Raises RequestError, and nothing else, for any input.
+    when both are given). `reply_rule` says which reply topics are valid (docs/protocol.md).
+    Raises RequestError, and nothing else, for any input; a reply topic that breaks the rule
+    is never carried on the error, so nobody can have an error reply sent there either.
     """
+
+    def valid_reply(value: object) -> bool:
+        return reply_topic_problem(value, reply_rule) is None
+
     # 1. What the MQTT 5 properties give, so even an unparsable payload can be answered.
-    prop_id = _correlation_id(correlation_data)
-    prop_reply = response_topic if reply_topic_problem(response_topic) is None else None
+    prop_id = correlation_id(correlation_data)
+    prop_reply = response_topic if valid_reply(response_topic) else None
     fail = Failure(prop_id, prop_reply)
     # 2. Size, JSON, then recover id and reply_to before judging anything else.
     obj = parse_object(payload, max_bytes, fail)
-    fail.correlation_id = _valid_id(obj.get("id")) or prop_id
-    if reply_topic_problem(obj.get("reply_to")) is None:
+    fail.correlation_id = valid_id(obj.get("id")) or prop_id
+    if valid_reply(obj.get("reply_to")):
         fail.reply_to = obj["reply_to"]
     # 3. Version and task: nothing else matters if either is wrong.
     check_version(obj, fail)
@@ -104,7 +114,7 @@ def decode_request(
         fail("unknown-task", f"task {short(task)} is not served here; known tasks: {sorted(known_tasks)}")
     # 4. Addressing.
     if "id" in obj:
-        if _valid_id(obj["id"]) is None:
+        if valid_id(obj["id"]) is None:
             fail(
                 "bad-field",
                 f"field 'id' must be a string of 1-{MAX_ID_CHARS} characters, got {short(obj['id'])}",
@@ -120,12 +130,12 @@ def decode_request(
     else:
         fail("missing-field", "field 'id' is missing (and no MQTT 5 Correlation Data)")
     if "reply_to" in obj:
-        problem = reply_topic_problem(obj["reply_to"])
+        problem = reply_topic_problem(obj["reply_to"], reply_rule)
         if problem is not None:
             fail("bad-field", f"field 'reply_to' {problem}")
         reply_to: str = obj["reply_to"]
     elif response_topic is not None:
-        problem = reply_topic_problem(response_topic)
+        problem = reply_topic_problem(response_topic, reply_rule)
         if problem is not None:
             fail("bad-field", f"MQTT 5 Response Topic {problem}")
         reply_to = response_topic
@@ -170,7 +180,7 @@ def encode_request(
     request_id: str, image: np.ndarray, reply_to: str, *, sent_at: float | None = None
 ) -> bytes:
     """The payload of a request; the task goes in the topic (`request_topic`)."""
-    if _valid_id(request_id) is None:
+    if valid_id(request_id) is None:
         raise InputError(f"request id {short(request_id)} must be a string of 1-{MAX_ID_CHARS} characters")
     problem = reply_topic_problem(reply_to)
     if problem is not None:

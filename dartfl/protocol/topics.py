@@ -1,5 +1,5 @@
 """What every message of the MQTT protocol shares (docs/protocol.md): the version, size limits,
-QoS levels, error codes, and the topic layout with its naming rules."""
+QoS levels, error codes, and the topic layout with its naming rules, the reply rule included."""
 
 from __future__ import annotations
 
@@ -20,13 +20,17 @@ __all__ = [
     "PROTOCOL_VERSION",
     "REJECT_REASONS",
     "REPLY_QOS",
+    "REPLY_ROOT",
+    "REPLY_TOPIC_RULES",
     "REQUEST_QOS",
     "ROOT",
     "STATUS_QOS",
     "TELEMETRY_QOS",
     "RejectReason",
     "ReplyStatus",
+    "ReplyTopicRule",
     "check_name",
+    "check_requester",
     "parse_request_topic",
     "reply_topic",
     "reply_topic_problem",
@@ -38,6 +42,9 @@ __all__ = [
 
 PROTOCOL_VERSION: Final = 1
 ROOT: Final = f"dartfl/v{PROTOCOL_VERSION}"
+# Every reply goes under dartfl/v1/_reply/<requester>/: the shipped ACL lets only the
+# requester's account read there, and a device write nowhere else (docs/protocol.md).
+REPLY_ROOT: Final = f"{ROOT}/_reply"
 IMAGE_SHAPE: Final = (28, 28)
 IMAGE_BYTES: Final = IMAGE_SHAPE[0] * IMAGE_SHAPE[1]
 IMAGE_DTYPE: Final = "uint8"
@@ -66,12 +73,20 @@ ERROR_CODES: Final = frozenset(
 RejectReason = Literal["queue-full", "shutting-down"]
 REJECT_REASONS: Final = frozenset({"queue-full", "shutting-down"})
 ReplyStatus = Literal["ok", "rejected", "error"]
+# "requester": replies only under REPLY_ROOT (the default). "any": the first v1 rule (any topic
+# that is not a device topic), for requesters not yet moved; see docs/protocol.md.
+ReplyTopicRule = Literal["requester", "any"]
+REPLY_TOPIC_RULES: Final = ("requester", "any")
 
 # Device and task names become topic levels: keep them plain so no name can be a wildcard,
 # start a `$` system topic, or collide with the `_reply` namespace.
 NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 NAME_RULE: Final = "1-64 characters from [A-Za-z0-9_.-], starting with a letter or digit"
 DEVICE_TOPIC_RE: Final = re.compile(rf"{ROOT}/[^/]*/(req/[^/]*|telemetry|status)")
+REPLY_TOPIC_RE: Final = re.compile(rf"{REPLY_ROOT}/{NAME_RE.pattern}(/.*)?", re.DOTALL)
+# Device topic levels: a requester of such a name would have reply topics of a device topic's
+# shape (dartfl/v1/_reply/status), which a reader of dartfl/v1/+/status also matches.
+RESERVED_REQUESTER_NAMES: Final = frozenset({"req", "telemetry", "status"})
 
 
 # --- topics ---------------------------------------------------------------------------------
@@ -103,9 +118,24 @@ def status_topic(device: str) -> str:
     return f"{ROOT}/{check_name('device', device)}/status"
 
 
-def reply_topic(requester: str) -> str:
-    """A suggested reply topic for a requester (any topic outside `dartfl/v1/<device>/` works)."""
-    return f"{ROOT}/_reply/{check_name('requester', requester)}"
+def check_requester(name: str) -> str:
+    """`name` if it may name a requester (its reply namespace), else ConfigError."""
+    check_name("requester", name)
+    if name in RESERVED_REQUESTER_NAMES:
+        raise ConfigError(
+            f"requester name {name!r} is reserved (a level of the device topics: "
+            f"{', '.join(sorted(RESERVED_REQUESTER_NAMES))}); pick another"
+        )
+    return name
+
+
+def reply_topic(requester: str, *levels: str) -> str:
+    """Where `requester` takes its replies: dartfl/v1/_reply/<requester>[/<level>...].
+
+    Under the shipped ACL `requester` is the requester's account name, and a private level
+    (a random one per run) keeps a run's replies apart from another run's of the same account."""
+    check_requester(requester)
+    return "/".join([REPLY_ROOT, requester, *(check_name("reply topic level", level) for level in levels)])
 
 
 def parse_request_topic(topic: str) -> tuple[str, str]:
@@ -119,8 +149,8 @@ def parse_request_topic(topic: str) -> tuple[str, str]:
     return parts[2], parts[4]
 
 
-def reply_topic_problem(value: object) -> str | None:
-    """Why `value` cannot be a reply topic, or None if it can."""
+def reply_topic_problem(value: object, rule: ReplyTopicRule = "requester") -> str | None:
+    """Why `value` cannot be a reply topic under `rule`, or None if it can."""
     if not isinstance(value, str):
         return f"must be a string, got {type(value).__name__}"
     try:
@@ -135,4 +165,8 @@ def reply_topic_problem(value: object) -> str | None:
     # topic would come back to the device as a malformed request).
     if DEVICE_TOPIC_RE.fullmatch(value) is not None:
         return f"must not be a device topic ({ROOT}/<device>/req/<task>, /telemetry or /status)"
+    # A device publishes its reply wherever this points: left open, any requester could make
+    # devices publish onto any topic they may write (reply reflection).
+    if rule == "requester" and REPLY_TOPIC_RE.fullmatch(value) is None:
+        return f"must lie under {REPLY_ROOT}/<requester>/ (<requester>: {NAME_RULE})"
     return None

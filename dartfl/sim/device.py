@@ -63,6 +63,7 @@ class SimConfig:
     rate_time_constant_s: float = 2.0
     exponential_service: bool = False  # M/M/1-style checks: exponential inference service
     record_periods: bool = True
+    deadline_admission: bool = True  # refuse what cannot make its SLO, as the agent does
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -107,7 +108,13 @@ def simulate(
         policy,
         profile,
         RoundClock(cfg.round_s, cfg.round_target_samples, horizon_s=horizon),
-        ExecutorConfig(cfg.period_s, cfg.rate_time_constant_s, record_periods=cfg.record_periods, lanes=2),
+        ExecutorConfig(
+            cfg.period_s,
+            cfg.rate_time_constant_s,
+            record_periods=cfg.record_periods,
+            deadline_admission=cfg.deadline_admission,
+            lanes=2,
+        ),
         timer=timer,
     )
     device.train_until_s = horizon

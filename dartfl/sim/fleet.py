@@ -47,7 +47,9 @@ __all__ = [
 CountSource = Callable[[int, int], "FleetArrivals"]
 
 
-def _device_arrays(devices: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]) -> DeviceArrays:
+def _device_arrays(
+    devices: Sequence[DeviceProfile], tasks: Sequence[TaskSpec], deadline_admission: bool = True
+) -> DeviceArrays:
     """Every device time-shared on all its cores (the fleet model has one lane), its harvest
     priced by the same fluid limit as the exact simulator's (dartfl.fluid)."""
     names = [t.name for t in tasks]
@@ -55,13 +57,22 @@ def _device_arrays(devices: Sequence[DeviceProfile], tasks: Sequence[TaskSpec]) 
     profiles = [p.time_shared() for p in devices]
     costs = [[p.inference_for(name) for p in profiles] for name in names]
     prices = [fluid_prices(p, names) for p in devices]
+    # The fluid limit's price of a request (core-seconds), and the whole device's cheapest
+    # time per request, which bounds what a queue may hold and still make its SLO.
     cheapest = [[f.request_s[k] for f in prices] for k in range(len(names))]
+    fastest = [
+        [c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs
+    ]
+    capacity = np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), n, axis=1)
+    if deadline_admission:
+        in_time = np.array([[t.slo_s] for t in tasks]) / np.asarray(fastest, dtype=np.float64)
+        capacity = np.minimum(capacity, np.maximum(1.0, np.floor(in_time)))
     return DeviceArrays(
         fixed=np.array([[c.batch_fixed_s for c in row] for row in costs], dtype=np.float64),
         per=np.array([[c.per_request_s for c in row] for row in costs], dtype=np.float64),
         cheapest=np.array(cheapest, dtype=np.float64),
         slo=np.repeat(np.array([[t.slo_s] for t in tasks], dtype=np.float64), n, axis=1),
-        capacity=np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), n, axis=1),
+        capacity=capacity,
         max_batch=np.array([p.max_batch for p in profiles], dtype=np.int64),
         a_t=np.array([p.training.microbatch_fixed_s for p in profiles], dtype=np.float64),
         c_t=np.array([p.training.per_sample_s for p in profiles], dtype=np.float64),
@@ -138,7 +149,7 @@ def simulate_fleet(
             f"on every core ({policy.name.partition(':')[0]}:split=off), on one core (--cores 1), or in "
             "the exact simulator (dartfl sim)"
         )
-    dev = _device_arrays(profiles, tasks)
+    dev = _device_arrays(profiles, tasks, cfg.deadline_admission)
     tau = cfg.period_s
     state = FleetState.start(dev, tau, arrivals.horizon_s)
     policy.reset()

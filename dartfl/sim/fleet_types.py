@@ -30,6 +30,10 @@ class FleetConfig:
     round_s: float = 60.0
     round_target_samples: int = 0
     rate_time_constant_s: float = 2.0
+    # The event simulator's deadline-aware admission, approximated: a task's queue holds no more
+    # than its SLO's worth of work at full batches. Off by default: the fluid model's cap does
+    # not follow the exact rule where inference is starved (docs/fleet.md, "Approximations").
+    deadline_admission: bool = False
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.period_s) and self.period_s > 0):

@@ -9,13 +9,22 @@ threads in this process, and readers in other processes through their own `RunSt
 
 This package is a facade; the pieces live in:
 - `schema`: the schema version, the tables and the forward migrations;
-- `connection`: opening the file (WAL, busy waits, migrating) and transactions;
+- `connection`: opening the file for writing (WAL, busy waits, migrating, repairing) or for
+  reading only (`RunStore(path, read_only=True)`), and transactions;
+- `errors`: the one-line StoreErrors every SQLite error becomes (damaged, locked, too new);
 - `runs`: the runs, results and decisions tables; `telemetry`: the telemetry table;
 - `records`: the frozen rows and points the store takes and returns;
 - `jsonable`: strict JSON conversion of numpy and other values.
 """
 
 from dartfl.store.connection import check_store_file
+from dartfl.store.errors import (
+    StoreBusyError,
+    StoreDamagedError,
+    StoreError,
+    StoreTooNewError,
+    StoreWriteError,
+)
 from dartfl.store.jsonable import to_jsonable
 from dartfl.store.records import (
     DecisionPoint,
@@ -39,6 +48,11 @@ __all__ = [
     "FleetPoint",
     "RunInfo",
     "RunStore",
+    "StoreBusyError",
+    "StoreDamagedError",
+    "StoreError",
+    "StoreTooNewError",
+    "StoreWriteError",
     "TelemetryDevice",
     "TelemetryPoint",
     "TelemetryRow",

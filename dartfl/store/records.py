@@ -148,7 +148,10 @@ class FleetPoint:
 
 @dataclass(frozen=True, slots=True)
 class RunInfo:
-    """One row of `runs`, plus the policies that have results."""
+    """One row of `runs`, plus the policies that have results.
+
+    `damage` holds one line per part of the row that did not read (its config is then empty,
+    a time NaN), so a listing shows the run and says what is wrong with it."""
 
     run_id: int
     kind: str
@@ -158,10 +161,13 @@ class RunInfo:
     status: str
     config: Mapping[str, Any]
     policies: tuple[str, ...]
+    damage: tuple[str, ...] = ()
 
     @property
     def duration_s(self) -> float | None:
-        return None if self.finished_s is None else self.finished_s - self.created_s
+        if self.finished_s is None or not math.isfinite(self.finished_s - self.created_s):
+            return None
+        return self.finished_s - self.created_s
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -169,8 +175,11 @@ class RunInfo:
             "kind": self.kind,
             "label": self.label,
             "status": self.status,
-            "created_s": self.created_s,
-            "finished_s": self.finished_s,
+            "created_s": self.created_s if math.isfinite(self.created_s) else None,
+            "finished_s": self.finished_s
+            if self.finished_s is not None and math.isfinite(self.finished_s)
+            else None,
             "policies": list(self.policies),
             "config": dict(self.config),
+            "damage": list(self.damage),
         }

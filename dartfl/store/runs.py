@@ -3,13 +3,14 @@ per-period decisions, and reading them back (decisions bucketed in SQL)."""
 
 from __future__ import annotations
 
-import json
+import math
 import sqlite3
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dartfl.errors import ConfigError
 from dartfl.store.connection import StoreConnection
+from dartfl.store.errors import StoreDamagedError, decode_json_column, delete_run_hint
 from dartfl.store.jsonable import strict_json_text
 from dartfl.store.records import DecisionPoint, DecisionRow, RunInfo
 
@@ -24,15 +25,24 @@ class RunTables(StoreConnection):
 
     # -- writing ------------------------------------------------------------------------------
 
-    def start_run(self, kind: str, label: str | None, config: Mapping[str, Any]) -> int:
-        """Record a new run in status 'running'; returns its run_id."""
+    def start_run(
+        self, kind: str, label: str | None, config: Mapping[str, Any], *, started_s: float | None = None
+    ) -> int:
+        """Record a new run in status 'running'; returns its run_id.
+
+        `started_s` (Unix time) is when the run began, for a run recorded only once it is over
+        (a simulation, a replay): without it the run starts now, and its duration is the
+        time it took to record, not to run."""
         if kind not in RUN_KINDS:
             raise ConfigError(f"unknown run kind {kind!r}; expected one of {', '.join(RUN_KINDS)}")
+        now = self._clock()
+        if started_s is not None and not (math.isfinite(started_s) and 0 <= started_s <= now):
+            raise ConfigError(f"started_s must be a Unix time no later than now ({now:.0f}), got {started_s}")
         with self._transaction() as conn:
             row = conn.execute(
                 "INSERT INTO runs (kind, label, created_s, status, config) "
                 "VALUES (?, ?, ?, 'running', ?) RETURNING run_id",
-                (kind, label, self._clock(), strict_json_text(config)),
+                (kind, label, now if started_s is None else started_s, strict_json_text(config)),
             ).fetchone()
         return int(row[0])
 
@@ -76,9 +86,25 @@ class RunTables(StoreConnection):
                 "UPDATE runs SET status = ?, finished_s = ? WHERE run_id = ?", (status, self._clock(), run_id)
             )
 
+    def delete_run(self, run_id: int) -> tuple[int, int]:
+        """Delete a run with its results and decisions, damaged or not (nothing is parsed);
+        returns how many results and decisions went with it."""
+        with self._transaction() as conn:
+            self._require_run(conn, run_id)
+            counts = conn.execute(
+                "SELECT (SELECT COUNT(*) FROM results WHERE run_id = :r), "
+                "(SELECT COUNT(*) FROM decisions WHERE run_id = :r)",
+                {"r": run_id},
+            ).fetchone()
+            conn.execute("DELETE FROM runs WHERE run_id = ?", (run_id,))  # foreign keys cascade
+        return int(counts[0]), int(counts[1])
+
     def _require_run(self, conn: sqlite3.Connection, run_id: int) -> None:
         if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
-            raise ConfigError(f"no run {run_id} in run store {self.path}; list runs with `dartfl runs list`")
+            raise ConfigError(
+                f"no run {run_id} in run store {self.path}; list its runs with "
+                f"`dartfl runs list --store {self.path}`"
+            )
 
     # -- reading ------------------------------------------------------------------------------
 
@@ -88,10 +114,36 @@ class RunTables(StoreConnection):
         "(SELECT policy FROM results WHERE run_id = r.run_id ORDER BY policy))"
     )
 
-    @staticmethod
-    def _run_info(row: tuple[Any, ...]) -> RunInfo:
-        policies = tuple(row[7].split("\n")) if row[7] else ()
-        return RunInfo(row[0], row[1], row[2], row[3], row[4], row[5], json.loads(row[6]), policies)
+    def _run_info(self, row: tuple[Any, ...]) -> RunInfo:
+        """A `runs` row as a RunInfo; what does not read is named in its `damage`, not raised,
+        so one damaged run does not hide the others from a listing."""
+        run_id, kind, label, created, finished, status, config_text, policies = row
+        what = f"{self.path}: run {run_id}'s"
+        recover = delete_run_hint(self.path, run_id)
+        damage: list[str] = []
+        try:
+            config = decode_json_column(config_text, f"{what} config", recover)
+        except StoreDamagedError as exc:
+            config = {}
+            damage.append(str(exc))
+        times: list[float | None] = []
+        for name, value in (("start time", created), ("finish time", finished)):
+            if value is None or (type(value) in (int, float) and math.isfinite(value)):
+                times.append(None if value is None else float(value))
+            else:
+                times.append(math.nan)
+                damage.append(f"{what} {name} is not a number ({repr(value)[:40]}): {recover}")
+        return RunInfo(
+            run_id,
+            str(kind),
+            None if label is None else str(label),
+            math.nan if times[0] is None else times[0],
+            times[1],
+            str(status),
+            config,
+            tuple(str(policies).split("\n")) if policies else (),
+            tuple(damage),
+        )
 
     def list_runs(self, kind: str | None = None, limit: int = 50) -> list[RunInfo]:
         """The newest `limit` runs, newest first, optionally of one kind."""
@@ -109,12 +161,19 @@ class RunTables(StoreConnection):
         return None if row is None else self._run_info(row)
 
     def results(self, run_id: int) -> dict[str, dict[str, Any]]:
-        """Metrics per policy, in policy-name order."""
+        """Metrics per policy, in policy-name order; StoreDamagedError (naming the run, the
+        policy and the fix) when a row's metrics are not a JSON object."""
         with self._transaction("DEFERRED") as conn:
             rows = conn.execute(
                 "SELECT policy, metrics FROM results WHERE run_id = ? ORDER BY policy", (run_id,)
             ).fetchall()
-        return {policy: json.loads(metrics) for policy, metrics in rows}
+        recover = delete_run_hint(self.path, run_id)
+        return {
+            policy: decode_json_column(
+                metrics, f"{self.path}: run {run_id}'s result for policy {policy!r}", recover
+            )
+            for policy, metrics in rows
+        }
 
     def decisions(self, run_id: int, policy: str, max_points: int = 2000) -> list[DecisionPoint]:
         """A policy's decisions in time order, bucketed in SQL to at most `max_points` points.
@@ -147,7 +206,9 @@ class RunTables(StoreConnection):
             ).fetchall()
             shares = conn.execute(
                 f"SELECT {bucket} AS b, CAST(j.key AS INTEGER) AS k, AVG(j.value) "
-                f"FROM decisions d, json_each(d.task_shares) j WHERE {key} GROUP BY b, k ORDER BY b, k",
+                # A row whose shares are not JSON (a damaged store) adds none, instead of failing the query.
+                "FROM decisions d, json_each(CASE WHEN json_valid(d.task_shares) THEN d.task_shares "
+                f"ELSE '[]' END) j WHERE {key} GROUP BY b, k ORDER BY b, k",
                 args,
             ).fetchall()
         per_bucket: dict[int, list[float]] = {}

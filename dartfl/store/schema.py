@@ -4,9 +4,24 @@ SCHEMA_VERSION; docs/store.md describes the columns."""
 
 from __future__ import annotations
 
-__all__ = ["BASE_SCHEMA", "MIGRATIONS", "SCHEMA_VERSION"]
+__all__ = ["BASE_SCHEMA", "MIGRATIONS", "SCHEMA_VERSION", "TABLE_SINCE", "tables_of"]
 
 SCHEMA_VERSION = 2
+
+# The version that introduced each table: a store of version v must hold tables_of(v).
+TABLE_SINCE: dict[str, int] = {
+    "schema_version": 1,
+    "runs": 1,
+    "results": 1,
+    "decisions": 1,
+    "telemetry": 2,
+}
+
+
+def tables_of(version: int) -> set[str]:
+    """The tables a store of `version` holds (for a newer one: those this dartfl knows)."""
+    return {name for name, since in TABLE_SINCE.items() if since <= version}
+
 
 BASE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
@@ -42,6 +57,8 @@ CREATE INDEX IF NOT EXISTS decisions_by_time ON decisions (run_id, policy, t_s);
 
 # Forward migrations: MIGRATIONS[v] takes a store from version v - 1 to v. A new store gets
 # the version-1 schema above and then every migration, so old and new stores end up alike.
+# Each statement is idempotent (IF NOT EXISTS): a writer that finds a table of its version
+# missing runs them all again to recreate it (connection.StoreConnection._repair).
 MIGRATIONS: dict[int, str] = {
     2: """
 CREATE TABLE IF NOT EXISTS telemetry (

@@ -3,17 +3,24 @@ as the latest per device, one device's bucketed series, or fleet-wide buckets.""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
+from numbers import Real
 from typing import Any
 
 from dartfl.errors import ConfigError
+from dartfl.protocol import MAX_DEVICE_MESSAGE_BYTES
+from dartfl.protocol.jsonwire import MAX_UNIX_S
 from dartfl.store.connection import StoreConnection
+from dartfl.store.errors import StoreDamagedError, decode_json_column
 from dartfl.store.jsonable import strict_json_text, to_jsonable
 from dartfl.store.records import FleetPoint, TelemetryDevice, TelemetryPoint, TelemetryRow
 
-__all__ = ["TelemetryTable"]
+__all__ = ["MAX_PAYLOAD_BYTES", "TelemetryTable", "check_row"]
+
+# The largest snapshot a device may publish (the decoder refuses more): one stored payload is
+# at most this, so the table's size is bounded by its rows (docs/store.md).
+MAX_PAYLOAD_BYTES = MAX_DEVICE_MESSAGE_BYTES
 
 
 class TelemetryTable(StoreConnection):
@@ -26,10 +33,14 @@ class TelemetryTable(StoreConnection):
 
     def add_telemetry(self, rows: Iterable[TelemetryRow]) -> int:
         """Append snapshots in one transaction; a snapshot already stored (same device and
-        t_s, e.g. a QoS 1 redelivery) is skipped. Returns how many were new."""
+        t_s, e.g. a QoS 1 redelivery) is skipped. Returns how many were new.
+
+        ConfigError, and nothing written, when a row holds what no device can report: a time
+        outside the Unix range, a share outside [0, 1], a negative count, a payload over
+        MAX_PAYLOAD_BYTES (what a decoded snapshot can be; the decoder refuses more)."""
         params = [
             (
-                r.device,
+                check_row(r).device,
                 r.t_s,
                 r.backlog,
                 to_jsonable(r.inference_share),
@@ -39,7 +50,7 @@ class TelemetryTable(StoreConnection):
                 to_jsonable(r.slo_ms),
                 to_jsonable(r.slo_attainment),
                 r.train_samples,
-                strict_json_text(r.payload or {}),
+                _payload_text(r),
             )
             for r in rows
         ]
@@ -52,10 +63,30 @@ class TelemetryTable(StoreConnection):
             )
             return conn.total_changes - before
 
-    def prune_telemetry(self, before_s: float) -> int:
-        """Delete snapshots older than `before_s` (Unix time); returns how many went."""
+    def prune_telemetry(self, before_s: float, after_s: float | None = None) -> int:
+        """Delete snapshots older than `before_s` and, with `after_s`, those dated after it
+        (a device clock far ahead, recorded before the recorder refused such snapshots: they
+        would stay the device's newest for good). Unix times; returns how many went."""
         with self._transaction() as conn:
-            return conn.execute("DELETE FROM telemetry WHERE t_s < ?", (before_s,)).rowcount
+            return conn.execute(
+                "DELETE FROM telemetry WHERE t_s < ? OR t_s > ?",
+                (before_s, math.inf if after_s is None else after_s),
+            ).rowcount
+
+    def trim_telemetry(self, device: str, keep: int) -> int:
+        """Keep only the newest `keep` snapshots of `device`; returns how many it has left."""
+        if keep < 1:
+            raise ConfigError(f"keep must be >= 1 snapshot, got {keep}")
+        with self._transaction() as conn:
+            # The (device, t_s) index finds the oldest kept snapshot without a scan of the rest.
+            cut = conn.execute(
+                "SELECT t_s FROM telemetry WHERE device = ? ORDER BY t_s DESC LIMIT 1 OFFSET ?",
+                (device, keep - 1),
+            ).fetchone()
+            if cut is not None:
+                conn.execute("DELETE FROM telemetry WHERE device = ? AND t_s < ?", (device, cut[0]))
+            left = conn.execute("SELECT COUNT(*) FROM telemetry WHERE device = ?", (device,)).fetchone()
+        return int(left[0])
 
     def telemetry_devices(self) -> list[TelemetryDevice]:
         """Devices with recorded telemetry, by name."""
@@ -65,23 +96,58 @@ class TelemetryTable(StoreConnection):
             ).fetchall()
         return [TelemetryDevice(*row) for row in rows]
 
-    def telemetry_latest(self, since_s: float | None = None) -> list[TelemetryRow]:
-        """The newest snapshot of each device (only devices heard from since `since_s`)."""
+    def telemetry_latest(
+        self, since_s: float | None = None, *, damage: list[str] | None = None
+    ) -> list[TelemetryRow]:
+        """The newest snapshot of each device (only devices heard from since `since_s`).
+
+        A newest snapshot whose payload is not JSON raises its one-line StoreDamagedError, or,
+        given a `damage` list, is named there and replaced by that device's newest snapshot
+        that reads, so one damaged row does not hide the fleet."""
         where = "" if since_s is None else "WHERE t_s >= :since"
         sql = (
             f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry t JOIN "
             f"(SELECT device AS d, MAX(t_s) AS m FROM telemetry {where} GROUP BY device) l "
             "ON t.device = l.d AND t.t_s = l.m ORDER BY t.device"
         )
+        latest: list[TelemetryRow] = []
         with self._transaction("DEFERRED") as conn:
-            rows = conn.execute(sql, {"since": since_s}).fetchall()
-        return [self._telemetry_row(row) for row in rows]
+            for row in conn.execute(sql, {"since": since_s}).fetchall():
+                try:
+                    latest.append(self._telemetry_row(row))
+                except StoreDamagedError as exc:
+                    if damage is None:
+                        raise
+                    damage.append(str(exc))
+                    older = conn.execute(  # walks the (device, t_s) index back from the newest
+                        f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND t_s < :t "
+                        "AND t_s >= :since AND json_valid(payload) ORDER BY t_s DESC LIMIT 1",
+                        {"d": row[0], "t": row[1], "since": -math.inf if since_s is None else since_s},
+                    ).fetchone()
+                    if older is not None:
+                        latest.append(self._telemetry_row(older))
+        return latest
 
-    @staticmethod
-    def _telemetry_row(row: tuple[Any, ...]) -> TelemetryRow:
+    def _telemetry_row(self, row: tuple[Any, ...]) -> TelemetryRow:
         device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, payload = row
+        what = f"{self.path}: the telemetry snapshot of {device!r} at t_s={t_s!r}"
+        quoted = str(device).replace("'", "''")
+        recover = (
+            f"delete it with `sqlite3 {self.path} \"DELETE FROM telemetry WHERE device = '{quoted}' "
+            f'AND t_s = {t_s!r}"` or restore a backup'
+        )
         return TelemetryRow(
-            device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, json.loads(payload)
+            device,
+            t_s,
+            backlog,
+            share,
+            p50,
+            p95,
+            p99,
+            slo,
+            attainment,
+            trained,
+            decode_json_column(payload, what, recover),
         )
 
     def telemetry_series(
@@ -118,7 +184,10 @@ class TelemetryTable(StoreConnection):
             for field, agg in (("task_shares", "AVG"), ("train_samples_per_task", "MAX")):
                 rows = conn.execute(
                     f"SELECT {bucket} AS b, j.key, {agg}(j.value) FROM telemetry t, "
-                    f"json_each(t.payload, '$.{field}') j WHERE {key} AND j.type IN ('integer', 'real') "
+                    # A payload that is not JSON (a damaged store) adds nothing, instead of failing.
+                    "json_each(CASE WHEN json_valid(t.payload) THEN t.payload ELSE '{}' END, "
+                    f"'$.{field}') j "
+                    f"WHERE {key} AND j.type IN ('integer', 'real') "
                     "GROUP BY b, j.key ORDER BY b, j.key",
                     args,
                 ).fetchall()
@@ -166,3 +235,43 @@ class TelemetryTable(StoreConnection):
                 args,
             ).fetchall()
         return [FleetPoint(*row[1:]) for row in rows]
+
+
+def check_row(row: TelemetryRow) -> TelemetryRow:
+    """`row` if it holds only what a device can report, else ConfigError naming the field."""
+
+    def refuse(name: str, value: object, expected: str) -> ConfigError:
+        return ConfigError(f"telemetry of {row.device!r}: {name} must be {expected}, got {value!r}")
+
+    if not 0.0 <= row.t_s <= MAX_UNIX_S:
+        raise refuse("t_s", row.t_s, f"a Unix time in [0, {MAX_UNIX_S:g}]")
+    for name in ("inference_share", "slo_attainment"):
+        value = getattr(row, name)
+        share = _real(value)
+        if value is not None and not (share is not None and (0.0 <= share <= 1.0 or math.isnan(share))):
+            raise refuse(name, value, "a share in [0, 1]")
+    for name in ("backlog", "train_samples"):
+        value = getattr(row, name)
+        if value is not None and not (type(value) is int and value >= 0):
+            raise refuse(name, value, "a count >= 0")
+    for name in ("p50_ms", "p95_ms", "p99_ms", "slo_ms"):
+        value = getattr(row, name)
+        ms = _real(value)
+        if value is not None and not (ms is not None and not ms < 0):
+            raise refuse(name, value, "a duration >= 0")
+    return row
+
+
+def _real(value: object) -> float | None:
+    """`value` as a float if it is a real number (numpy's too; NaN is stored as null)."""
+    return float(value) if isinstance(value, Real) and not isinstance(value, bool) else None
+
+
+def _payload_text(row: TelemetryRow) -> str:
+    text = strict_json_text(row.payload or {})
+    if len(text.encode()) > MAX_PAYLOAD_BYTES:
+        raise ConfigError(
+            f"telemetry of {row.device!r} at t_s={row.t_s}: payload of {len(text.encode())} bytes, "
+            f"over the {MAX_PAYLOAD_BYTES} a snapshot may have"
+        )
+    return text

@@ -1,13 +1,18 @@
-"""What every page shares: the cached run store and live feed, and the help for empty states."""
+"""What every page shares: the cached run store and live feed, the help for empty states, and
+the one-line report of a damaged store in place of the part of a page it breaks."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import streamlit as st
 
+from dartfl.errors import DartflError
 from dartfl.protocol import Telemetry
-from dartfl.store import RunStore
+from dartfl.store import RunInfo, RunStore
 from dashboard.config import DashboardConfig
 from dashboard.data import open_store
 from dashboard.feed import FeedState, LiveFeed
@@ -31,6 +36,8 @@ HOW_TO_RUN = {
 
 @st.cache_resource(show_spinner=False)
 def _cached_store(path: str) -> RunStore:
+    # A store that fails to open raises, and Streamlit caches no exception: the next rerun
+    # tries again, so a store restored from a backup shows without a restart.
     store = open_store(Path(path))
     if store is None:  # pragma: no cover - callers check the file first
         raise FileNotFoundError(path)
@@ -38,10 +45,50 @@ def _cached_store(path: str) -> RunStore:
 
 
 def get_store(cfg: DashboardConfig) -> RunStore | None:
-    """The run store, or None while it does not exist (the page then says how to make one)."""
-    if not cfg.store_path.is_file():
+    """The run store opened for reading, or None while it does not exist (the page then says
+    how to make one) or cannot be opened (then this shows why, in one line). A store of a
+    newer schema comes with a warning and reads what this version knows."""
+    if not cfg.store_path.exists():
         return None
-    return _cached_store(str(cfg.store_path))
+    try:
+        store = _cached_store(str(cfg.store_path))
+    except DartflError as exc:  # damaged, locked, not a store: each says what and how to recover
+        st.error(str(exc))
+        return None
+    if store.notice is not None:
+        st.warning(store.notice)
+    return store
+
+
+@dataclass
+class StorePart:
+    """What `store_part` tells the page: whether the part failed, and its error (shown)."""
+
+    failed: bool = False
+    error: str | None = None
+
+
+@contextmanager
+def store_part(after: StorePart | None = None) -> Iterator[StorePart]:
+    """Run a part of a page that reads the store: a one-line DartflError (a damaged row or
+    table, a locked store) is shown in place of that part, and the page goes on below it.
+    The same error as the part `after` (a missing table both read) is not shown twice."""
+    part = StorePart()
+    try:
+        yield part
+    except DartflError as exc:
+        part.failed, part.error = True, str(exc)
+        if after is None or after.error != part.error:
+            st.error(part.error)
+
+
+def show_run_damage(runs: Sequence[RunInfo], at_most: int = 3) -> None:
+    """Name the listed runs that are damaged (the listing keeps them, with an empty config)."""
+    lines = [line for run in runs for line in run.damage]
+    for line in lines[:at_most]:
+        st.warning(line)
+    if len(lines) > at_most:
+        st.warning(f"{len(lines) - at_most} more damaged runs: `dartfl runs list` names them all")
 
 
 @st.cache_resource(show_spinner=False)
@@ -74,8 +121,11 @@ def feed_banner(feed: FeedState | None) -> None:
         )
 
 
-def empty_store(cfg: DashboardConfig, what: str, commands: list[str]) -> None:
-    """Explain that there is nothing to show yet, and how to produce it."""
+def empty_store(cfg: DashboardConfig, store: RunStore | None, what: str, commands: list[str]) -> None:
+    """Explain that there is nothing to show yet, and how to produce it; nothing when the store
+    exists but did not open (`get_store` said why)."""
+    if store is None and cfg.store_path.exists():
+        return
     lines = "\n".join(c.format(store=cfg.store_path) for c in commands)
     st.info(
         f"No {what} in the run store `{cfg.store_path}` yet. To produce some, run:\n\n```sh\n{lines}\n```"

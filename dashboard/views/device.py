@@ -9,7 +9,14 @@ import streamlit as st
 from dashboard import charts
 from dashboard.config import DashboardConfig
 from dashboard.data import device_frames, points_from_snapshots
-from dashboard.views.common import HOW_TO_RECORD, feed_banner, get_feed, get_live_history, get_store
+from dashboard.views.common import (
+    HOW_TO_RECORD,
+    feed_banner,
+    get_feed,
+    get_live_history,
+    get_store,
+    store_part,
+)
 
 WINDOWS_S = {"5 min": 300.0, "15 min": 900.0, "1 h": 3600.0, "6 h": 21600.0, "24 h": 86400.0}
 
@@ -19,9 +26,13 @@ def render(cfg: DashboardConfig) -> None:
     feed = get_feed(cfg)
     feed_banner(feed)
     store = get_store(cfg)
-    recorded = {d.device: d for d in (store.telemetry_devices() if store is not None else [])}
+    recorded = {}
+    with store_part() as reading:  # a damaged store still leaves the live devices to show
+        recorded = {d.device: d for d in (store.telemetry_devices() if store is not None else [])}
     names = sorted(set(recorded) | set(feed.devices if feed is not None else {}))
     if not names:
+        if reading.failed or (store is None and cfg.store_path.exists()):
+            return  # the store's error is shown; "no telemetry yet" would be wrong
         st.info("No device telemetry yet.\n\n" + HOW_TO_RECORD.format(store=cfg.store_path))
         return
     left, right = st.columns([2, 3])
@@ -35,7 +46,11 @@ def render(cfg: DashboardConfig) -> None:
         until = (
             max(info.last_t_s, time.time()) if feed is not None and device in feed.devices else info.last_t_s
         )
-        points = store.telemetry_series(device, until - span_s, until, max_points=400)
+        points = []
+        with store_part() as part:
+            points = store.telemetry_series(device, until - span_s, until, max_points=400)
+        if part.failed:
+            return
         source = f"run store, {info.rows:,} snapshots recorded"
     else:
         snapshots = get_live_history(cfg, device)

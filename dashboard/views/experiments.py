@@ -7,7 +7,7 @@ import streamlit as st
 from dashboard import charts
 from dashboard.config import DashboardConfig
 from dashboard.data import COMPARE_METRICS, comparison_frame, decisions_frame, run_choices, run_title
-from dashboard.views.common import HOW_TO_RUN, empty_store, get_store
+from dashboard.views.common import HOW_TO_RUN, empty_store, get_store, show_run_damage, store_part
 
 KINDS = ("sim", "replay", "fleet", "fl", "dc")
 SHOWN = (
@@ -23,10 +23,15 @@ SHOWN = (
 def render(cfg: DashboardConfig) -> None:
     st.title("Experiments")
     store = get_store(cfg)
-    runs = run_choices(store, KINDS)
-    if store is None or not runs:
-        empty_store(cfg, "runs", [HOW_TO_RUN["sim"], HOW_TO_RUN["fleet"]])
+    runs = []
+    with store_part() as part:
+        runs = run_choices(store, KINDS)
+    if part.failed:
         return
+    if store is None or not runs:
+        empty_store(cfg, store, "runs", [HOW_TO_RUN["sim"], HOW_TO_RUN["fleet"]])
+        return
+    show_run_damage(runs)
     by_title = {run_title(r): r for r in runs}
     # Default: the newest two device-level runs, the ones `dartfl sim` would compare.
     device_runs = [t for t, r in by_title.items() if r.kind in ("sim", "replay", "fleet")]
@@ -36,7 +41,13 @@ def render(cfg: DashboardConfig) -> None:
     if not picked:
         st.info("Pick one or more runs above.")
         return
-    frame = comparison_frame(store, picked)
+    damage: list[str] = []
+    with store_part() as part:
+        frame = comparison_frame(store, picked, damage)
+    for line in damage:  # those runs are left out; the others still compare
+        st.error(line)
+    if part.failed:
+        return
     if frame.empty:
         st.info("The chosen runs have no per-policy results yet (still running, or failed).")
         return
@@ -56,7 +67,10 @@ def render(cfg: DashboardConfig) -> None:
     st.subheader("Over time")
     run = st.selectbox("run", picked, format_func=run_title, key="timeline_run")
     policies = list(run.policies)
-    df = decisions_frame(store, run.run_id, policies, max_points=800)
+    with store_part() as part:
+        df = decisions_frame(store, run.run_id, policies, max_points=800)
+    if part.failed:
+        return
     if df.empty:
         st.info("This run recorded no per-period decisions (a replay is seen from the requester only).")
         return

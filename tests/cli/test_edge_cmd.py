@@ -14,12 +14,12 @@ from typing import Any
 
 import pytest
 
-from dartfl.cli import edge_cmd
+from dartfl.cli import replay_cmd
 from dartfl.cli.main import main
 from dartfl.errors import ConfigError, DartflError
 from dartfl.profiles import load_profile_toml
 from messaging.brokers import BrokerHandle
-from orchestration.replay import wait_for_status
+from orchestration.agent_watch import wait_for_status
 from tests.messaging import mqtt_fixtures as fx
 
 
@@ -97,7 +97,7 @@ def test_replay_checks_its_flags_before_starting_a_broker_or_an_agent(
     def no_broker() -> None:
         raise AssertionError("a broker was started before the flags were checked")
 
-    monkeypatch.setattr(edge_cmd, "_start_broker", no_broker)
+    monkeypatch.setattr(replay_cmd, "start_local_broker", no_broker)
     assert main(["edge", "replay", "--spawn-agent", "--no-store", *flags]) == 2
     assert message in capsys.readouterr().err
 
@@ -116,15 +116,15 @@ def test_waiting_for_a_spawned_agent_stops_when_it_exits(
             time.sleep(0.1)
         raise DartflError("did not report 'online'")
 
-    monkeypatch.setattr("orchestration.replay.wait_for_status", never_online)
+    monkeypatch.setattr("orchestration.agent_watch.wait_for_agent", never_online)
     script = f"import sys; sys.stderr.write('loading\\nbad flag --x\\n'); sys.exit({code})"
     with tempfile.TemporaryFile() as agent_log:
         agent = subprocess.Popen([sys.executable, "-c", script], stderr=agent_log)
         started = time.monotonic()
         with pytest.raises(error, match=f"^the spawned agent exited with code {code}: bad flag --x$"):
-            edge_cmd._wait_for_spawned_agent(agent, agent_log, "mqtt://127.0.0.1:9", "edge-1")
+            replay_cmd._wait_for_spawned_agent(agent, agent_log, "mqtt://127.0.0.1:9", "edge-1")
     assert time.monotonic() - started < 30  # not the 120 s an agent may take to come online
-    assert waits == [edge_cmd.AGENT_ONLINE_TIMEOUT_S]  # not a reconnect every second
+    assert waits == [replay_cmd.AGENT_ONLINE_TIMEOUT_S]  # not a reconnect every second
 
 
 @pytest.mark.integration

@@ -310,7 +310,8 @@ def test_tasks_flag_orders_a_trace_and_maps_azure_traces(tmp_path: Path) -> None
     ("argv", "message"),
     [
         (["--zipf", "1"], "--zipf only shape a --workload"),
-        (["--duration-s", "60", "--param", "burst=2"], "--duration-s, --param only shape a --workload"),
+        (["--rotate-s", "60", "--param", "burst=2"], "--rotate-s, --param only shape a --workload"),
+        (["--duration-s", "0"], "--duration-s must be > 0"),
         (["--rate", "5", "--target-load", "0.5"], "pass only one of them"),
     ],
 )
@@ -319,6 +320,19 @@ def test_generator_only_flags_with_a_trace_are_errors(tmp_path: Path, argv: list
     trace.write_text("time_s,task\n1,a\n")
     with pytest.raises(ConfigError, match=message):
         arrivals_from_args(_parse(["--trace", str(trace), *argv]), PROFILE)
+
+
+def test_duration_with_a_trace_keeps_its_first_seconds_after_rescaling(tmp_path: Path) -> None:
+    # `edge replay --trace T --duration-s S` replayed the whole trace (the flag was refused).
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n" + "".join(f"{t},a\n" for t in range(100)))
+    first = arrivals_from_args(_parse(["--trace", str(trace), "--duration-s", "10.5"]), PROFILE)
+    assert first.num_requests == 11 and first.duration_s == 10.5
+    # --rate 2 halves the trace's time axis (about 1 request/s now): 10.5 s then hold 21 requests.
+    faster = arrivals_from_args(
+        _parse(["--trace", str(trace), "--rate", "2", "--duration-s", "10.5"]), PROFILE
+    )
+    assert faster.num_requests > first.num_requests
 
 
 def test_rate_and_target_load_together_are_an_error_for_generators() -> None:

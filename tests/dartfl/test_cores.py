@@ -156,13 +156,14 @@ def test_time_shared_policies_on_a_multicore_device_run_todays_rule_on_all_its_c
         assert split.core_switches == 0
 
 
-# Figures of the commit before cores were modelled (e0a8b55), for this exact run: `pi4` then
-# was one core. requests, trained samples, SLO attainment, p99 latency, harvest, rounds met.
+# Figures of main before cores were modelled (9646058, request path and deadline admission
+# in), for this exact run: `pi4` then was one core. requests, trained samples, SLO
+# attainment, p99 latency, harvest, rounds met.
 ONE_CORE_PI4 = {
-    "dart": (11884, 3417, 0.9980646247054864, 0.21040777453059045, 0.8894312881309187, 2),
-    "inference-first:4": (11884, 3284, 1.0, 0.1657643488267668, 0.8551452168330912, 2),
-    "static:0.5": (11884, 3808, 0.2646415348367553, 2.4910470068038806, 0.9905121175323444, 2),
-    "clairvoyant": (11884, 3515, 0.9970548636822618, 0.23371433008105924, 0.9148486050509052, 2),
+    "dart": (11884, 3930, 0.9983170649612925, 0.21185562817451356, 0.8897933556544286, 2),
+    "inference-first:4": (11884, 3780, 1.0, 0.16240786337204582, 0.8567247909863458, 2),
+    "static:0.5": (11884, 5920, 0.3980982834062605, 0.3727778609146221, 1.3327016980890618, 2),
+    "clairvoyant": (11884, 4045, 0.9982329182093571, 0.23429213810072358, 0.9158715040035165, 2),
 }
 
 

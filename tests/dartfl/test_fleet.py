@@ -23,6 +23,11 @@ from dartfl.sim.fleet_policies import FleetDart, FleetObservation, make_fleet_po
 from dartfl.store import RunStore
 from dartfl.types import Observation, TaskSpec
 
+# The fluid model does not refuse by deadline (docs/fleet.md): compare it with the exact
+# simulator doing the same.
+NO_ADMISSION = {"deadline_admission": False}
+EXACT = SimConfig(**NO_ADMISSION)
+
 NAMES = ("a", "b", "c")
 # The one-core devices these equivalences were written for: the fleet model has one lane.
 PI4 = get_profile("pi4").with_cores(1)
@@ -145,7 +150,7 @@ def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
     arrivals = _poisson_device(0.5, 300.0, seed=3)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = PI4
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec)))
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
     )
@@ -167,7 +172,7 @@ def test_a_multicore_device_is_time_shared_on_all_its_cores_as_in_the_event_simu
         np.sort(rng.uniform(0.0, 300.0, n)), rng.integers(0, 3, n).astype(np.int64), NAMES, 300.0
     )
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec)))
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
     )
@@ -372,7 +377,13 @@ def test_both_simulators_close_the_same_rounds_and_meet_the_same(target: int) ->
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = PI4
     exact = summarize(
-        simulate(arrivals, profile, tasks, make_policy("dart"), SimConfig(round_target_samples=target))
+        simulate(
+            arrivals,
+            profile,
+            tasks,
+            make_policy("dart"),
+            SimConfig(round_target_samples=target, **NO_ADMISSION),
+        )
     )
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25),
@@ -395,7 +406,7 @@ def test_harvest_counts_the_drain_and_the_last_step_after_the_horizon_as_the_exa
     late = Arrivals.build(np.full(300, 9.8), np.arange(300) % 3, NAMES, 10.0)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = PI4
-    exact = summarize(simulate(late, profile, tasks, make_policy(spec)))
+    exact = summarize(simulate(late, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(FleetArrivals.from_arrivals([late], 0.25), profile, tasks, make_fleet_policy(spec))
     assert fleet.queued_end[0] > 200
     assert fleet.harvest_efficiency[0] <= 1.0 and exact["harvest_efficiency"] <= 1.0
@@ -442,7 +453,7 @@ def test_an_inference_share_of_zero_gives_finite_estimates_close_to_the_exact_si
     arrivals = _poisson_device(load, duration_s, seed=3)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = PI4
-    config = SimConfig(round_target_samples=target)
+    config = SimConfig(round_target_samples=target, **NO_ADMISSION)
     exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), config))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25),
@@ -506,7 +517,7 @@ def test_an_overload_that_starts_from_an_empty_queue_misses_its_slo_as_in_the_ex
     # 100 % within SLO (exact: 0.71, 0.18), since the drain rounds grew from a queue of 0.
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = PI4
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-only")))
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-only"), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy("inference-only")
     )
@@ -519,7 +530,7 @@ def test_with_small_queues_a_wait_stays_within_a_full_round_as_in_the_exact_simu
     arrivals = _poisson_device(1.5, 10.0, seed=3)
     tasks = [TaskSpec(n, 0.25, queue_capacity=16) for n in NAMES]
     profile = PI4
-    record = simulate(arrivals, profile, tasks, make_policy("static:0.1"))
+    record = simulate(arrivals, profile, tasks, make_policy("static:0.1"), EXACT)
     done = ~np.isnan(record.finish_s)
     exact_mean = float((record.finish_s - record.arrival_s)[done].mean())  # 1.14 s
     fleet = simulate_fleet(
@@ -537,7 +548,11 @@ def test_a_period_that_straddles_a_round_end_is_shared_between_the_rounds(target
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     profile = get_profile("x86-1core")
     rounds = {"period_s": 0.4, "round_s": 1.0, "round_target_samples": target}
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-first"), SimConfig(**rounds)))
+    exact = summarize(
+        simulate(
+            arrivals, profile, tasks, make_policy("inference-first"), SimConfig(**rounds, **NO_ADMISSION)
+        )
+    )
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.4),
         profile,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ from dartfl.profiles import (
     profile_to_toml,
     resolve_profile,
 )
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 CONTRACT_EXAMPLE = """\
 name = "edge-small"
@@ -143,6 +144,25 @@ def test_round_trip_keeps_task_overrides_and_awkward_strings(tmp_path: Path) -> 
     loaded = load_profile_toml(_write(tmp_path, profile_to_toml(profile)))
     assert loaded == profile
     assert dict(loaded.task_inference) == dict(profile.task_inference)
+
+
+def test_the_request_path_round_trips_and_is_priced_into_every_task(tmp_path: Path) -> None:
+    path = RequestPathCost(receive_s=6e-5, ingress_s=2e-5, egress_s=5e-5, per_batch_s=1e-5)
+    profile = replace(get_profile("x86-1core"), request_path=path)
+    loaded = load_profile_toml(_write(tmp_path, profile_to_toml(profile)))
+    assert loaded == profile and "[request-path]" in profile_to_toml(profile)
+    model, end_to_end = profile.model_inference_for("any"), profile.inference_for("any")
+    assert end_to_end.per_request_s == pytest.approx(model.per_request_s + 1.3e-4)
+    assert end_to_end.batch_fixed_s == pytest.approx(model.batch_fixed_s + 1e-5)
+    # Capacity and everything sized from it count the path too.
+    model_only = replace(profile, request_path=RequestPathCost())
+    assert profile.capacity_per_s(("any",), (1.0,)) < model_only.capacity_per_s(("any",), (1.0,))
+
+
+def test_a_file_without_a_request_path_reads_as_before(tmp_path: Path) -> None:
+    text = profile_to_toml(replace(get_profile("x86-1core"), request_path=RequestPathCost()))
+    assert "[request-path]" not in text
+    assert load_profile_toml(_write(tmp_path, text)).request_path == RequestPathCost()
 
 
 def test_unknown_extra_keys_are_accepted_and_logged(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -285,12 +305,12 @@ def test_builtin_devices_are_whole_devices_whose_one_core_points_are_the_old_pro
     pi4 = get_profile("pi4")
     # The costs of one core are today's one-core figures (docs/profiles.md's first table).
     assert (pi4.inference.batch_fixed_s, pi4.inference.per_request_s) == (0.0010, 0.0050)
-    assert pi4.with_cores(1).lane_inference("x", 1) == pi4.inference
+    assert pi4.with_cores(1).lane_inference("x", 1) == pi4.inference_for("x")
     whole = pi4.time_shared()
     assert whole.training.microbatch_s(32) == pytest.approx(pi4.training.microbatch_s(32) / 2.26, rel=1e-3)
-    assert pi4.capacity_per_s(("x",), (1.0,)) == pytest.approx(
-        2.26 / pi4.inference.cheapest_per_request_s(32), rel=1e-3
-    )
+    # On all four cores the model runs 2.26x faster; the request path (MQTT, JSON) does not.
+    per_request = pi4.inference.cheapest_per_request_s(32) / 2.26 + pi4.request_path.per_request_s
+    assert pi4.capacity_per_s(("x",), (1.0,)) == pytest.approx(1.0 / per_request, rel=1e-3)
 
 
 def test_a_file_without_cores_is_a_one_core_device_and_cores_round_trip(tmp_path: Path) -> None:

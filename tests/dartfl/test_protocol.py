@@ -18,6 +18,7 @@ from dartfl.profiles import get_profile
 
 TASKS = frozenset({"mnist", "fashion", "digits"})
 REPLY = "dartfl/v1/_reply/tester"
+MQTT5_REPLY = "dartfl/v1/_reply/mqtt5-tester/7f3a"
 IMAGE = np.arange(784, dtype=np.uint8).reshape(28, 28)
 
 
@@ -46,6 +47,7 @@ def test_topics_follow_the_v1_layout() -> None:
     assert p.telemetry_topic("pi-01") == "dartfl/v1/pi-01/telemetry"
     assert p.status_topic("pi-01") == "dartfl/v1/pi-01/status"
     assert p.reply_topic("replayer") == "dartfl/v1/_reply/replayer"
+    assert p.reply_topic("replayer", "3f9a") == "dartfl/v1/_reply/replayer/3f9a"
     assert p.parse_request_topic(p.request_topic("pi-01", "mnist")) == ("pi-01", "mnist")
 
 
@@ -100,13 +102,13 @@ def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
 def test_mqtt5_properties_stand_in_for_missing_id_and_reply_to() -> None:
     obj = valid_obj()
     del obj["id"], obj["reply_to"]
-    request = p.decode_request(raw(obj), "mnist", TASKS, response_topic="my/replies", correlation_data=b"c-9")
-    assert (request.id, request.reply_to, request.correlation_data) == ("c-9", "my/replies", b"c-9")
+    request = p.decode_request(raw(obj), "mnist", TASKS, response_topic=MQTT5_REPLY, correlation_data=b"c-9")
+    assert (request.id, request.reply_to, request.correlation_data) == ("c-9", MQTT5_REPLY, b"c-9")
 
 
 def test_payload_fields_win_over_mqtt5_properties() -> None:
     request = p.decode_request(
-        raw(valid_obj()), "mnist", TASKS, response_topic="other/replies", correlation_data=b"\x00\xff"
+        raw(valid_obj()), "mnist", TASKS, response_topic=MQTT5_REPLY, correlation_data=b"\x00\xff"
     )
     assert (request.id, request.reply_to) == ("r-1", REPLY)
     assert request.correlation_data == b"\x00\xff"  # still echoed raw on an MQTT 5 reply
@@ -153,7 +155,7 @@ ERROR_CASES: list[tuple[str, bytes]] = [
     ("bad-field", raw(valid_obj(sent_at=True))),
     (
         "bad-field",
-        b'{"v":1,"id":"a","reply_to":"r","shape":[28,28],"dtype":"uint8","data":"'
+        b'{"v":1,"id":"a","reply_to":"dartfl/v1/_reply/r","shape":[28,28],"dtype":"uint8","data":"'
         + base64.b64encode(bytes(784))
         + b'","sent_at":1e999}',
     ),
@@ -199,8 +201,8 @@ def test_errors_carry_the_recovered_id_and_reply_topic() -> None:
 
 
 def test_unparsable_payload_falls_back_to_mqtt5_properties_for_the_error_reply() -> None:
-    err = error_of(b"garbage", response_topic="my/replies", correlation_data=b"c-1")
-    assert (err.code, err.correlation_id, err.reply_to) == ("bad-json", "c-1", "my/replies")
+    err = error_of(b"garbage", response_topic=MQTT5_REPLY, correlation_data=b"c-1")
+    assert (err.code, err.correlation_id, err.reply_to) == ("bad-json", "c-1", MQTT5_REPLY)
     err = error_of(b"garbage")
     assert (err.correlation_id, err.reply_to) == (None, None)
 
@@ -217,6 +219,51 @@ def test_binary_correlation_data_cannot_stand_in_for_a_missing_id() -> None:
     del obj["id"]
     err = error_of(raw(obj), correlation_data=b"\xff\xfe")
     assert err.code == "bad-field"
+
+
+# --- the reply rule: replies go to dartfl/v1/_reply/<requester>/... only ----------------------
+
+# Topics the first v1 rule let a requester choose (not device topics), and so had any device
+# publish to for whoever asked: reply reflection.
+REFLECTED = ["alerts/door", "dartfl/v1/replay/3f9a/reply", "dartfl/v2/pi/req/mnist", "dartfl/v1/_reply"]
+
+
+@pytest.mark.parametrize("topic", REFLECTED)
+def test_a_reply_topic_outside_the_reply_namespace_is_refused_and_not_answered(topic: str) -> None:
+    err = error_of(raw(valid_obj(reply_to=topic)))
+    assert err.code == "bad-field" and "dartfl/v1/_reply/<requester>/" in err.detail
+    assert err.reply_to is None  # no error reply goes there either
+    err = error_of(b"garbage", response_topic=topic, correlation_data=b"c-1")
+    assert (err.code, err.reply_to) == ("bad-json", None)
+
+
+@pytest.mark.parametrize("topic", REFLECTED)
+def test_the_any_rule_keeps_the_first_v1_reply_topics_for_a_transition(topic: str) -> None:
+    request = p.decode_request(raw(valid_obj(reply_to=topic)), "mnist", TASKS, reply_rule="any")
+    assert request.reply_to == topic
+
+
+@pytest.mark.parametrize("rule", p.REPLY_TOPIC_RULES)
+def test_device_topics_stay_refused_as_reply_topics_under_either_rule(rule: p.ReplyTopicRule) -> None:
+    for topic in ("dartfl/v1/pi/req/mnist", "dartfl/v1/pi/status", "dartfl/v1/_reply/telemetry"):
+        assert p.reply_topic_problem(topic, rule) is not None, topic
+
+
+def test_reply_topics_under_a_requester_name_are_valid() -> None:
+    for topic in (REPLY, p.reply_topic("replayer", "3f9a"), "dartfl/v1/_reply/app-1/a/b"):
+        assert p.reply_topic_problem(topic) is None, topic
+    assert p.reply_topic_problem("dartfl/v1/_reply/_x/a") is not None  # not a name
+
+
+@pytest.mark.parametrize("name", ["req", "telemetry", "status"])
+def test_requester_names_that_are_device_topic_levels_are_reserved(name: str) -> None:
+    with pytest.raises(ConfigError, match="reserved"):
+        p.reply_topic(name, "x")
+
+
+def test_encode_request_keeps_to_the_reply_rule() -> None:
+    with pytest.raises(InputError, match="_reply"):
+        p.encode_request("r", IMAGE, "alerts/door")
 
 
 # --- replies --------------------------------------------------------------------------------
@@ -459,7 +506,7 @@ def _check_total(payload: bytes, task: str, response_topic: str | None, correlat
 @given(
     payload=_payloads,
     task=st.sampled_from([*sorted(TASKS), "cifar", ""]),
-    response_topic=st.none() | st.text(max_size=30) | st.just("my/replies"),
+    response_topic=st.none() | st.text(max_size=30) | st.just(MQTT5_REPLY) | st.just("my/replies"),
     correlation=st.none() | st.binary(max_size=70) | st.just(b"c-1"),
 )
 def test_decode_request_never_raises_anything_but_request_error(
@@ -475,3 +522,14 @@ def test_decode_reply_telemetry_and_status_never_raise_anything_but_protocol_err
     for decode in (p.decode_reply, p.decode_telemetry, p.decode_status):
         with contextlib.suppress(ProtocolError):
             decode(payload)
+
+
+def test_a_status_says_which_request_forms_its_device_decodes() -> None:
+    both = p.DeviceStatus("pi", True, 1.0, payloads=("json", "binary"))
+    assert p.decode_status(p.encode_status(both)).payloads == ("json", "binary")
+    older = p.decode_status(raw({"v": 1, "device": "pi", "state": "online"}))
+    assert older.payloads == ("json",)  # a device that says nothing speaks JSON
+    newer = p.decode_status(raw({"v": 1, "device": "pi", "state": "online", "payloads": ["json", "cbor"]}))
+    assert newer.payloads == ("json",)  # a form this side does not know is ignored, not an error
+    with pytest.raises(ConfigError):
+        p.DeviceStatus("pi", True, payloads=("binary",))  # JSON is always spoken

@@ -12,7 +12,14 @@ import pytest
 
 from dartfl.errors import ConfigError
 from dartfl.paths import default_store_path
-from dartfl.store import SCHEMA_VERSION, DecisionRow, RunStore, TelemetryRow
+from dartfl.store import (
+    SCHEMA_VERSION,
+    DecisionRow,
+    RunStore,
+    StoreBusyError,
+    StoreTooNewError,
+    TelemetryRow,
+)
 
 
 class FakeClock:
@@ -202,7 +209,7 @@ def test_store_path_that_is_a_directory_is_a_config_error(tmp_path: Path) -> Non
 def test_file_that_is_not_a_database_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "junk.sqlite"
     path.write_bytes(b"this is not an sqlite database at all" * 100)
-    with pytest.raises(ConfigError, match=r"junk\.sqlite is not a usable DART-FL run store"):
+    with pytest.raises(ConfigError, match=r"junk\.sqlite is not an SQLite database, so not a run store"):
         RunStore(path)
 
 
@@ -221,7 +228,7 @@ def test_store_from_a_newer_schema_is_refused(tmp_path: Path) -> None:
     with sqlite3.connect(path) as conn:
         conn.execute("UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
     conn.close()
-    with pytest.raises(ConfigError, match="newer than this dartfl"):
+    with pytest.raises(StoreTooNewError, match="newer than this dartfl's 2: writing refused"):
         RunStore(path)
 
 
@@ -391,7 +398,7 @@ def test_a_commit_that_fails_rolls_back_and_the_next_write_succeeds(tmp_path: Pa
     reader = sqlite3.connect(path, isolation_level=None)
     reader.execute("BEGIN")
     reader.execute("SELECT * FROM runs").fetchall()
-    with pytest.raises(sqlite3.OperationalError, match="locked"):
+    with pytest.raises(StoreBusyError, match="is locked by another process"):
         store.add_result(run, "dart", {"a": 1})
     assert not store._conn.in_transaction
     reader.execute("COMMIT")

@@ -4,7 +4,6 @@ its memory: messages are fed to `handle` directly (the broker port is closed on 
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +11,7 @@ import pytest
 
 from dartfl import protocol
 from dartfl.errors import ConfigError, ProtocolError
-from dartfl.store import RunStore, TelemetryRow
+from dartfl.store import RunStore, StoreBusyError, TelemetryRow
 from dashboard import feed as feed_module
 from dashboard import synthetic
 from dashboard.feed import LiveFeed
@@ -20,9 +19,11 @@ from dashboard.recorder import Recorder
 from messaging.brokers import free_port
 from messaging.link import Message
 
+NOW_S = 1_700_000_000.0  # the recorder's clock in these tests, and the snapshots' time
+
 
 def _telemetry(device: str, topic_device: str | None = None, **fields: Any) -> Message:
-    snapshot = {**synthetic.snapshot("pi-1", 1_700_000_000.0, 1).to_json(), **fields, "device": device}
+    snapshot = {**synthetic.snapshot("pi-1", NOW_S, 1).to_json(), **fields, "device": device}
     topic = f"dartfl/v1/{topic_device or device}/telemetry"
     return Message(topic, json.dumps(snapshot).encode(), 1, False)
 
@@ -60,7 +61,7 @@ def test_an_encoder_refuses_the_times_a_decoder_would() -> None:
 
 def test_the_recorder_survives_bad_snapshots_and_keeps_the_good_ones(tmp_path: Path) -> None:
     store_path = tmp_path / "runs.sqlite"
-    recorder = Recorder(store_path, f"mqtt://127.0.0.1:{free_port()}")
+    recorder = Recorder(store_path, f"mqtt://127.0.0.1:{free_port()}", clock=lambda: NOW_S)
     try:
         recorder.handle(_telemetry("pi-1", backlog={"digits": 2**60}))  # past what SQLite holds
         recorder.handle(_telemetry("pi-2", topic_device="pi-3"))
@@ -107,7 +108,7 @@ def test_a_store_that_cannot_be_written_keeps_the_rows_oldest_first_within_the_b
 ) -> None:
     # The retry used deque.extendleft on the bounded buffer, which pushed the NEWEST rows out.
     monkeypatch.setattr("dashboard.recorder.MAX_BUFFERED", 4)
-    recorder = Recorder(tmp_path / "runs.sqlite", f"mqtt://127.0.0.1:{free_port()}")
+    recorder = Recorder(tmp_path / "runs.sqlite", f"mqtt://127.0.0.1:{free_port()}", clock=lambda: NOW_S)
     real_add = recorder.store.add_telemetry
     try:
         for i in (1, 2):
@@ -116,7 +117,7 @@ def test_a_store_that_cannot_be_written_keeps_the_rows_oldest_first_within_the_b
         def locked(rows: list[TelemetryRow]) -> int:
             for i in (3, 4, 5):  # arrive while the failed write is under way
                 recorder.handle(_telemetry(f"pi-{i}"))
-            raise sqlite3.OperationalError("database is locked")
+            raise StoreBusyError("runs.sqlite is locked by another process")
 
         monkeypatch.setattr(recorder.store, "add_telemetry", locked)
         assert recorder.flush() == 0

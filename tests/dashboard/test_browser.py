@@ -195,3 +195,46 @@ def test_dashboard_in_chromium_shows_live_values_and_every_page(stack: tuple[str
     assert (ARTIFACTS / "fleet.png").stat().st_size > 20_000
     if os.environ.get("DARTFL_UPDATE_SCREENSHOTS") == "1":
         shutil.copyfile(ARTIFACTS / "fleet.png", ROOT / "docs" / "img" / "dashboard.png")
+
+
+def test_a_damaged_store_reads_as_one_line_errors_in_chromium(tmp_path: Path) -> None:
+    """No broker, a store with malformed JSON rows: each page names the damage and still draws
+    what reads (the Fleet SLO chart, the comparison of the intact run), never a traceback."""
+    from playwright.sync_api import sync_playwright
+
+    from tests.store_fixtures import damaged_copy, healthy_store
+
+    store = damaged_copy(healthy_store(tmp_path / "template.sqlite"), tmp_path, "malformed-json")
+    port = free_port()
+    log = tmp_path / "dashboard.log"
+    dashboard = _start(
+        [sys.executable, "-m", "dartfl.cli.main", "dashboard", "--store", str(store), "--port", str(port)],
+        log,
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        _wait_http(f"{url}/_stcore/health", dashboard, log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            page = browser.new_page(viewport={"width": 1440, "height": 1000})
+            page.goto(url)
+            for name, damage, charts in (
+                ("Fleet", "the telemetry snapshot of 'dev-001'", 2),
+                ("Experiments", "run 2's result for policy 'dart' is not JSON", 4),
+            ):
+                if name != "Fleet":
+                    page.locator('[data-testid="stSidebar"] label').filter(has_text=name).click()
+                page.get_by_text(damage).first.wait_for(timeout=30_000)
+                page.wait_for_function(
+                    f"document.querySelectorAll('[data-testid=\"stVegaLiteChart\"]').length >= {charts}",
+                    timeout=20_000,
+                )
+                assert page.locator('[data-testid="stException"]').count() == 0
+                if name == "Fleet":  # every device, dev-001 by its newest snapshot that reads
+                    assert page.locator(".dfl-tile").count() == 3
+                page.wait_for_timeout(1000)
+                page.screenshot(path=str(ARTIFACTS / f"damaged-{name.lower()}.png"), full_page=True)
+            browser.close()
+    finally:
+        _stop(dashboard)

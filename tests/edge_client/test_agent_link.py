@@ -32,3 +32,23 @@ def test_a_fallback_to_3_1_1_is_said_out_loud(caplog: pytest.LogCaptureFixture) 
     with start_embedded_broker() as amqtt:
         _version(amqtt.url)
     assert "using MQTT 3.1.1, so requests must carry reply_to" in caplog.text
+
+
+def test_the_agent_client_id_is_its_account_when_logged_in_and_a_foreign_account_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The shipped broker renames a logged-in client after its account (so nobody else can take
+    # over the id); the agent's own id must agree, or broker logs and takeovers would differ.
+    from messaging.security import MqttSecurity
+
+    with start_mosquitto() as mosquitto:  # anonymous, takes any user name
+        for login, expected in [(None, "dartfl-agent-pi-7"), ("pi-7", "pi-7"), ("someone", "someone")]:
+            security = MqttSecurity(username=login) if login else None
+            config = AgentConfig(device_id="pi-7", broker_url=mosquitto.url, mqtt_security=security)
+            link, _, _ = open_agent_link(config, lambda m: None)
+            try:
+                assert link._client._client_id.decode() == expected
+            finally:
+                link.close()
+    warnings = [r.getMessage() for r in caplog.records if "logging in as" in r.getMessage()]
+    assert len(warnings) == 1 and "'someone' for device 'pi-7'" in warnings[0]

@@ -26,7 +26,10 @@ def _device(capacity: int) -> DeviceExecutor[QueuedRequest]:
 
 
 def _admit(
-    message: Message, device: DeviceExecutor[QueuedRequest], stats: RequestStats
+    message: Message,
+    device: DeviceExecutor[QueuedRequest],
+    stats: RequestStats,
+    reply_rule: protocol.ReplyTopicRule = "requester",
 ) -> list[tuple[str, dict]]:
     sent: list[tuple[str, dict]] = []
     admit_request(
@@ -35,9 +38,17 @@ def _admit(
         1 << 20,
         device.admit,
         stats,
-        lambda topic, payload, _corr: sent.append((topic, json.loads(payload))),
+        lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
+        reply_rule=reply_rule,
     )
     return sent
+
+
+def _reflecting(reply_to: str, task: str = "digits") -> Message:
+    """A request asking for its reply on `reply_to`, bypassing the encoder's own rule."""
+    obj = json.loads(protocol.encode_request("r1", np.zeros((28, 28), dtype=np.uint8), REPLY))
+    obj["reply_to"] = reply_to
+    return Message(f"dartfl/v1/dev1/req/{task}", json.dumps(obj).encode(), 1, False)
 
 
 def _request(task: str, request_id: str = "r1") -> Message:
@@ -69,6 +80,22 @@ def test_a_bad_request_is_never_answered_on_a_response_topic_the_decoder_refused
     assert [topic for topic, _ in _admit(good, device, stats)] == [REPLY]
 
 
+def test_a_reply_topic_outside_the_reply_namespace_gets_nothing_published_and_counts_an_error() -> None:
+    # Reply reflection: any requester could have the device publish onto any topic it may write.
+    device, stats = _device(4), RequestStats()
+    for topic in ("alerts/door", "dartfl/v1/replay/3f9a/reply"):
+        assert _admit(_reflecting(topic), device, stats) == []
+        assert _admit(_reflecting(topic, task="cifar"), device, stats) == []  # not even an error reply
+    assert stats.errors == 4 and device.backlog() == (0, 0)
+
+
+def test_the_any_reply_rule_still_answers_old_requesters() -> None:
+    device, stats = _device(1), RequestStats()
+    _admit(_reflecting("app/replies"), device, stats, reply_rule="any")  # queued
+    (topic, body), *_ = _admit(_reflecting("app/replies"), device, stats, reply_rule="any")
+    assert topic == "app/replies" and body["reason"] == "queue-full"
+
+
 def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
     # A device rejecting 194 of 200 requests reported SLO attainment 1.0.
     device, stats = _device(2), RequestStats()
@@ -76,8 +103,7 @@ def test_rejections_are_misses_of_the_window_but_have_no_latency() -> None:
     assert [len(r) for r in replies] == [0, 0, 1, 1, 1]  # capacity 2, then queue-full
     assert all(r[0][1]["status"] == "rejected" and r[0][1]["reason"] == "queue-full" for r in replies[2:])
     now = max(e[0] for e in stats._events)
-    stats.answered(now, 0.010, True)
-    stats.answered(now, 0.020, True)
+    stats.answered_batch(now, [0.010, 0.020], slo_s=0.25)
     window = stats.window(now)
     assert window.rejected == 3 and window.replies == 2
     assert window.slo_attainment == 2 / 5

@@ -1,5 +1,6 @@
 """Helpers for tests that need a real MQTT broker: broker starters, a tiny echo device and a
-requester, all speaking edge_client.protocol over messaging.link.
+requester, all speaking dartfl.protocol over messaging.link. Logged in, each one's client id
+and (for the requester) reply namespace is its account's name.
 
 Import explicitly (`from tests.messaging import mqtt_fixtures as fx`) and wrap the
 generators in a local fixture; nothing here is collected or auto-loaded.
@@ -102,7 +103,9 @@ class Requester:
         protocol_version: str = MQTT_V311,
         security: MqttSecurity | None = None,
     ) -> None:
-        self.reply_to = protocol.reply_topic(name)
+        # Under the reply rule: the account's own reply namespace when logged in.
+        account = security.username if security is not None else None
+        self.reply_to = protocol.reply_topic(account or name)
         self._inbox: queue.Queue[tuple[float, Message]] = queue.Queue()
         self._ids = itertools.count()
         self.link = connect(

@@ -89,7 +89,8 @@ def test_mqtts_to_a_plain_listener_hints_at_the_port(
 def test_client_certificate_and_login_round_trip(
     strict_broker: BrokerHandle, tls_files: tls.TlsFiles
 ) -> None:
-    _round_trips(_url(strict_broker), tls.client_login(tls_files), tls.client_login(tls_files))
+    requester = tls.client_login(tls_files, user=tls.REQUESTER_USER)  # one connection per account
+    _round_trips(_url(strict_broker), tls.client_login(tls_files), requester)
 
 
 def test_a_broker_requiring_a_client_certificate_says_so(

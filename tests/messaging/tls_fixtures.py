@@ -24,6 +24,7 @@ from messaging.security import MqttSecurity
 __all__ = [
     "CLIENT_PASSWORD",
     "CLIENT_USER",
+    "REQUESTER_USER",
     "TlsFiles",
     "client_login",
     "make_tls_files",
@@ -34,6 +35,9 @@ __all__ = [
 
 CLIENT_USER = "edge-1"
 CLIENT_PASSWORD = "correct horse battery staple"
+# A second account: a logged-in client's id is its account's name (messaging.link), so two
+# clients at once need two accounts.
+REQUESTER_USER = "requester-1"
 _KEY = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
 
 
@@ -94,12 +98,13 @@ def make_tls_files(directory: Path) -> TlsFiles:
     client = _signed(directory, CLIENT_USER, ca, "extendedKeyUsage=clientAuth")
     passwd = directory / "passwd"
     passwd.touch(mode=0o600)
-    subprocess.run(
-        ["mosquitto_passwd", "-b", str(passwd), CLIENT_USER, CLIENT_PASSWORD],
-        check=True,
-        capture_output=True,
-        timeout=30,
-    )
+    for user in (CLIENT_USER, REQUESTER_USER):  # a test password on a command line is fine
+        subprocess.run(
+            ["mosquitto_passwd", "-b", str(passwd), user, CLIENT_PASSWORD],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
     return TlsFiles(ca[0], server[0], server[1], client[0], client[1], other_ca, passwd)
 
 
@@ -127,6 +132,6 @@ def strict_broker(tls_files: TlsFiles) -> Iterator[BrokerHandle]:
         yield broker
 
 
-def client_login(files: TlsFiles, password: str = CLIENT_PASSWORD) -> MqttSecurity:
-    """Everything the strict broker asks for: its CA, the client certificate, the account."""
-    return MqttSecurity(files.ca, files.client_cert, files.client_key, CLIENT_USER, password)
+def client_login(files: TlsFiles, password: str = CLIENT_PASSWORD, user: str = CLIENT_USER) -> MqttSecurity:
+    """Everything the strict broker asks for: its CA, the client certificate, an account."""
+    return MqttSecurity(files.ca, files.client_cert, files.client_key, user, password)

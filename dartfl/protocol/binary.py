@@ -1,0 +1,346 @@
+"""The compact binary form of requests and replies (docs/protocol.md, "Binary payloads").
+
+Beside the JSON form, a requester may send a request as a fixed little header and the raw
+image bytes: no JSON, no base64, about 40 % of the bytes, and a decoder that is a struct
+unpack. Under MQTT 5 the message carries the content type `REQUEST_CONTENT_TYPE`; under 3.1.1,
+which has no properties, a decoder tells the forms apart by the first byte (a JSON object
+starts with `{`, a binary request with the magic `DR`). A binary request is answered with a
+binary reply (`REPLY_CONTENT_TYPE`, magic `DA`), a JSON one with a JSON reply.
+
+Request, big-endian:
+
+    magic "DR" | version u8 | flags u8 | id length u8 | reply-topic length u16 |
+    height u16 | width u16 | dtype u8 (1: uint8) | [sent_at f64 if flags & 1] |
+    id (UTF-8) | reply topic (UTF-8; empty: the MQTT 5 Response Topic) | image bytes
+
+Reply, big-endian, one record per request:
+
+    magic "DA" | version u8 | status u8 (0 ok, 1 rejected, 2 error) | reason or code u8 |
+    id length u8 | detail length u16 | label i32 | latency_ms f32 | model version u32 |
+    id (UTF-8) | detail (UTF-8, errors only)
+
+A binary reply payload holds one or more records back to back: a device answering a batch
+publishes the replies that go to the same reply topic (and carry their id in the payload) as
+one message, so its cost per reply falls with the batch. The id may be empty when the MQTT 5
+Correlation Data carries it (such a reply goes alone). Every field is checked as strictly as
+in the JSON form, with the same error codes.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Collection
+from typing import Final
+
+import numpy as np
+
+from dartfl.errors import InputError, ProtocolError
+from dartfl.protocol.jsonwire import Failure, short
+from dartfl.protocol.replies import Reply, decode_reply
+from dartfl.protocol.requests import Request, correlation_id, decode_request, valid_id
+from dartfl.protocol.topics import (
+    ERROR_CODES,
+    IMAGE_BYTES,
+    IMAGE_SHAPE,
+    MAX_DETAIL_CHARS,
+    MAX_ID_CHARS,
+    MAX_REQUEST_BYTES,
+    PROTOCOL_VERSION,
+    REJECT_REASONS,
+    RejectReason,
+    ReplyTopicRule,
+    reply_topic_problem,
+)
+
+__all__ = [
+    "REPLY_CONTENT_TYPE",
+    "REQUEST_CONTENT_TYPE",
+    "decode_any_replies",
+    "decode_any_reply",
+    "decode_any_request",
+    "decode_binary_replies",
+    "decode_binary_reply",
+    "decode_binary_request",
+    "encode_binary_error",
+    "encode_binary_rejection",
+    "encode_binary_reply",
+    "encode_binary_request",
+    "is_binary",
+]
+
+REQUEST_CONTENT_TYPE: Final = "application/vnd.dartfl.request+binary; v=1"
+REPLY_CONTENT_TYPE: Final = "application/vnd.dartfl.reply+binary; v=1"
+REQUEST_MAGIC: Final = b"DR"
+REPLY_MAGIC: Final = b"DA"
+_REQUEST_HEAD = struct.Struct(">2sBBBHHHB")
+_SENT_AT = struct.Struct(">d")
+_REPLY_HEAD = struct.Struct(">2sBBBBHifI")
+_UINT8: Final = 1
+_HAS_SENT_AT: Final = 1
+# Codes on the wire are indexes into these fixed, ordered lists (closed sets in v1).
+_STATUSES: Final = ("ok", "rejected", "error")
+_REASONS: Final = tuple(sorted(REJECT_REASONS))
+_CODES: Final = tuple(sorted(ERROR_CODES))
+
+
+def is_binary(payload: bytes, content_type: str | None = None) -> bool:
+    """Whether `payload` is in the binary form: the MQTT 5 content type says so, or (without
+    one, under MQTT 3.1.1) it starts with a binary magic instead of a JSON object."""
+    if content_type is not None:
+        return content_type in (REQUEST_CONTENT_TYPE, REPLY_CONTENT_TYPE)
+    return payload[:2] in (REQUEST_MAGIC, REPLY_MAGIC)
+
+
+def encode_binary_request(
+    request_id: str, image: np.ndarray, reply_to: str = "", *, sent_at: float | None = None
+) -> bytes:
+    """A request in the binary form; an empty `reply_to` leaves it to the Response Topic."""
+    ident = request_id.encode("utf-8") if valid_id(request_id) is not None or request_id == "" else None
+    if ident is None:
+        raise InputError(f"request id {short(request_id)} must be a string of 0-{MAX_ID_CHARS} characters")
+    if reply_to:
+        problem = reply_topic_problem(reply_to)
+        if problem is not None:
+            raise InputError(f"reply topic {short(reply_to)} {problem}")
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8 or arr.shape != IMAGE_SHAPE:
+        raise InputError(f"image has dtype {arr.dtype} shape {arr.shape}; expected uint8 {IMAGE_SHAPE}")
+    topic = reply_to.encode("utf-8")
+    flags = 0
+    stamp = b""
+    if sent_at is not None:
+        if not math.isfinite(sent_at):
+            raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
+        flags |= _HAS_SENT_AT
+        stamp = _SENT_AT.pack(sent_at)
+    head = _REQUEST_HEAD.pack(
+        REQUEST_MAGIC, PROTOCOL_VERSION, flags, len(ident), len(topic), *IMAGE_SHAPE, _UINT8
+    )
+    return b"".join((head, stamp, ident, topic, np.ascontiguousarray(arr).tobytes()))
+
+
+def decode_binary_request(
+    payload: bytes,
+    task: str,
+    known_tasks: Collection[str],
+    max_bytes: int = MAX_REQUEST_BYTES,
+    *,
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    reply_rule: ReplyTopicRule = "requester",
+) -> Request:
+    """Validate and decode one binary request; raises RequestError, and nothing else. A reply
+    topic that breaks `reply_rule` is never carried on the error (docs/protocol.md)."""
+    prop_id = correlation_id(correlation_data)
+    prop_reply = response_topic if reply_topic_problem(response_topic, reply_rule) is None else None
+    fail = Failure(prop_id, prop_reply)
+    if not isinstance(payload, bytes | bytearray | memoryview):
+        fail("bad-data", f"payload must be bytes, got {type(payload).__name__}")
+    view = memoryview(payload)
+    if view.nbytes > max_bytes:
+        fail("oversized-payload", f"payload is {view.nbytes} bytes; the limit is {max_bytes}")
+    if view.nbytes < _REQUEST_HEAD.size:
+        fail("bad-data", f"a binary request needs a {_REQUEST_HEAD.size}-byte header, got {view.nbytes}")
+    magic, version, flags, id_len, topic_len, height, width, dtype = _REQUEST_HEAD.unpack_from(view)
+    if magic != REQUEST_MAGIC:
+        fail("bad-data", f"a binary request starts with {REQUEST_MAGIC!r}, got {bytes(magic)!r}")
+    at = _REQUEST_HEAD.size
+    sent_at = None
+    if flags & _HAS_SENT_AT:
+        if view.nbytes < at + _SENT_AT.size:
+            fail("bad-data", "the header announces sent_at but the payload ends")
+        (sent_at,) = _SENT_AT.unpack_from(view, at)
+        at += _SENT_AT.size
+    ident, at = _text(view, at, id_len, "id", fail)
+    reply, at = _text(view, at, topic_len, "reply topic", fail)
+    if ident and valid_id(ident) is not None:
+        fail.correlation_id = ident
+    if reply and reply_topic_problem(reply, reply_rule) is None:
+        fail.reply_to = reply
+    # Version and task first, as in the JSON form: nothing else matters if either is wrong.
+    if version != PROTOCOL_VERSION:
+        fail("unsupported-version", f"protocol version {version} is not supported; this device speaks 1")
+    if task not in known_tasks:
+        fail("unknown-task", f"task {short(task)} is not served here; known tasks: {sorted(known_tasks)}")
+    request_id = _request_id(ident, prop_id, correlation_data, fail)
+    reply_to = _reply_to(reply, response_topic, fail, reply_rule)
+    if (height, width) != IMAGE_SHAPE:
+        fail("bad-shape", f"the image must be {list(IMAGE_SHAPE)}, got {[height, width]}")
+    if dtype != _UINT8:
+        fail("bad-dtype", f"the image dtype code must be {_UINT8} (uint8), got {dtype}")
+    if view.nbytes - at != IMAGE_BYTES:
+        fail("bad-data", f"the image has {view.nbytes - at} bytes; expected {IMAGE_BYTES}")
+    if sent_at is not None and not math.isfinite(sent_at):
+        fail("bad-field", f"sent_at must be finite seconds, got {sent_at!r}")
+    image = np.frombuffer(payload, dtype=np.uint8, count=IMAGE_BYTES, offset=at).reshape(IMAGE_SHAPE)
+    return Request(
+        id=request_id,
+        task=task,
+        reply_to=reply_to,
+        image=image,
+        sent_at=sent_at,
+        correlation_data=None if correlation_data is None else bytes(correlation_data),
+        binary=True,
+    )
+
+
+def decode_any_request(
+    payload: bytes,
+    task: str,
+    known_tasks: Collection[str],
+    max_bytes: int = MAX_REQUEST_BYTES,
+    *,
+    content_type: str | None = None,
+    response_topic: str | None = None,
+    correlation_data: bytes | None = None,
+    reply_rule: ReplyTopicRule = "requester",
+) -> Request:
+    """A request in either form, told apart by its content type or first bytes."""
+    decode = decode_binary_request if is_binary(payload, content_type) else decode_request
+    return decode(
+        payload,
+        task,
+        known_tasks,
+        max_bytes,
+        response_topic=response_topic,
+        correlation_data=correlation_data,
+        reply_rule=reply_rule,
+    )
+
+
+def _text(view: memoryview, at: int, length: int, what: str, fail: Failure) -> tuple[str, int]:
+    end = at + length
+    if end > view.nbytes:
+        fail("bad-data", f"the {what} runs past the end of the payload")
+    try:
+        return bytes(view[at:end]).decode("utf-8"), end
+    except UnicodeDecodeError:
+        fail("bad-field", f"the {what} is not UTF-8")
+
+
+def _request_id(ident: str, prop_id: str | None, correlation_data: bytes | None, fail: Failure) -> str:
+    if ident:
+        if valid_id(ident) is None:
+            fail("bad-field", f"the id must be 1-{MAX_ID_CHARS} characters, got {short(ident)}")
+        return ident
+    if prop_id is not None:
+        return prop_id
+    if correlation_data is not None:
+        fail(
+            "bad-field", f"Correlation Data must be UTF-8 of 1-{MAX_ID_CHARS} characters when the id is empty"
+        )
+    fail("missing-field", "the id is empty (and no MQTT 5 Correlation Data)")
+
+
+def _reply_to(reply: str, response_topic: str | None, fail: Failure, rule: ReplyTopicRule) -> str:
+    topic = reply or response_topic
+    if topic is None:
+        fail("missing-field", "the reply topic is empty (and no MQTT 5 Response Topic)")
+    problem = reply_topic_problem(topic, rule)
+    if problem is not None:
+        fail("bad-field", f"the reply topic {problem}")
+    return topic
+
+
+# -- replies ---------------------------------------------------------------------------------
+
+
+def _reply(
+    status: int,
+    code: int,
+    request_id: str | None,
+    label: int,
+    latency_ms: float,
+    version: int,
+    detail: str = "",
+) -> bytes:
+    ident = (request_id or "").encode("utf-8")[:MAX_ID_CHARS]
+    text = detail[:MAX_DETAIL_CHARS].encode("utf-8")
+    head = _REPLY_HEAD.pack(
+        REPLY_MAGIC, PROTOCOL_VERSION, status, code, len(ident), len(text), label, latency_ms, version
+    )
+    return head + ident + text
+
+
+def encode_binary_reply(request_id: str, label: int, latency_ms: float, model_version: int) -> bytes:
+    """An answer in the binary form (the task is the request's; the requester knows it)."""
+    if isinstance(label, bool) or not isinstance(label, int | np.integer):
+        raise InputError(f"label must be an integer, got {short(label)}")
+    if not (math.isfinite(latency_ms) and latency_ms >= 0):
+        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
+    return _reply(0, 0, request_id, int(label), float(latency_ms), int(model_version))
+
+
+def encode_binary_rejection(request_id: str, reason: RejectReason) -> bytes:
+    if reason not in _REASONS:
+        raise InputError(f"rejection reason {reason!r} is not one of {list(_REASONS)}")
+    return _reply(1, _REASONS.index(reason), request_id, 0, 0.0, 0)
+
+
+def encode_binary_error(request_id: str | None, code: str, detail: str) -> bytes:
+    if code not in _CODES:
+        raise InputError(f"error code {code!r} is not one of {list(_CODES)}")
+    return _reply(2, _CODES.index(code), request_id, 0, 0.0, 0, detail)
+
+
+def decode_binary_replies(payload: bytes) -> list[Reply]:
+    """Every reply record of a binary reply payload (requester side); raises ProtocolError, and
+    nothing else."""
+    view = memoryview(payload)
+    replies: list[Reply] = []
+    at = 0
+    while at < view.nbytes or not replies:
+        reply, at = _reply_record(view, at)
+        replies.append(reply)
+    return replies
+
+
+def decode_binary_reply(payload: bytes) -> Reply:
+    """A binary reply payload of exactly one record."""
+    replies = decode_binary_replies(payload)
+    if len(replies) != 1:
+        raise ProtocolError("bad-data", f"expected one binary reply, got {len(replies)}")
+    return replies[0]
+
+
+def _reply_record(view: memoryview, at: int) -> tuple[Reply, int]:
+    if view.nbytes - at < _REPLY_HEAD.size:
+        raise ProtocolError("bad-data", f"a binary reply record needs a {_REPLY_HEAD.size}-byte header")
+    fields = _REPLY_HEAD.unpack_from(view, at)
+    magic, version, status, code, id_len, detail_len, label, latency_ms, model_version = fields
+    if magic != REPLY_MAGIC or version != PROTOCOL_VERSION or status >= len(_STATUSES):
+        raise ProtocolError("bad-data", f"not a v{PROTOCOL_VERSION} binary reply (magic, version or status)")
+    start = at + _REPLY_HEAD.size
+    end = start + id_len + detail_len
+    if end > view.nbytes:
+        raise ProtocolError("bad-data", "a binary reply record runs past the end of the payload")
+    try:
+        ident = bytes(view[start : start + id_len]).decode("utf-8") or None
+        detail = bytes(view[start + id_len : end]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("bad-field", "a binary reply's id or detail is not UTF-8") from None
+    kind = _STATUSES[status]
+    if kind == "ok":
+        return Reply(
+            ident, "ok", label=label, latency_ms=float(latency_ms), model_version=str(model_version)
+        ), end
+    names = _REASONS if kind == "rejected" else _CODES
+    if code >= len(names):
+        raise ProtocolError("bad-field", f"a binary {kind} reply has an unknown code {code}")
+    if kind == "rejected":
+        return Reply(ident, "rejected", reason=names[code]), end
+    return Reply(ident, "error", code=names[code], detail=detail), end
+
+
+def decode_any_replies(payload: bytes, content_type: str | None = None) -> list[Reply]:
+    """The replies of one message in either form (a binary one may hold several); raises
+    ProtocolError, and nothing else."""
+    if is_binary(payload, content_type):
+        return decode_binary_replies(payload)
+    return [decode_reply(payload)]
+
+
+def decode_any_reply(payload: bytes, content_type: str | None = None) -> Reply:
+    """A one-reply message in either form (requester side)."""
+    return decode_binary_reply(payload) if is_binary(payload, content_type) else decode_reply(payload)

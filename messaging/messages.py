@@ -1,0 +1,49 @@
+"""The values that cross the paho edge: a received `Message` (MQTT 5 properties included) and
+the last `Will` a client leaves with the broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import paho.mqtt.client as paho
+
+__all__ = ["Message", "Will", "message_from_paho"]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One received message. The MQTT 5 properties are None under 3.1.1 or when absent."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+    content_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Will:
+    """The last will the broker publishes if the link dies without a clean close."""
+
+    topic: str
+    payload: bytes
+    qos: int = 1
+    retain: bool = True
+
+
+def message_from_paho(msg: paho.MQTTMessage) -> Message:
+    props = getattr(msg, "properties", None)
+    response_topic = getattr(props, "ResponseTopic", None) if props is not None else None
+    correlation = getattr(props, "CorrelationData", None) if props is not None else None
+    content_type = getattr(props, "ContentType", None) if props is not None else None
+    return Message(
+        topic=msg.topic,
+        payload=bytes(msg.payload),
+        qos=msg.qos,
+        retain=bool(msg.retain),
+        response_topic=response_topic if isinstance(response_topic, str) else None,
+        correlation_data=bytes(correlation) if isinstance(correlation, bytes | bytearray) else None,
+        content_type=content_type if isinstance(content_type, str) else None,
+    )
