@@ -39,7 +39,7 @@ from dartfl.estimators import EwmaRates
 from dartfl.executor.admission import earliest_finish_s
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
-from dartfl.executor.lanes import CoreLanes
+from dartfl.executor.lanes import CoreLanes, ServingPrices, serving_prices
 from dartfl.executor.rounds import RoundClock
 from dartfl.executor.split import SampleSplitter
 from dartfl.executor.work import INFERENCE_LANE, TRAINING_LANE, CoreSwitch, InferenceBatch, Lane, TrainingStep
@@ -51,6 +51,8 @@ __all__ = ["Admission", "DeviceExecutor", "ExecutorConfig"]
 R = TypeVar("R")
 Admission = Literal["queued", "queue-full", "shutting-down"]
 Work = InferenceBatch[R] | TrainingStep | CoreSwitch
+# The series kept per control period when `record_periods` is set.
+PERIOD_KEYS = ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained", "inference_cores")
 # Plans a training step on an empty queue from what only a simulator knows (the future).
 StepPlanner = Callable[[float], int]
 
@@ -108,7 +110,7 @@ class DeviceExecutor(Generic[R]):
         # Split only where both the device and the driver can: a one-lane driver time-shares.
         splits = cfg.lanes == 2 and profile.cores.can_split
         self.lanes = CoreLanes(self.cores) if splits else None
-        self._serving: tuple[tuple[float, ...], tuple[float, ...], float, float] | None = None
+        self._serving: ServingPrices | None = None
         # An item's duration over its solo time while the other lane computes (interference).
         self._slowdown = (
             1.0 + profile.cores.inference_interference,
@@ -137,18 +139,7 @@ class DeviceExecutor(Generic[R]):
         self.busy_until_s = -math.inf  # when the work item running now is expected to end
         self.past_deadline = 0  # requests refused because they could not make their SLO
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
-        self.periods: dict[str, list[float]] = {
-            key: []
-            for key in (
-                "t_s",
-                "backlog",
-                "inference_share",
-                "microbatch",
-                "max_batch",
-                "trained",
-                "inference_cores",
-            )
-        }
+        self.periods: dict[str, list[float]] = {key: [] for key in PERIOD_KEYS}
         self.period_shares: list[tuple[float, ...]] = []
         self.training_enabled = True  # False: serve only (a federated agent between rounds)
         self.train_until_s = math.inf  # no training step starts at or after it (a run's horizon)
@@ -203,14 +194,7 @@ class DeviceExecutor(Generic[R]):
         if lanes is None or split is None:
             self._serving = None
             return
-        held, (f_i, f_t) = max(1, lanes.held[0]), self._slowdown
-        s_i, s_t = f_i / split.inference_speedup[held - 1], f_t / split.training_speedup[held - 1]
-        self._serving = (
-            tuple(a * s_i for a in split.batch_fixed_s),
-            tuple(c * s_i for c in split.per_request_s),
-            split.microbatch_fixed_s * s_t,
-            split.per_sample_s * s_t,
-        )
+        self._serving = serving_prices(split, max(1, lanes.held[0]), self._slowdown)
 
     def _serving_prices(self) -> tuple[Sequence[float], Sequence[float]]:
         if self._serving is not None:
@@ -398,7 +382,8 @@ class DeviceExecutor(Generic[R]):
         if self.lanes is None:
             self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
             return
-        solo_s, cores = self._solo(self.lanes, 0, now_s, duration_s, batch.cores)
+        solo_s = self.lanes.solo_s(0, now_s, duration_s, self._slowdown[0])
+        cores = batch.cores if batch.cores < self.cores else None
         self.costs.observe_batch(k, len(batch.arrivals_s), solo_s, cores)
 
     def step_done(
@@ -425,7 +410,8 @@ class DeviceExecutor(Generic[R]):
             self.costs.observe_step(step.samples, duration_s)
             return samples_per_task
         lane = 0 if step.lane == INFERENCE_LANE else 1
-        solo_s, cores = self._solo(self.lanes, lane, now_s, duration_s, step.cores)
+        solo_s = self.lanes.solo_s(lane, now_s, duration_s, self._slowdown[lane])
+        cores = step.cores if step.cores < self.cores else None
         self.costs.observe_step(step.samples, solo_s, cores)
         return samples_per_task
 
@@ -433,15 +419,6 @@ class DeviceExecutor(Generic[R]):
         """`switch`'s lane now runs on its new cores; resizing it took `duration_s`."""
         self.switches += 1
         self.switch_busy_s += duration_s
-
-    def _solo(
-        self, lanes: CoreLanes, lane: int, now_s: float, duration_s: float, cores: int
-    ) -> tuple[float, int | None]:
-        """The item's duration without the other lane's interference, and the cores to price it
-        on (None: the time-shared device): while both lanes computed, it ran `slowdown` slower."""
-        overlap = min(duration_s, lanes.finished(lane, now_s))
-        solo = duration_s - overlap + overlap / self._slowdown[lane]
-        return solo, (None if cores >= self.cores else cores)
 
     # -- reports ----------------------------------------------------------------------------------
 

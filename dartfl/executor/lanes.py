@@ -13,7 +13,25 @@ finished item overlapped with the other lane (interference: docs/profiles.md, "C
 
 from __future__ import annotations
 
-__all__ = ["CoreLanes"]
+from dartfl.types import CoreCosts
+
+__all__ = ["CoreLanes", "ServingPrices", "serving_prices"]
+
+# A serving lane's prices: per task (batch-fixed, per-request), then a step's (fixed, per sample).
+ServingPrices = tuple[tuple[float, ...], tuple[float, ...], float, float]
+
+
+def serving_prices(split: CoreCosts, cores: int, slowdown: tuple[float, float]) -> ServingPrices:
+    """What items cost on a serving lane of `cores` cores beside a busy training lane: the
+    one-core costs over the speedup, times the interference (`slowdown` per side)."""
+    s_i = slowdown[0] / split.inference_speedup[cores - 1]
+    s_t = slowdown[1] / split.training_speedup[cores - 1]
+    return (
+        tuple(a * s_i for a in split.batch_fixed_s),
+        tuple(c * s_i for c in split.per_request_s),
+        split.microbatch_fixed_s * s_t,
+        split.per_sample_s * s_t,
+    )
 
 
 class CoreLanes:
@@ -51,6 +69,12 @@ class CoreLanes:
     def started(self, lane: int, now_s: float) -> None:
         self.busy_since_s[lane] = now_s
         self._other_at_start[lane] = self.busy_s(1 - lane, now_s)
+
+    def solo_s(self, lane: int, now_s: float, duration_s: float, slowdown: float) -> float:
+        """The item on `lane` ended now after `duration_s`: its duration without the other
+        lane's interference (while both computed, it ran `slowdown` times slower)."""
+        overlap = min(duration_s, self.finished(lane, now_s))
+        return duration_s - overlap + overlap / slowdown
 
     def finished(self, lane: int, now_s: float) -> float:
         """The item on `lane` ends now: the seconds the other lane computed during it."""
