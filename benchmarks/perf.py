@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 import workloads
-from dartfl.executor import split_costs
+from dartfl.executor import StaticCosts
 from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
 from dartfl.types import Observation
@@ -38,7 +38,8 @@ def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float
     """`cores`: the observations are of the 4-core pi4, whose split DART also decides."""
     rng = np.random.default_rng(0)
     policy = make_policy("dart")
-    split = split_costs(get_profile("pi4"), TASKS8) if cores else None
+    static = StaticCosts(get_profile("pi4"), TASKS8) if cores else None
+    split = static.split if static is not None else None
     base = Observation(
         now_s=30.0,
         period_s=0.25,
@@ -58,6 +59,14 @@ def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float
         round_target_samples=2000,
         round_trained_samples=500,
     )
+    if static is not None:  # the 4-core pi4 as its executor tells a policy: whole-device costs
+        base = dataclasses.replace(
+            base,
+            batch_fixed_s=static.batch_fixed_s,
+            per_request_s=static.per_request_s,
+            microbatch_fixed_s=static.microbatch_fixed_s,
+            per_sample_s=static.per_sample_s,
+        )
     observations = []
     for _ in range(200):  # varied states: idle, busy, backlogged, behind on the round
         rates = rng.gamma(0.5, 20.0, 8)
