@@ -7,19 +7,23 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 # System packages the demo and the full suite need (Debian names).
-APT_PACKAGES ?= iproute2 util-linux mosquitto openssl dataset-fashion-mnist chromium
+APT_PACKAGES ?= iproute2 util-linux mosquitto openssl dataset-fashion-mnist chromium systemd
+# What `make test-arm64` emulates a Raspberry Pi with (Debian names).
+ARM64_APT_PACKAGES ?= qemu-user-static binfmt-support debootstrap
 PYTEST_ARGS ?=
 
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help venv system-deps demo lint test test-fast bench clean distclean
+.PHONY: help venv system-deps demo lint test test-fast test-arm64 pi-install bench clean distclean
 
 help:
 	@echo "make demo       set up, then simulate DART vs baselines on a bursty workload (out/demo-sim.png)"
 	@echo "make test       set up, lint, then the full test suite in a loopback-only network namespace"
 	@echo "make test-fast  fast tests only (no slow, no integration), no lint"
 	@echo "make lint       ruff check, ruff format --check, mypy"
+	@echo "make test-arm64 the device side on an emulated Raspberry Pi 4 and 5 (root; ~10 min cold)"
+	@echo "make pi-install on a Raspberry Pi: Debian packages, .venv, DART-FL's edge and fl extras"
 	@echo "make venv | system-deps | bench | clean | distclean"
 
 venv: $(STAMP)
@@ -52,6 +56,15 @@ lint: venv
 
 test: system-deps lint
 	scripts/loopback-run $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# An arm64 Debian under qemu-user, Cortex-A72 (Pi 4) and Cortex-A76 (Pi 5): scripts/test-arm64.
+test-arm64: venv
+	scripts/system-deps $(ARM64_APT_PACKAGES) iproute2 util-linux
+	scripts/test-arm64
+
+# The device side on a Raspberry Pi (or any Debian box), into $(VENV): scripts/pi-install.
+pi-install:
+	scripts/pi-install $(VENV)
 
 test-fast: venv
 	$(BIN)/python -m pytest -m "not slow and not integration" $(PYTEST_ARGS)

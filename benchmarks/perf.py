@@ -1,14 +1,16 @@
 """Speed of the core: allocator decision time and simulator throughput.
 
 1. DART's decision (update + decide) for 8 tasks on 200 varied observations, median and p99
-   in microseconds (CPython, one core): on a one-core device (time sharing) and on the
-   4-core `pi4`, where DART also chooses the split of the cores.
+   in microseconds (CPython, one core), side by side with today's DART loaded from git
+   (benchmarks/base_dart.py): both time the same observations in alternating blocks, so a
+   machine whose speed drifts slows both alike. Then DART alone on the 4-core `pi4`, where
+   it also chooses the split of the cores.
 2. One hour of the bundled Azure trace through 6 policies with `dartfl sim` (end to end:
    trace parsing, simulation, metrics), wall time, on the 4-core `pi4` and on one core.
    With `--base COMMIT` the same runs of that commit's tree (git archive) alternate with
    this tree's, so a machine whose speed drifts slows both alike.
 
-    .venv/bin/python benchmarks/perf.py [--base e0a8b55] [--repeats 3]
+    .venv/bin/python benchmarks/perf.py [--json out.json] [--base e0a8b55] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -21,23 +23,30 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from base_dart import BASE_COMMIT, load_base_dart
+
 import workloads
 from dartfl.executor import StaticCosts
 from dartfl.policies import make_policy
+from dartfl.policies.base import Policy
 from dartfl.profiles import get_profile
 from dartfl.types import Observation
 
 TASKS8 = tuple(f"task{k}" for k in range(8))
+BLOCK = 1_000  # decisions per block; the two policies alternate blocks
 
 
-def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float, float]:
-    """`cores`: the observations are of the 4-core pi4, whose split DART also decides."""
+def observations_8_tasks(cores: bool = False) -> list[Observation]:
+    """200 varied states (idle, busy, backlogged, behind on the round), seeded. `cores`: of
+    the 4-core pi4, as its executor tells a policy (whole-device costs and the split's)."""
     rng = np.random.default_rng(0)
-    policy = make_policy("dart")
     static = StaticCosts(get_profile("pi4"), TASKS8) if cores else None
     split = static.split if static is not None else None
     base = Observation(
@@ -59,7 +68,7 @@ def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float
         round_target_samples=2000,
         round_trained_samples=500,
     )
-    if static is not None:  # the 4-core pi4 as its executor tells a policy: whole-device costs
+    if static is not None:
         base = dataclasses.replace(
             base,
             batch_fixed_s=static.batch_fixed_s,
@@ -68,7 +77,7 @@ def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float
             per_sample_s=static.per_sample_s,
         )
     observations = []
-    for _ in range(200):  # varied states: idle, busy, backlogged, behind on the round
+    for _ in range(200):
         rates = rng.gamma(0.5, 20.0, 8)
         backlog = rng.poisson(rates * rng.uniform(0, 0.5))
         observations.append(
@@ -82,14 +91,26 @@ def decision_times_us(samples: int = 20_000, cores: bool = False) -> tuple[float
                 split=split,
             )
         )
-    times = np.empty(samples)
-    for i in range(samples):
-        obs = observations[i % len(observations)]
-        t0 = time.perf_counter_ns()
-        policy.update(obs)
-        policy.decide(obs)
-        times[i] = time.perf_counter_ns() - t0
-    return float(np.median(times) / 1e3), float(np.percentile(times, 99) / 1e3)
+    return observations
+
+
+def decision_times_us(
+    factories: dict[str, Callable[[], Policy]], samples: int = 20_000, cores: bool = False
+) -> dict[str, tuple[float, float]]:
+    """Median and p99 of update + decide per policy, alternating BLOCK-decision blocks."""
+    observations = observations_8_tasks(cores)
+    policies = {name: make() for name, make in factories.items()}
+    times = {name: np.empty(samples) for name in factories}
+    for start in range(0, samples, BLOCK):
+        for name, policy in policies.items():
+            out = times[name]
+            for i in range(start, min(samples, start + BLOCK)):
+                obs = observations[i % len(observations)]
+                t0 = time.perf_counter_ns()
+                policy.update(obs)
+                policy.decide(obs)
+                out[i] = time.perf_counter_ns() - t0
+    return {name: (float(np.median(t) / 1e3), float(np.percentile(t, 99) / 1e3)) for name, t in times.items()}
 
 
 def azure_hour_seconds(cores: int | None, tree: Path | None = None) -> tuple[float, int]:
@@ -130,33 +151,47 @@ def _base_tree(commit: str, into: Path) -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--json", type=Path)
     parser.add_argument("--base", help="a commit to time side by side (the simulator runs)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    p50, p99 = decision_times_us()
-    split_p50, split_p99 = decision_times_us(cores=True)
+    base = load_base_dart().DartPolicy
+    timed = decision_times_us({"dart": lambda: make_policy("dart"), "base": base})
+    (p50, p99), (base_p50, base_p99) = timed["dart"], timed["base"]
+    split_p50, split_p99 = decision_times_us({"dart": lambda: make_policy("dart")}, cores=True)["dart"]
+    period_us = 0.25e6
     result: dict[str, object] = {
         "decision_us_p50_8_tasks": round(p50, 2),
         "decision_us_p99_8_tasks": round(p99, 2),
+        "base_commit": BASE_COMMIT,
+        "base_decision_us_p50_8_tasks": round(base_p50, 2),
+        "base_decision_us_p99_8_tasks": round(base_p99, 2),
+        "decision_p50_ratio_to_base": round(p50 / base_p50, 3),
+        "decision_p99_fraction_of_period": round(p99 / period_us, 6),
         "split_decision_us_p50_8_tasks_pi4": round(split_p50, 2),
         "split_decision_us_p99_8_tasks_pi4": round(split_p99, 2),
-        "split_decision_p99_fraction_of_period": round(split_p99 / 0.25e6, 6),
+        "split_decision_p99_fraction_of_period": round(split_p99 / period_us, 6),
+        "profile": get_profile("pi4").name,
     }
     with tempfile.TemporaryDirectory() as tmp:
-        base = _base_tree(args.base, Path(tmp)) if args.base else None
+        tree = _base_tree(args.base, Path(tmp)) if args.base else None
         runs: dict[str, list[float]] = {}
+        requests = 0
         for _ in range(args.repeats):
-            for label, cores, tree in (("pi4", None, None), ("pi4_1core", 1, None), ("base_pi4", None, base)):
-                if label.startswith("base") and tree is None:
+            for label, cores, src in (("pi4", None, None), ("pi4_1core", 1, None), ("base_pi4", None, tree)):
+                if label.startswith("base") and src is None:
                     continue
-                wall, requests = azure_hour_seconds(cores, tree)
+                wall, requests = azure_hour_seconds(cores, src)
                 runs.setdefault(label, []).append(wall)
     for label, walls in runs.items():
         result[f"azure_hour_6_policies_s_{label}"] = round(float(np.median(walls)), 2)
     result["azure_requests"] = requests
     if args.base:
-        result["base_commit"] = args.base
-    print(json.dumps(result, indent=1))
+        result["sim_base_commit"] = args.base
+    text = json.dumps(result, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
 
 
 if __name__ == "__main__":

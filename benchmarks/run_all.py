@@ -14,9 +14,9 @@ RESULTS = HERE / "results"
 
 # (script and arguments, file its stdout goes to, or None when it writes its own --json)
 JOBS: list[tuple[list[str], str | None]] = [
-    (["perf.py"], "perf.json"),
+    (["perf.py", "--json", str(RESULTS / "perf.json")], None),
     (["sim_targets.py", "--json", str(RESULTS / "sim_targets_full.json")], None),
-    (["sim_targets.py", "--public", "--json", str(RESULTS / "sim_targets_public.json")], None),
+    (["stress.py", "--json", str(RESULTS / "stress.json")], None),
     (["frontier.py", "--profile", "public-small"], "frontier_public-small.json"),
     (["frontier.py", "--profile", "pi4"], "frontier_pi4.json"),
     (["hopeless.py"], "hopeless.json"),

@@ -1,10 +1,17 @@
-"""The foundation issue's simulator targets, scenario by scenario.
+"""The simulator targets, scenario by scenario (benchmarks/scenarios.py).
 
-For each scenario: DART at its default knob against inference-only and every static:<x> and
-inference-first:<m>. Targets: SLO attainment within 1 point of inference-only; harvest
-efficiency >= 1.2x that of every rival whose SLO attainment is at least DART's; harvest >= 0.3.
+For each scenario, DART at its default knob against inference-only, today's DART (from git,
+base_dart.py) and the rivals of verdict.RIVALS (statics, inference-first, threshold,
+proportional):
 
-    .venv/bin/python benchmarks/sim_targets.py [--json out.json] [--jobs 2]
+- issue 12's targets (verdict.py): SLO attainment within 1 point of inference-only; not
+  dominated (no rival with SLO >= DART's and harvest >= DART's + 0.01); training-caused
+  misses within the miss budget plus the bound's slack;
+- the foundation targets: harvest efficiency >= 1.2x that of every rival whose SLO
+  attainment is at least DART's, and >= 0.3 (`foundation_ok`).
+
+    .venv/bin/python benchmarks/sim_targets.py [--json out.json] [--jobs 2] [--filter pi4]
+    .venv/bin/python benchmarks/sim_targets.py --table out.json   # markdown
 """
 
 from __future__ import annotations
@@ -18,78 +25,73 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from base_dart import BASE_COMMIT
 from scenarios import Scenario, arrivals_for, scenarios
-
-from dartfl.sim import SimConfig
-from dartfl.sim.compare import compare_policies, task_specs
-
-RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
-    f"inference-first:{m}" for m in (1, 2, 4, 8, 16, 32)
-]
-# The rivals of the project's public acceptance check (kept outside this repository).
-PUBLIC_RIVALS = [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)] + [
-    f"inference-first:{m}" for m in (1, 2, 4, 16)
-]
+from verdict import simulate_all, verdict
 
 
-def evaluate(
-    scenario: Scenario, dart_spec: str = "dart", seed: int = 1, public: bool = False
-) -> dict[str, Any]:
-    rivals = PUBLIC_RIVALS if public else RIVALS
+def evaluate(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
     arrivals = arrivals_for(scenario, seed=seed)
-    specs = [dart_spec, "inference-only", *RIVALS]
-    tasks = task_specs(arrivals, scenario.slo_s)
-    out = compare_policies(arrivals, scenario.profile, tasks, specs, SimConfig(), seed=seed)
-    res = {r["policy"]: r for r in out.summaries}
-    dart, io = res[dart_spec], res["inference-only"]
-    dominating = [
-        (p, res[p]["harvest_efficiency"])
-        for p in rivals
-        if res[p]["slo_attainment"] >= dart["slo_attainment"]
-    ]
-    best_p, best = max(dominating, key=lambda x: x[1], default=("-", 0.0))
-    ok = (
-        dart["slo_attainment"] >= io["slo_attainment"] - 0.01
-        and dart["harvest_efficiency"] >= 0.3
-        and dart["harvest_efficiency"] >= 1.2 * best
+    results, bound = simulate_all(arrivals, scenario.profile, scenario.slo_s, seed)
+    row = verdict(scenario.name, results, bound)
+    best = row["best_rival_harvest"] if row["best_rival"] != "-" else 0.0
+    row["ratio"] = row["dart_harvest"] / best if best > 0 else float("inf")
+    row["foundation_ok"] = bool(
+        row["slo_ok"] and row["dart_harvest"] >= 0.3 and row["dart_harvest"] >= 1.2 * best
     )
-    return {
-        "scenario": scenario.name,
-        "requests": dart["requests"],
-        "dart_slo": dart["slo_attainment"],
-        "io_slo": io["slo_attainment"],
-        "dart_harvest": dart["harvest_efficiency"],
-        "best_rival": best_p,
-        "best_rival_harvest": best,
-        "ratio": dart["harvest_efficiency"] / best if best > 0 else float("inf"),
-        "decision_us_p50": dart["decision_us_p50"],
-        "ok": ok,
-    }
+    return row
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| scenario | requests | inference-only SLO | DART SLO / harvest "
+        f"| DART@{BASE_COMMIT} SLO / harvest | training-caused misses (bound) "
+        "| strongest rival at >= DART's SLO | issue-12 targets |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        rival = f"{r['best_rival']} {r['best_rival_slo']:.4f} / {r['best_rival_harvest']:.3f}"
+        lines.append(
+            f"| {r['scenario']} | {r['requests']} | {r['io_slo']:.4f} "
+            f"| {r['dart_slo']:.4f} / {r['dart_harvest']:.3f} "
+            f"| {r['base_slo']:.4f} / {r['base_harvest']:.3f} "
+            f"| {r['training_miss_fraction']:.4f} ({r['miss_bound']:.4f}) "
+            f"| {rival if r['best_rival'] != '-' else '-'} | {r['verdict']} |"
+        )
+    met = {k: sum(r[k] for r in rows) for k in ("slo_ok", "undominated", "promise_kept", "foundation_ok")}
+    lines.append(
+        f"\n{len(rows)} scenarios: SLO within 1 point {met['slo_ok']}, not dominated {met['undominated']}, "
+        f"promise kept {met['promise_kept']}; the foundation's 1.2x harvest target {met['foundation_ok']}."
+    )
+    return "\n".join(lines)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--table", type=Path, help="print the markdown table of a JSON file and exit")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--dart", default="dart")
     parser.add_argument("--filter", default="")
-    parser.add_argument("--public", action="store_true", help="only the public check's rivals")
+    parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
+    if args.table:
+        print(markdown(json.loads(args.table.read_text())))
+        return
     todo = [s for s in scenarios() if args.filter in s.name]
     with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(
-            pool.map(evaluate, todo, [args.dart] * len(todo), [1] * len(todo), [args.public] * len(todo))
-        )
+        rows = list(pool.map(evaluate, todo, [args.seed] * len(todo)))
     for r in rows:
         print(
-            f"{'ok ' if r['ok'] else 'BAD'} {r['scenario']:42s} "
-            f"dart slo {r['dart_slo']:.4f} io {r['io_slo']:.4f} "
-            f"harvest {r['dart_harvest']:.3f} best rival {r['best_rival']:18s} {r['best_rival_harvest']:.3f} "
-            f"ratio {r['ratio']:.2f}"
+            f"{r['verdict']:28s} {r['scenario']:40s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
+            f"{r['dart_harvest']:.3f} base {r['base_slo']:.4f}/{r['base_harvest']:.3f} "
+            f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}",
+            flush=True,
         )
-    print(f"{sum(r['ok'] for r in rows)}/{len(rows)} scenarios meet all targets")
+    print(markdown(rows).splitlines()[-1].strip())
     if args.json:
-        args.json.write_text(json.dumps(rows, indent=1))
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

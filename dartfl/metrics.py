@@ -18,6 +18,7 @@ fluid limit"); one core is the definition above, to the bit.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,12 +27,15 @@ import numpy as np
 import numpy.typing as npt
 
 __all__ = [
+    "MissBudgetBound",
     "RunRecord",
     "burst_recovery_s",
     "fluid_trainable_samples",
     "harvest_efficiency",
+    "miss_budget_bound",
     "run_trainable_samples",
     "summarize",
+    "training_caused_misses",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -67,6 +71,10 @@ class RunRecord:
     offload_saves_s: float = 0.0
     cores: int = 1
     core_switches: int = 0
+    # Per request, where the executor tracks it (dartfl.attribution): the training time of its
+    # busy period before its service started, and when the latest of those steps started.
+    training_delay_s: FloatArray | None = None
+    delay_cause_s: FloatArray | None = None
 
     @property
     def run_s(self) -> float:
@@ -111,6 +119,73 @@ def burst_recovery_s(t_s: FloatArray, backlog: FloatArray, threshold: float) -> 
     t_end = np.append(t_s, t_s[-1] if t_s.size else 0.0)
     durations = t_end[ends] - t_s[starts]
     return float(durations.mean()), float(durations.max())
+
+
+def training_caused_misses(run: RunRecord) -> npt.NDArray[np.bool_] | None:
+    """Per request: late, but within its SLO once its busy period's training delay is taken
+    away, or refused at its deadline because of that delay (dartfl.attribution); None if the
+    executor did not track the delay. A refused request carries a delay only when training
+    made the difference: a full queue, or a deadline missed anyway, says nothing about it."""
+    if run.training_delay_s is None:
+        return None
+    latency = run.finish_s - run.arrival_s
+    slo = np.asarray(run.slo_s)[run.tasks] if run.tasks.size else np.zeros(0)
+    delay = run.training_delay_s
+    with np.errstate(invalid="ignore"):  # NaN latencies (rejected, unanswered) compare False
+        late: npt.NDArray[np.bool_] = (latency > slo) & (delay > 0.0) & (latency - delay <= slo)
+    caused: npt.NDArray[np.bool_] = late | (run.rejected & (delay > 0.0))
+    return caused
+
+
+@dataclass(frozen=True)
+class MissBudgetBound:
+    """The promise checked on one run (docs/allocator.md, "The promise"): the training-caused
+    misses are at most budget x arrivals + debt_limit + overshoot."""
+
+    arrivals: int  # requests the policy was told about (arrived by the last control tick)
+    training_misses: int
+    budget: float  # delta
+    debt_limit: float  # the largest H_max of the run
+    overshoot: int  # E: the most training-caused misses still to be counted at one tick
+
+    @property
+    def measured(self) -> float:
+        return self.training_misses / self.arrivals if self.arrivals else 0.0
+
+    @property
+    def slack(self) -> float:
+        """(H_max + E) / A: what the bound adds to the budget."""
+        return (self.debt_limit + self.overshoot) / self.arrivals if self.arrivals else math.inf
+
+    @property
+    def holds(self) -> bool:
+        return self.training_misses <= self.budget * self.arrivals + self.debt_limit + self.overshoot
+
+
+def miss_budget_bound(run: RunRecord, budget: float, debt_limit: float) -> MissBudgetBound:
+    """The bound's terms for a run, from its per-request training delays and control ticks.
+
+    E = max over ticks j of the training-caused misses whose latest delaying step was allowed
+    by a decision at or before tick j and that are counted after it: the misses H can still
+    receive once it has crossed its limit. A miss finishing at f is counted at the first tick
+    at or after f (never, if after the last one); a step starting at c was allowed by the last
+    tick at or before c.
+    """
+    caused = training_caused_misses(run)
+    ticks = run.periods.get("t_s")
+    if caused is None or ticks is None:
+        raise ValueError("the run records no training delays or control ticks")
+    last_tick = float(ticks[-1]) if ticks.size else 0.0
+    arrivals = int(np.searchsorted(run.arrival_s, last_tick, side="right"))
+    finish = np.where(run.rejected, run.arrival_s, run.finish_s)[caused]  # a refusal counts at once
+    cause = run.delay_cause_s[caused] if run.delay_cause_s is not None else np.zeros(finish.size)
+    counted_at = np.searchsorted(ticks, finish, side="left")  # len(ticks): never counted
+    allowed_by = np.searchsorted(ticks, cause, side="right") - 1
+    coverage = np.zeros(ticks.size + 1, dtype=np.int64)  # difference array over ticks
+    np.add.at(coverage, np.maximum(allowed_by, 0), 1)
+    np.add.at(coverage, counted_at, -1)
+    overshoot = int(np.cumsum(coverage).max()) if finish.size else 0
+    return MissBudgetBound(arrivals, int(caused.sum()), budget, debt_limit, overshoot)
 
 
 def _latency_block(lat: FloatArray, answered_in_slo: int, total: int, rejected: int) -> dict[str, Any]:
@@ -168,6 +243,9 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
         cores = run.periods.get("inference_cores")
         if cores is not None and cores.size:
             result["mean_inference_cores"] = float(cores.mean())
+    caused = training_caused_misses(run)
+    if caused is not None:
+        result["training_miss_fraction"] = float(caused.mean()) if caused.size else 0.0
     backlog = run.periods.get("backlog")
     if backlog is not None and backlog.size:
         result["mean_backlog"] = float(backlog.mean())

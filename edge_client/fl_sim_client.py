@@ -23,8 +23,9 @@ from dartfl.policies import make_policy
 from dartfl.sim import SimConfig, simulate
 from dartfl.types import TaskSpec
 from fltask.config import FlConfig, split_list
-from fltask.data import TaskData, client_view, load_tasks, partition_dirichlet, partition_iid
+from fltask.data import TaskData, load_tasks
 from fltask.model import build_model, get_weights, set_weights
+from fltask.partition import client_view, partition_dirichlet, partition_iid
 from fltask.trainer import Trainer
 
 __all__ = ["RoundOutcome", "client_arrivals", "client_partition", "fleet_demand", "run_sim_round"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -34,6 +35,7 @@ __all__ = [
     "flwr_run_status",
     "free_port",
     "start_process",
+    "supernode_id",
     "wait_for_port",
     "write_connection",
 ]
@@ -128,6 +130,19 @@ def start_process(args: Sequence[str], env: Mapping[str, str], log_path: Path) -
     return ManagedProcess(args, env, log_path)
 
 
+_SUPERNODE_ID = re.compile(rb"SuperNode ID: (\d+)")
+
+
+def supernode_id(log_path: Path) -> int | None:
+    """The node id a `flower-supernode` got from the SuperLink, read from its log ("SuperNode
+    ID: N"); None until it has registered. Flower names nodes by these random ids only."""
+    try:
+        found = _SUPERNODE_ID.findall(log_path.read_bytes())
+    except OSError:
+        return None
+    return int(found[-1]) if found else None
+
+
 def write_connection(
     flwr_home: Path, name: str, address: str, *, insecure: bool = True, root_certificates: Path | None = None
 ) -> None:
@@ -169,14 +184,14 @@ class LocalSuperLink:
         ]
         if simulation:
             self._args += ["--simulation", "--isolation", "subprocess"]
-        self._log_path = workdir / "superlink.log"
+        self.log_path = workdir / "superlink.log"
         self._process: ManagedProcess | None = None
 
     def start(self) -> None:
         """Start it (again, after `kill`) and wait until it listens; stopped if it does not."""
         if self._process is not None and self._process.proc.poll() is None:
             raise DartflError(f"the SuperLink on 127.0.0.1:{self.port} is already running")
-        self._process = start_process(self._args, self.env, self._log_path)
+        self._process = start_process(self._args, self.env, self.log_path)
         try:
             wait_for_port(self.port, 30, self._process.proc)
         except BaseException:

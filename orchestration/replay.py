@@ -48,7 +48,7 @@ __all__ = ["ReplayOptions", "ReplayOutcome", "profile_of", "replay"]
 
 ANONYMOUS_REQUESTER = "replay"  # the requester name on a broker without logins
 PROBE_ID = "probe"
-PROBE_TIMEOUT_S = 10.0
+PROBE_TIMEOUT_S = 10.0  # at least; four SLOs for a slower device
 QUEUE_WAIT_S = 5.0  # how long a request may wait for room in the client's outgoing queue
 
 Payload = Literal["binary", "json"]
@@ -312,7 +312,8 @@ def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: th
     name, body, content_type = encode(0, PROBE_ID)
     request = protocol.request_topic(options.device, name)
     link.publish(request, body, qos=protocol.REQUEST_QOS, content_type=content_type)
-    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    timeout_s = max(PROBE_TIMEOUT_S, 4 * options.slo_s)  # a slow device answers within its SLO
+    deadline = time.monotonic() + timeout_s
     while not answered.wait(0.05):
         _stop_if_refused(link)
         if time.monotonic() >= deadline:
@@ -320,7 +321,7 @@ def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: th
             reply_topic = _reply_topic_of(body, content_type)
             raise DartflError(
                 f"no reply on {reply_topic} to a probe request on {request} within "
-                f"{PROBE_TIMEOUT_S:.0f} s: the agent is not serving, or the broker drops the request "
+                f"{timeout_s:.0f} s: the agent is not serving, or the broker drops the request "
                 f"or the reply without a word ({grant_hint('write', request, account)}; "
                 f"{grant_hint('read', reply_topic, account)}; the device's account must write replies)"
             )

@@ -1,13 +1,16 @@
 """The server's round loop: configure, collect, aggregate per part, evaluate, checkpoint, record.
 
-Written against Flower's `Grid` port (get_node_ids, send_and_receive), so tests drive it with
-an in-memory grid that calls the ClientApp in-process. Each round:
+Written against Flower's `Grid` port (get_node_ids, push_messages, pull_messages), so tests
+drive it with an in-memory grid that calls the ClientApp in-process. Each round:
 1. wait (up to node-wait-s) for enough nodes: min-available-nodes before the first round,
    min-train-nodes afterwards (a node that died is not waited for forever);
 2. send every connected node the global weights and the round's config (deadline, policy...);
-3. collect replies until round-timeout-s; error replies, late nodes and unusable updates
-   (missing or malformed counts, weights that do not fit the model or hold NaN) are dropped
-   with a warning, so one broken or diverged device cannot stop or poison the run;
+3. collect replies (server.collect): each node's reply is pulled on its own, and a node is
+   given up when it leaves the federation (missed heartbeats) or at round-timeout-s, so a
+   node that dies mid-round, even while uploading its reply, cannot cost the others' updates;
+   error replies and unusable updates (missing or malformed counts, weights that do not fit
+   the model or hold NaN) are dropped with a warning, so one broken or diverged device cannot
+   stop or poison the run;
 4. aggregate with the multitask rule (server.aggregation), evaluate per task on the test sets;
 5. checkpoint, then record the round in the run store and the results file.
 A restarted server finds the latest checkpoint and resumes at the round after it, if the
@@ -22,10 +25,9 @@ import json
 import logging
 import sqlite3
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, MessageType, RecordDict
@@ -41,8 +43,12 @@ from fltask.records import (
 )
 from server.aggregation import ClientUpdate, aggregate, check_weights
 from server.checkpoint import latest_checkpoint, save_checkpoint
+from server.collect import CollectingGrid, collect_replies
 
 __all__ = ["GridPort", "run_rounds", "summarize_history"]
+
+# What the loop needs of Flower's Grid: what collecting replies needs.
+GridPort = CollectingGrid
 
 log = logging.getLogger(__name__)
 
@@ -64,16 +70,6 @@ _RESUMABLE_KEYS = frozenset(
         "run-label",
     }
 )
-
-
-class GridPort(Protocol):
-    """What the loop needs of Flower's Grid."""
-
-    def get_node_ids(self) -> Iterable[int]: ...
-
-    def send_and_receive(
-        self, messages: Iterable[Message], *, timeout: float | None = None
-    ) -> Iterable[Message]: ...
 
 
 def _wait_for_nodes(grid: GridPort, needed: int, wait_s: float, sleep_s: float = 0.5) -> list[int]:
@@ -238,8 +234,9 @@ def _play_round(
         Message(content, dst_node_id=node, message_type=MessageType.TRAIN, group_id=str(server_round))
         for node in nodes
     ]
-    replies = list(grid.send_and_receive(messages, timeout=cfg.round_timeout_s))
-    updates, client_metrics = _usable_updates(replies, run.weights, cfg, server_round)
+    collected = collect_replies(grid, messages, timeout_s=cfg.round_timeout_s)
+    replies = collected.replies
+    updates, client_metrics, updated_nodes = _usable_updates(replies, run.weights, cfg, server_round)
     aggregated = len(updates) >= cfg.min_train_nodes
     if aggregated:
         run.weights = aggregate(run.weights, updates)
@@ -257,6 +254,9 @@ def _play_round(
         "nodes_sent": len(messages),
         "replies": len(updates),
         "rejected": len(replies) - len(updates),
+        "updated_nodes": updated_nodes,
+        "left_nodes": collected.left,
+        "timed_out_nodes": collected.timed_out,
         "aggregated": aggregated,
         "accuracy_per_task": accuracy,
         "mean_accuracy": float(np.mean(list(accuracy.values()))),
@@ -286,12 +286,12 @@ def _add_counters(totals: dict[str, float], client_metrics: list[dict[str, float
 
 
 def _usable_updates(
-    replies: list[Message], weights: dict[str, np.ndarray], cfg: FlConfig, server_round: int
-) -> tuple[list[ClientUpdate], list[dict[str, float]]]:
-    """The replies' updates and metrics, without error replies and unusable updates."""
-    updates, client_metrics = [], []
-    for reply in replies:
-        node = reply.metadata.src_node_id
+    replies: list[tuple[int, Message]], weights: dict[str, np.ndarray], cfg: FlConfig, server_round: int
+) -> tuple[list[ClientUpdate], list[dict[str, float]], list[int]]:
+    """The (node, reply) pairs' updates, metrics and nodes, without error replies and unusable
+    updates."""
+    updates, client_metrics, nodes = [], [], []
+    for node, reply in replies:
         if reply.has_error():
             log.warning("round %d: node %s failed: %s", server_round, node, reply.error.reason)
             continue
@@ -307,7 +307,8 @@ def _usable_updates(
             continue
         updates.append(update)
         client_metrics.append(metrics)
-    return updates, client_metrics
+        nodes.append(node)
+    return updates, client_metrics, nodes
 
 
 def _resume_config(cfg: FlConfig) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from workloads._common import FloatArray
+from workloads.compound import compound_times
 from workloads.hawkes import hawkes_times
 from workloads.mix import TaskMix
 from workloads.modulated import mmpp_times, pareto_onoff_times
@@ -35,6 +36,7 @@ GENERATORS: Mapping[str, GeneratorFn] = {
     "step": step_times,
     "flash-crowd": flash_crowd_times,
     "hawkes": hawkes_times,
+    "compound": compound_times,
 }
 GENERATOR_NAMES: tuple[str, ...] = tuple(GENERATORS)
 

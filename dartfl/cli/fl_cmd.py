@@ -14,8 +14,10 @@ It starts a SuperLink, one Mosquitto, and per device a `dartfl edge run` agent w
 channel on 127.0.0.1 and a SuperNode whose node config points at it; replays requests to every
 agent while Flower runs the rounds; reports per round the server's time, the slowest client's
 own time (handover to update on the agent) and their difference, the deployment overhead;
-and stops every process it started, also on failure. `run` starts a run on a SuperLink that
-is already running, on this machine or another (docs/deployment.md section 4):
+and stops every process it started, also on failure. `--kill-node 1 --kill-phase uploading`
+makes it a fault test (a SuperNode SIGKILLed mid-round; docs/deployment.md section 6).
+`run` starts a run on a SuperLink that is already running, on this machine or another
+(docs/deployment.md section 4):
 
     dartfl fl run --superlink superlink.example:8000 --root-certificates ca.crt --set num-server-rounds=20
 
@@ -91,6 +93,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dep.add_argument("--workdir", type=Path, help="keep logs, checkpoints and results here (default: temp)")
     dep.add_argument("--json", action="store_true", help="print one JSON object")
     dep.add_argument("--timeout-s", type=float, default=600.0, help="limit for the federated run")
+    dep.add_argument(
+        "--kill-node",
+        type=int,
+        metavar="I",
+        help="fault test: SIGKILL device I's SuperNode in its first round (the run goes on without it)",
+    )
+    dep.add_argument(
+        "--kill-phase",
+        choices=("training", "uploading"),
+        default="training",
+        help="when --kill-node strikes: while its agent trains (default), or once the SuperLink "
+        "has its reply but not yet the reply's objects",
+    )
     dep.set_defaults(handler=_deploy_local)
     _register_run(fl_sub)
 
@@ -269,7 +284,7 @@ def _deploy_local(args: argparse.Namespace) -> int:
     import contextlib
     import os
 
-    from orchestration.deploy_local import deploy_local
+    from orchestration.deploy_local import DeployFaults, deploy_local
     from orchestration.flower_processes import scratch_dir
 
     ctx: contextlib.AbstractContextManager[Path] = (
@@ -290,17 +305,21 @@ def _deploy_local(args: argparse.Namespace) -> int:
             max_train=args.max_train,
             run_config=_checked_sets(args.set, _DEPLOY_OWNED),
             timeout_s=args.timeout_s,
+            faults=DeployFaults(kill_node=args.kill_node, kill_phase=args.kill_phase),
         )
     out["leftover_pids"] = [pid for pid in out["pids"] if _alive(pid, os)]
     if args.json:
         print(json.dumps(out))
         return 0
-    print("round | replies | server s | slowest client s | overhead s")
+    print("round | replies | server s | slowest client s | overhead s | updates from")
     for r in out["per_round"]:
         print(
             f"{r['round']:5d} | {r['replies']:7d} | {r['server_round_s']:8.2f} | "
-            f"{r['slowest_client_s']:16.2f} | {r['overhead_s']:10.2f}"
+            f"{r['slowest_client_s']:16.2f} | {r['overhead_s']:10.2f} | {', '.join(r['updated'])}"
         )
+    if (kill := out["killed"]) is not None:
+        when = "never" if kill["killed_after_s"] is None else f"{kill['killed_after_s']:.1f} s in"
+        print(f"killed {kill['device']}'s SuperNode while {kill['phase']}: {when}")
     for device, load in out["replay"].items():
         print(f"{device}: {load['replies']}/{load['sent']} replies, p50 {load['p50_latency_ms']} ms")
     print(f"mean overhead per round {out['mean_overhead_s']:.2f} s; leftover pids: {out['leftover_pids']}")

@@ -35,7 +35,17 @@ __all__ = [
 ]
 
 # Listed here, not imported, to keep numpy out of `--help`; a test checks it matches the registry.
-WORKLOAD_NAMES = ("poisson", "mmpp", "gamma", "pareto-onoff", "diurnal", "step", "flash-crowd", "hawkes")
+WORKLOAD_NAMES = (
+    "poisson",
+    "mmpp",
+    "gamma",
+    "pareto-onoff",
+    "diurnal",
+    "step",
+    "flash-crowd",
+    "hawkes",
+    "compound",
+)
 DEFAULT_DURATION_S = 600.0
 DEFAULT_RATE_PER_S = 50.0
 DEFAULT_TASKS = "digits,fashion,uci-digits"

@@ -34,6 +34,7 @@ from typing import Generic, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from dartfl.attribution import BusyPeriodDelay, is_training_miss
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
 from dartfl.executor.admission import earliest_finish_s
@@ -135,7 +136,13 @@ class DeviceExecutor(Generic[R]):
         self.training_busy_s = 0.0
         self.switches = 0
         self.switch_busy_s = 0.0
-        self.last_step_end_s = -math.inf  # requests that arrived before it waited behind a step
+        self.last_step_end_s = -math.inf  # when the latest step on the serving lane ended
+        # Which late answers training caused: the training time of each busy period.
+        self.training_delay = BusyPeriodDelay()
+        self._step_running: tuple[float, float] | None = None  # (start, expected end)
+        # The last refusal's training delay (0: training did not cause it) and its step's start.
+        self.refusal_training_delay_s = 0.0
+        self.refusal_delay_cause_s = math.nan
         self.busy_until_s = -math.inf  # when the work item running now is expected to end
         self.past_deadline = 0  # requests refused because they could not make their SLO
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
@@ -153,6 +160,7 @@ class DeviceExecutor(Generic[R]):
     def admit(self, arrival_s: float, task: int, request: R) -> Admission:
         """Queue `request` of `task`, or refuse it (the caller answers the refusal)."""
         self._arrivals[task] += 1
+        self.refusal_training_delay_s, self.refusal_delay_cause_s = 0.0, math.nan
         if self.closed:
             self._misses[task] += 1
             return "shutting-down"
@@ -161,6 +169,7 @@ class DeviceExecutor(Generic[R]):
             return "queue-full"
         self._times[task].append(arrival_s)
         self._items[task].append(request)
+        self.training_delay.request_queued(arrival_s)
         self.backlog_total += 1
         if self.backlog_total > self.max_backlog:
             self.max_backlog = self.backlog_total
@@ -181,10 +190,32 @@ class DeviceExecutor(Generic[R]):
             per,
             self.profile.max_batch,
         )
-        if finish > now_s + self.slo_s[task]:
-            self.past_deadline += 1
-            return False
-        return True
+        deadline = now_s + self.slo_s[task]
+        if finish <= deadline:
+            return True
+        self.past_deadline += 1
+        delay, cause = self.training_delay.delay_s, self.training_delay.cause_s
+        if self._step_running is not None:
+            start, end = self._step_running
+            delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
+        if self._serving is not None:  # split: the cores given to training are delay too
+            whole = earliest_finish_s(
+                now_s,
+                self.busy_until_s,
+                task,
+                [len(q) for q in self._times],
+                self.head_deadlines_s(),
+                self.slo_s[task],
+                self.costs.batch_fixed_s,
+                self.costs.per_request_s,
+                self.profile.max_batch,
+            )
+            if finish > whole:
+                delay, cause = delay + finish - whole, now_s
+        if delay > 0.0 and finish - delay <= deadline:
+            self._training_misses[task] += 1
+            self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
+        return False
 
     def _refresh_serving(self) -> None:
         """The serving lane's prices while the device is split (None: the cost model's, the
@@ -323,6 +354,8 @@ class DeviceExecutor(Generic[R]):
         """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""
         alloc = self.alloc
         training_open = self.training_open(now_s)
+        if self.backlog_total == 0:
+            self.training_delay.device_free_and_empty()
         if self.gate.should_serve(self.backlog_total, alloc.inference_share, training_open):
             return self.take_batch(now_s, alloc.max_batch)
         if not training_open:
@@ -334,6 +367,7 @@ class DeviceExecutor(Generic[R]):
             return None
         a_t, c_t = self._serving_step()
         self.busy_until_s = now_s + a_t + c_t * m
+        self._step_running = (now_s, self.busy_until_s)
         return TrainingStep(
             m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s, INFERENCE_LANE, cores
         )
@@ -358,24 +392,33 @@ class DeviceExecutor(Generic[R]):
         times, items = self._times[task], self._items[task]
         size = min(len(times), max_batch)
         cores = self.lanes.held[0] if self.lanes is not None else self.cores
+        fixed, per = self._serving_prices()
+        run_s = fixed[task] + per[task] * size
+        delay = self.training_delay
+        if self._serving is not None:  # split: what the whole device would have saved is delay
+            costs = self.costs
+            delay.lane_slowed(now_s, run_s - costs.batch_fixed_s[task] - costs.per_request_s[task] * size)
         batch = InferenceBatch(
-            task, [items.popleft() for _ in range(size)], [times.popleft() for _ in range(size)], now_s, cores
+            task,
+            [items.popleft() for _ in range(size)],
+            [times.popleft() for _ in range(size)],
+            now_s,
+            cores,
+            delay.delay_s,
+            delay.cause_s,
         )
         self.backlog_total -= size
-        fixed, per = self._serving_prices()
-        self.busy_until_s = now_s + fixed[task] + per[task] * size
+        self.busy_until_s = now_s + run_s
         return batch
 
     def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> None:
         """The batch was answered at `now_s` after running `duration_s`."""
         k = batch.task
-        slo, step_end = self.slo_s[k], self.last_step_end_s
-        # A miss on the lane of a split is training's too: the split gave cores away to it.
-        split = batch.cores < self.cores
+        slo, delay = self.slo_s[k], batch.training_delay_s
         for arrived in batch.arrivals_s:
             if now_s - arrived > slo:
                 self._misses[k] += 1
-                if split or arrived < step_end:
+                if is_training_miss(now_s - arrived, slo, delay):
                     self._training_misses[k] += 1
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s
@@ -406,6 +449,8 @@ class DeviceExecutor(Generic[R]):
         if step.lane == INFERENCE_LANE:  # only a step on the serving lane holds requests back
             self.gate.trained(duration_s, step.inference_share)
             self.last_step_end_s = now_s
+            self.training_delay.step_ended(now_s, step.started_s)
+            self._step_running = None
         if self.lanes is None:
             self.costs.observe_step(step.samples, duration_s)
             return samples_per_task

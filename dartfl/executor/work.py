@@ -10,6 +10,7 @@ run it and with how many threads.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
@@ -27,13 +28,18 @@ LANES: tuple[Lane, Lane] = (INFERENCE_LANE, TRAINING_LANE)
 
 @dataclass(frozen=True, slots=True)
 class InferenceBatch(Generic[R]):
-    """Requests of one task taken from its queue, oldest first, with their arrival times."""
+    """Requests of one task taken from its queue, oldest first, with their arrival times.
+
+    `training_delay_s` is the training time of their busy period so far and `delay_cause_s`
+    when its latest step started (NaN: none); see dartfl.attribution."""
 
     task: int
     requests: list[R]
     arrivals_s: list[float]
     started_s: float
     cores: int = 1  # the serving lane's cores: run the batch with this many threads
+    training_delay_s: float = 0.0
+    delay_cause_s: float = math.nan
 
 
 @dataclass(frozen=True, slots=True)

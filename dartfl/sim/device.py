@@ -128,6 +128,8 @@ def simulate(
     finish = np.full(n, np.nan)
     rejected = np.zeros(n, dtype=bool)
     lanes = _Lanes(device, profile, cfg, rng)
+    delay = np.zeros(n)  # the training delay of each request's busy period (dartfl.attribution)
+    delay_cause = np.full(n, np.nan)  # when the latest step in that delay started
 
     i = 0  # next arrival
     ticks = 1  # ticks are at j * period_s: a running sum would drift and add or drop the last one
@@ -147,6 +149,9 @@ def simulate(
                 if isinstance(work, InferenceBatch):
                     for r in work.requests:
                         finish[r] = now
+                    if work.training_delay_s > 0.0:
+                        delay[work.requests] = work.training_delay_s
+                        delay_cause[work.requests] = work.delay_cause_s
                 elif on_step is not None and isinstance(work, TrainingStep):
                     on_step(work.samples, device.alloc.task_shares, device.alloc.loss_weights)
 
@@ -159,6 +164,9 @@ def simulate(
         while i < n and times[i] <= now:
             if device.admit(times[i], task_of[i], i) != "queued":
                 rejected[i] = True
+                if device.refusal_training_delay_s > 0.0:
+                    delay[i] = device.refusal_training_delay_s
+                    delay_cause[i] = device.refusal_delay_cause_s
             i += 1
         if planner is not None:
             planner.next_arrival = i
@@ -198,6 +206,8 @@ def simulate(
         max_backlog=device.max_backlog,
         decision_us=device.decision_us(),
         periods=periods,
+        training_delay_s=delay,
+        delay_cause_s=delay_cause,
         round_samples=tuple(device.rounds.closed),
         round_target_samples=cfg.round_target_samples,
         end_s=max(horizon, last_answer, device.last_step_end_s, lanes.last_step_end_s),

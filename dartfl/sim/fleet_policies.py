@@ -22,8 +22,9 @@ import numpy.typing as npt
 
 from dartfl.errors import ConfigError
 from dartfl.policies import EDGE_POLICIES, DartConfig
-from dartfl.policies.dart import PACE_LEAD
+from dartfl.policies.dart import IDLE_FLOOR, PACE_LEAD
 from dartfl.registry import Registry
+from dartfl.sim.fleet_dart import FleetMissDebt, FleetStepRisk, FleetSurprise
 from dartfl.types import Observation
 
 __all__ = [
@@ -219,24 +220,40 @@ class FleetDart(FleetPolicy):
         # This port is DART's time-shared decision: on a multi-core device the exact DART
         # would split the cores, so the fleet runs it only with split=off (or on one core).
         self.splits_cores = self.config.core_split == "on"
-        self.miss_queue: FloatArray | None = None  # H per device
+        self.reset()
+
+    @property
+    def miss_queue(self) -> FloatArray | None:
+        """H per device (None before the first update)."""
+        return self.debt.queue if self.debt.queue.size else None
+
+    def reset(self) -> None:
+        cfg = self.config
         self.peak_rates: FloatArray | None = None  # (devices, tasks)
         self.recent_max: FloatArray | None = None  # (devices, tasks): busiest recent period
         self._ring = np.zeros((0, 0, 0))  # (rate_window, devices, tasks) per-period counts
         self._ring_pos = 0
         self._decay = 0.0
         self._decay_period_s = -1.0
+        self.envelope = FleetSurprise(cfg.surprise_quantile)
+        self.debt = FleetMissDebt(cfg.miss_budget, cfg.debt)
+        self.risk = FleetStepRisk()
+        self._last_m = np.zeros(0, dtype=np.int64)  # the step `decide` chose last, per device
+        self._last_step_s = np.zeros(0)
 
-    def reset(self) -> None:
-        self.miss_queue = None
-        self.peak_rates = None
-        self.recent_max = None
-        self._ring = np.zeros((0, 0, 0))
-        self._ring_pos = 0
+    def _ensure(self, devices: int) -> None:
+        self.envelope.ensure(devices)
+        self.debt.ensure(devices)
+        self.risk.ensure(devices)
+        if self._last_m.shape != (devices,):
+            self._last_m = np.zeros(devices, dtype=np.int64)
+            self._last_step_s = np.zeros(devices)
 
     def update(self, obs: FleetObservation) -> None:
         cfg = self.config
-        k_tasks = obs.num_tasks
+        tau = obs.period_s
+        d, k_tasks = obs.num_devices, obs.num_tasks
+        self._ensure(d)
         # H counts the misses training caused where the executor can tell them apart.
         counted = (
             obs.slo_misses_since_last
@@ -248,14 +265,13 @@ class FleetDart(FleetPolicy):
         for k in range(1, k_tasks):  # sequential sums, as the scalar policy adds them
             misses += counted[:, k]
             arrived += obs.arrivals_since_last[:, k]
-        excess = misses - cfg.miss_budget * arrived
-        if self.miss_queue is None or self.miss_queue.shape != excess.shape:
-            self.miss_queue = np.zeros_like(excess)
-        self.miss_queue = np.maximum(0.0, self.miss_queue + excess)
-        if obs.period_s != self._decay_period_s:
+        trained = np.zeros(d) if obs.round_trained_samples is None else obs.round_trained_samples
+        self.risk.update(misses, tau, obs.round_start_s, trained, self._last_m, self._last_step_s)
+        if tau != self._decay_period_s:
             memory = cfg.burst_memory_s
-            self._decay = math.exp(-obs.period_s / memory) if memory > 0 else 0.0
-            self._decay_period_s = obs.period_s
+            self._decay = math.exp(-tau / memory) if memory > 0 else 0.0
+            self._decay_period_s = tau
+            self.envelope.set_memory(cfg.surprise_memory_s / tau)
         rates = obs.arrival_rate_per_s
         if self.peak_rates is None or self.peak_rates.shape != rates.shape:
             self.peak_rates = np.zeros(rates.shape)
@@ -265,25 +281,34 @@ class FleetDart(FleetPolicy):
         self._ring[self._ring_pos] = obs.arrivals_since_last
         self.recent_max = self._ring.max(axis=0)
         self._ring_pos = (self._ring_pos + 1) % cfg.rate_window
+        # The work that arrived and the work rate step 1 forecasts, summed task by task.
+        per, n = obs.per_request_s, obs.arrivals_since_last
+        plan = np.maximum(np.maximum(rates, cfg.burst_weight * self.peak_rates), self.recent_max / tau)
+        work, forecast = np.zeros(d), np.zeros(d)
+        for k in range(k_tasks):
+            work += per[:, k] * n[:, k]
+            forecast += per[:, k] * plan[:, k]
+        self.envelope.update(work, forecast, tau)
+        self.debt.update(misses, arrived, work, tau)
 
     def decide(self, obs: FleetObservation) -> FleetAllocation:
         cfg = self.config
         tau = obs.period_s
-        k_tasks = obs.num_tasks
+        d, k_tasks = obs.num_devices, obs.num_tasks
         a_t, c_t, m_max = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch
         backlog, fixed, per = obs.backlog, obs.batch_fixed_s, obs.per_request_s
+        self._ensure(d)
         # Before the first update (fresh state), plan with this period's observation.
         peaks = obs.arrival_rate_per_s if self.peak_rates is None else self.peak_rates
         recent = obs.arrivals_since_last if self.recent_max is None else self.recent_max
-        miss_queue = self.miss_queue if self.miss_queue is not None else np.zeros(obs.num_devices)
 
         # 1. Arrival rates to plan for: smoothed, busiest recent period, this period, part of a
         #    remembered burst.
         last = np.maximum(recent, obs.arrivals_since_last) / tau
         lam = np.maximum(np.maximum(obs.arrival_rate_per_s, cfg.burst_weight * peaks), last)
-        zero = np.zeros(obs.num_devices)
+        zero = np.zeros(d)
         lam_total, lam_cost, active_fixed = zero.copy(), zero.copy(), zero.copy()
-        slo_min = np.full(obs.num_devices, math.inf)
+        slo_min = np.full(d, math.inf)
         for k in range(k_tasks):
             rate = lam[:, k]
             active = (rate > 0.0) | (backlog[:, k] > 0)
@@ -294,25 +319,29 @@ class FleetDart(FleetPolicy):
         slo_min = np.where(slo_min == math.inf, obs.slo_s.min(axis=1), slo_min)
         budget_s = slo_min * (1.0 - cfg.slack_margin)
 
-        # 2. The SLO-safe step.
-        s_safe = (budget_s - active_fixed) / (1.0 + lam_cost)
+        # 2. The SLO-safe step, against the forecast and the learnt surprise.
+        s_safe = self.envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau)
 
-        # 3. Step size m.
+        # 3. Step size m: the plan, priced at 1 / (1 - H / H_max), cut to what the budget
+        #    affords; none voluntary at H >= H_max; owed work at the base price.
         deficit = _training_deficit(obs)
         gain = deficit + cfg.v
-        miss_price = np.where(deficit > 0.0, 1.0, 1.0 + miss_queue)  # owed work pays the base price
-        best = _best_microbatch(a_t, c_t, m_max, s_safe, budget_s, lam_cost, active_fixed, lam_total, gain,
-                                miss_price)  # fmt: skip
-        overloaded = np.where(deficit > 0.0, 1, 0).astype(np.int64)
-        m = np.where(lam_cost >= 1.0, overloaded, best)
+        price = np.where(deficit > 0.0, 1.0, self.debt.price())
+        stopped = price == math.inf
+        plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
+        best = _best_microbatch(obs, self.envelope, *plan, gain, np.where(stopped, 1.0, price))
+        idle = np.maximum(IDLE_FLOOR, 1.0 - self.debt.load)
+        cut = self.risk.affordable(best, a_t, c_t, self.debt.allowance_per_s(), idle)
+        best = np.where((best > 0) & (deficit <= 0.0), cut, best)
+        m = np.where((lam_cost >= 1.0) & (deficit > 0.0), 1, np.where(stopped, 0, best)).astype(np.int64)
+        self._last_m, self._last_step_s = m, a_t + c_t * m
 
-        # 4. Inference share: strict priority unless the round is behind.
-        share = np.ones(obs.num_devices)
-        owed = (m > 0) & (deficit > 0.0)
+        # 4. Inference share: strict priority unless the round is behind; owed work priced per
+        #    sample at the cheapest step.
+        share = np.ones(d)
+        owed = deficit > 0.0
         if owed.any():
-            with np.errstate(divide="ignore", invalid="ignore"):
-                owed_work_s = deficit * (a_t + c_t * m) / m
-            share = np.where(owed, _deficit_share(obs, lam, owed_work_s), share)
+            share = np.where(owed, _deficit_share(obs, lam, deficit * (a_t / m_max + c_t)), share)
 
         # 5. Inference batch cap, unless last period's arrivals needed half the device.
         last_load = obs.arrivals_since_last[:, 0] * per[:, 0]
@@ -324,8 +353,8 @@ class FleetDart(FleetPolicy):
         if cfg.task_shares == "demand":
             shares = _demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
         else:
-            shares = np.full((obs.num_devices, k_tasks), 1.0 / k_tasks)
-        return FleetAllocation(share, m.astype(np.int64), batch, shares)
+            shares = np.full((d, k_tasks), 1.0 / k_tasks)
+        return FleetAllocation(share, m, batch, shares)
 
 
 def _training_deficit(obs: FleetObservation) -> FloatArray:
@@ -338,30 +367,31 @@ def _training_deficit(obs: FleetObservation) -> FloatArray:
 
 
 def _best_microbatch(
-    a_t: FloatArray,
-    c_t: FloatArray,
-    m_max: IntArray,
+    obs: FleetObservation,
+    envelope: FleetSurprise,
     s_safe: FloatArray,
     budget_s: FloatArray,
     lam_cost: FloatArray,
     active_fixed: FloatArray,
     lam_total: FloatArray,
     gain: FloatArray,
-    miss_price: FloatArray,
+    price: FloatArray,
 ) -> IntArray:
     """The scalar `_best_microbatch` per device: the same candidates, the same strict `>` ties."""
+    a_t, c_t, m_max, tau = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch, obs.period_s
     # min(m_max, int(x)) == int(min(x, m_max)) for x >= 0; clipping first avoids int overflow.
     fits = np.minimum((s_safe - a_t) / c_t, m_max.astype(np.float64))
     m_safe = np.where(s_safe <= a_t, 0, np.trunc(np.maximum(fits, 0.0)).astype(np.int64))
-    best_m = m_safe.copy()
     best_j = np.where(m_safe > 0, gain * m_safe / (a_t + c_t * m_safe), 0.0)
-    best_m = np.where(m_safe > 0, best_m, 0)
+    best_m = np.where(m_safe > 0, m_safe, 0)
     span = m_max - m_safe
-    for m in (m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max):
-        step = a_t + c_t * m
-        stretched = step * (1.0 + lam_cost)
+    grid = np.stack((m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max))
+    steps = a_t + c_t * grid
+    surprises = envelope.surprise_s(steps, tau)  # the three candidates at once
+    for m, step, surprise in zip(grid, steps, surprises, strict=True):
+        stretched = step * (1.0 + lam_cost) + surprise
         late = np.minimum(1.0, (stretched + active_fixed - budget_s) / stretched)
-        j = gain * m / step - miss_price * lam_total * np.maximum(0.0, late)
+        j = gain * m / step - price * lam_total * np.maximum(0.0, late)
         better = j > best_j
         best_m = np.where(better, m, best_m)
         best_j = np.where(better, j, best_j)
@@ -373,6 +403,8 @@ def _deficit_share(obs: FleetObservation, lam: FloatArray, owed_work_s: FloatArr
     backlog, fixed, per, tau = obs.backlog, obs.batch_fixed_s, obs.per_request_s, obs.period_s
     needed = np.zeros(obs.num_devices)
     all_outrank = np.ones(obs.num_devices, dtype=bool)
+    single_outranks = np.ones(obs.num_devices, dtype=bool)  # one request of every idle task
+    any_present = np.zeros(obs.num_devices, dtype=bool)
     b_max = obs.max_batch.astype(np.float64)
     for k in range(obs.num_tasks):
         rate, q = lam[:, k], backlog[:, k]
@@ -382,7 +414,11 @@ def _deficit_share(obs: FleetObservation, lam: FloatArray, owed_work_s: FloatArr
         outranks = np.maximum(1.0, q) * cost >= owed_work_s
         needed += np.where(present & outranks, expected * cost / tau, 0.0)
         all_outrank &= ~present | outranks
-    return np.where(all_outrank, 1.0, np.minimum(1.0, needed))
+        single_outranks &= present | (per[:, k] + fixed[:, k] >= owed_work_s)
+        any_present |= present
+    share = np.where(all_outrank, 1.0, np.minimum(1.0, needed))
+    result: FloatArray = np.where(any_present, share, np.where(single_outranks, 1.0, 0.0))
+    return result
 
 
 def _batch_cap(obs: FleetObservation, lam: FloatArray) -> IntArray:

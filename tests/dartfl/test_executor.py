@@ -44,20 +44,39 @@ def test_the_most_urgent_head_is_served_first_and_late_answers_are_misses() -> N
     assert device.inference_busy_s == 0.25
 
 
-def test_a_miss_counts_as_training_caused_only_if_the_request_waited_behind_a_step() -> None:
-    device = _device()
+def test_a_late_answer_is_training_caused_only_if_its_busy_period_training_explains_it() -> None:
+    device = _device(spec="inference-first:16")
+    device.config = ExecutorConfig(0.25, deadline_admission=False)
     device.tick(0.25)  # the warm-up period ends: inference-first may train now
     step = device.next_work(0.25)
-    assert isinstance(step, TrainingStep) and step.samples == 4
-    device.admit(0.30, 0, "behind")  # arrives during the step
+    assert isinstance(step, TrainingStep) and step.samples == 16
+    device.admit(0.30, 0, "behind")  # waits 0.2 s behind the step
+    device.admit(0.31, 0, "anyway")
     device.step_done(step, 0.50, 0.25)
-    device.admit(0.55, 0, "after")  # arrives after it
-    batch = device.next_work(0.55)
-    assert isinstance(batch, InferenceBatch)
-    device.batch_done(batch, 0.80, 0.25)  # both late
-    obs = device.observation(0.8)
+    first = device.take_batch(0.50, 1)
+    assert first is not None and first.training_delay_s == pytest.approx(0.2)
+    device.batch_done(first, 0.55, 0.05)  # 0.25 s: late, but 0.05 s without the step
+    second = device.take_batch(0.55, 1)
+    assert second is not None
+    device.batch_done(second, 0.90, 0.35)  # 0.59 s: late by more than the step explains
+    obs = device.observation(0.9)
     assert obs.slo_misses_since_last == (2, 0) and obs.training_misses_since_last == (1, 0)
-    assert sum(device.trained_per_task) == 4 and device.rounds.trained == 4
+    assert sum(device.trained_per_task) == 16 and device.rounds.trained == 16
+
+
+def test_a_deadline_refusal_behind_a_step_is_training_caused_and_a_full_queue_is_not() -> None:
+    device = _device(spec="inference-first:16")
+    device.tick(0.25)
+    step = device.next_work(0.25)
+    assert isinstance(step, TrainingStep) and device.busy_until_s - 0.25 > 0.1
+    # Task a's 0.1 s SLO cannot be met behind the step, but could without it.
+    assert device.admit(0.26, 0, "behind") == "queue-full"
+    assert device.refusal_training_delay_s == pytest.approx(device.busy_until_s - 0.26)
+    assert device.refusal_delay_cause_s == 0.25
+    assert [device.admit(0.26, 1, f"b{i}") for i in range(3)] == ["queued", "queued", "queue-full"]
+    assert device.refusal_training_delay_s == 0.0  # the queue was full: training did not cause it
+    obs = device.observation(0.3)
+    assert obs.slo_misses_since_last == (1, 1) and obs.training_misses_since_last == (1, 0)
 
 
 def test_periodic_rounds_close_at_their_ends_with_what_they_trained() -> None:

@@ -109,6 +109,84 @@ def test_fleet_dart_decides_exactly_as_scalar_dart_over_random_observation_seque
     assert all(count >= 10 for count in seen.values()), seen  # every branch was exercised
 
 
+def _device_stream(
+    rng: np.random.Generator, k: int, periods: int, period: float, round_periods: int
+) -> list[Observation]:
+    """One device's observations over `periods` control periods: Poisson arrivals broken by
+    clumps, training misses after clumps, and round progress that grows and restarts."""
+    base_rate = float(rng.choice([5.0, 40.0, 200.0]))
+    costs = {
+        "slo_s": tuple(float(d) for d in rng.uniform(0.05, 0.5, k)),
+        "batch_fixed_s": tuple(float(a) for a in rng.uniform(0.0, 0.005, k)),
+        "per_request_s": tuple(float(c) for c in rng.uniform(1e-4, 0.005, k)),
+        "max_batch": int(rng.integers(8, 65)),
+        "microbatch_fixed_s": float(rng.uniform(0.001, 0.02)),
+        "per_sample_s": float(rng.uniform(5e-4, 0.03)),
+        "max_microbatch": int(rng.integers(4, 65)),
+    }
+    out, trained = [], 0
+    for t in range(periods):
+        clump = rng.random() < 0.08
+        arrivals = rng.poisson(base_rate * period * (12.0 if clump else 1.0) / k, k)
+        misses = rng.poisson(3.0, k) if clump or rng.random() < 0.05 else np.zeros(k, dtype=np.int64)
+        round_index, in_round = divmod(t, round_periods)
+        trained = 0 if in_round == 0 else trained + int(rng.integers(0, 40))
+        backlog = rng.poisson(arrivals * rng.uniform(0, 0.5))
+        out.append(
+            Observation(
+                now_s=(t + 1) * period,
+                period_s=period,
+                backlog=tuple(int(b) for b in backlog),
+                oldest_age_s=tuple(
+                    float(a) if b else 0.0 for a, b in zip(rng.uniform(0, 0.3, k), backlog, strict=True)
+                ),
+                arrivals_since_last=tuple(int(a) for a in arrivals),
+                slo_misses_since_last=tuple(int(m) for m in misses),
+                training_misses_since_last=tuple(int(m) for m in misses),
+                arrival_rate_per_s=tuple(float(a) / period for a in arrivals),
+                round_start_s=round_index * round_periods * period,
+                round_deadline_s=(round_index + 1) * round_periods * period,
+                round_target_samples=0,
+                round_trained_samples=trained,
+                **costs,  # type: ignore[arg-type]
+            )
+        )
+    return out
+
+
+def test_fleet_dart_keeps_the_scalar_learnt_state_over_long_sequences() -> None:
+    """Miss debt, step risk and surprise envelope are learnt over 80 periods per device and
+    steer the decisions: the fleet port stays exact (H and envelope included), and the
+    debt's stop, a learnt risk and a learnt surprise all occur."""
+    rng = np.random.default_rng(11)
+    seen = {"stopped": 0, "risk learnt": 0, "surprise learnt": 0, "0<m<max": 0}
+    for _ in range(6):
+        k = int(rng.integers(1, 4))
+        config = DartConfig(miss_budget=float(rng.choice([0.002, 0.005])), debt=float(rng.choice([0.5, 1.0])))
+        period = 0.25
+        streams = [_device_stream(rng, k, 80, period, 40) for _ in range(8)]
+        scalar = [DartPolicy(config) for _ in streams]
+        fleet = FleetDart(config)
+        for t in range(80):
+            observations = [stream[t] for stream in streams]
+            stacked = FleetObservation.stack(observations)
+            fleet.update(stacked)
+            decided = fleet.decide(stacked)
+            for i, (policy, obs) in enumerate(zip(scalar, observations, strict=True)):
+                policy.update(obs)
+                want = policy.decide(obs)
+                assert decided.microbatch[i] == want.microbatch, (t, i)
+                assert decided.inference_share[i] == want.inference_share
+                assert decided.max_batch[i] == want.max_batch
+                assert fleet.debt.queue[i] == policy.debt.queue
+                np.testing.assert_array_equal(fleet.envelope.q[:, i], policy.envelope.q)
+                seen["stopped"] += policy.debt.queue >= policy.debt.debt_limit > 0
+                seen["risk learnt"] += policy.risk.kappa(0, obs.microbatch_fixed_s + obs.per_sample_s) > 0
+                seen["surprise learnt"] += policy.envelope.q[0] > 0
+                seen["0<m<max"] += 0 < want.microbatch < obs.max_microbatch
+    assert all(count >= 20 for count in seen.values()), seen
+
+
 @pytest.mark.parametrize("spec", ["inference-only", "inference-first", "inference-first:4", "static:0.3"])
 def test_fleet_baselines_decide_exactly_as_scalar_baselines(spec: str) -> None:
     rng = np.random.default_rng(3)

@@ -2,11 +2,11 @@
 2 device agents, Mosquitto, as `deploy_local` builds it) is killed mid-run and started again
 with the same checkpoint-dir; the run resumes at the round after the last checkpoint.
 
-`deploy_local(kill_server_after_round=1)` SIGKILLs the whole server side (the SuperLink with
-its SuperExec and ServerApp, and `flwr run`) once round 1's checkpoint is written and an agent
-trains round 2, waits for the agents to finish that orphaned round, starts the SuperLink again
-from its database on the same address, and runs `flwr run` again; the SuperNodes reconnect on
-their own. Run under `scripts/loopback-run`.
+`deploy_local(faults=DeployFaults(kill_server_after_round=1))` SIGKILLs the whole server side
+(the SuperLink with its SuperExec and ServerApp, and `flwr run`) once round 1's checkpoint is
+written and an agent trains round 2, waits for the agents to finish that orphaned round,
+starts the SuperLink again from its database on the same address, and runs `flwr run` again;
+the SuperNodes reconnect on their own. Run under `scripts/loopback-run`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 
-from orchestration.deploy_local import deploy_local, processes_of
+from orchestration.deploy_local import DeployFaults, deploy_local
+from orchestration.faults import processes_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -53,7 +54,7 @@ def test_a_killed_server_resumes_from_its_last_checkpoint(tmp_path: Path) -> Non
             max_train=300,
             run_config={"max-test-per-task": 100, "min-train-nodes": 1},
             timeout_s=150.0,
-            kill_server_after_round=1,
+            faults=DeployFaults(kill_server_after_round=1),
         )
         killed_log = (tmp_path / "flwr-run-killed.log").read_text()
         resumed_log = (tmp_path / "flwr-run.log").read_text()

@@ -16,12 +16,10 @@ from fltask.data import (
     TASK_NAMES,
     DatasetMissingError,
     TaskData,
-    client_view,
     load_task,
     load_user_dataset,
-    partition_dirichlet,
-    partition_iid,
 )
+from fltask.partition import client_view, partition_dirichlet, partition_iid
 
 # ---------------------------------------------------------------------------- built-in tasks
 

@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from dartfl.errors import ConfigError, InputError
-from fltask.data import TaskData, client_view
+from fltask.data import TaskData
 from fltask.model import build_model, get_weights, set_weights
+from fltask.partition import client_view
 from fltask.trainer import Trainer, _EpochSampler, evaluate
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

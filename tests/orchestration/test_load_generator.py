@@ -9,7 +9,7 @@ import pytest
 
 from dartfl import protocol
 from messaging.brokers import start_mosquitto
-from orchestration.deploy_local import LoadGenerator
+from orchestration.load import LoadGenerator
 from tests.messaging import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration

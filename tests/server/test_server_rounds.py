@@ -97,10 +97,10 @@ class _TamperingGrid(LocalGrid):
         super().__init__(*args, **kwargs)
         self.tamper = tamper
 
-    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
-        replies = list(super().send_and_receive(messages, timeout=timeout))
+    def pull_messages(self, message_ids: Iterable[str]) -> list[Message]:
+        replies = list(super().pull_messages(message_ids))
         for reply in replies:
-            server_round = int(self.sent[-1].metadata.group_id)
+            server_round = int(reply.metadata.group_id)
             if reply.metadata.src_node_id == 11 and server_round in self.tamper:
                 self.tamper[server_round](reply)
         return replies
@@ -201,3 +201,35 @@ def test_a_checkpoint_from_before_settings_were_saved_is_checked_on_policy_and_t
     grid = _grid(cfg)
     assert run_rounds(grid, cfg)["rounds"] == 1  # round 2 only: round 1 came from the checkpoint
     assert {m.metadata.group_id for m in grid.sent} == {"2"}
+
+
+def test_a_node_killed_while_uploading_its_reply_leaves_the_run_to_the_survivor() -> None:
+    # Issue 16: a SuperNode killed while uploading its reply left a reply whose objects never
+    # came; pulling it blocked for the SuperLink's push session (180 s) past round-timeout-s,
+    # and the survivor's update, which came in meanwhile, was lost with it.
+    cfg = FlConfig(num_server_rounds=2, **{**SMALL, "round_timeout_s": 20.0})
+    grid = _grid(cfg)
+    grid.offline_after_s = 1.0  # it misses its heartbeats
+    grid.session_ttl_s = 60.0  # the stalled pull outlasts the round's timeout
+    grid.kill(11, "uploading")
+    grid.reply_after_s[10] = 0.5  # the survivor's reply comes after the killed node's
+    try:
+        summary = run_rounds(grid, cfg)
+    finally:
+        grid.close()
+    first, second = summary["history"]
+    assert first["updated_nodes"] == [10] and first["aggregated"]
+    assert first["left_nodes"] == [11] and first["timed_out_nodes"] == []
+    assert first["round_s"] < cfg.round_timeout_s  # given up when it left, not at the timeout
+    assert second["nodes_sent"] == 1 and second["updated_nodes"] == [10]  # the run goes on without it
+
+
+def test_a_node_killed_while_training_is_not_sent_later_rounds() -> None:
+    cfg = FlConfig(num_server_rounds=2, **{**SMALL, "round_timeout_s": 20.0})
+    grid = _grid(cfg)
+    grid.offline_after_s = 1.0
+    grid.kill(11, "training")
+    summary = run_rounds(grid, cfg)
+    first, second = summary["history"]
+    assert first["updated_nodes"] == [10] and first["aggregated"] and first["round_s"] < 20.0
+    assert second["nodes_sent"] == 1 and second["updated_nodes"] == [10]

@@ -36,5 +36,5 @@ def test_facade_exports_its_public_api_and_imports_nothing_heavy() -> None:
     assert result["missing"] == []
     assert result["requests"] > 0
     assert result["bundled"] == 19_366
-    assert len(result["names"]) == 8
+    assert len(result["names"]) == 9
     assert result["heavy"] == []

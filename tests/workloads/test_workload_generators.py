@@ -56,6 +56,9 @@ RATE_CASES = [
     ("flash-crowd", {"factor": 30.0, "at-s": 1900.0, "decay-s": 500.0}, 2000.0, 50.0, 0.02),
     ("hawkes", {}, 5000.0, 100.0, 0.06),
     ("hawkes", {"branching": 0.5, "kernel-s": 0.2}, 2000.0, 50.0, 0.03),
+    # Compound: the count is a sum of batch sizes, variance rate x duration x E[B^2] / E[B].
+    ("compound", {}, 4000.0, 50.0, 0.08),
+    ("compound", {"off-s": 0.0, "batch-mean": 5.0, "batch-cv": 0.0}, 2000.0, 50.0, 0.04),
 ]
 
 
@@ -81,7 +84,7 @@ def test_gamma_inter_arrival_cv_matches_the_target(cv: float) -> None:
     assert gaps.std() / gaps.mean() == pytest.approx(cv, rel=0.06)
 
 
-@pytest.mark.parametrize("name", ["mmpp", "pareto-onoff", "hawkes", "gamma"])
+@pytest.mark.parametrize("name", ["mmpp", "pareto-onoff", "hawkes", "gamma", "compound"])
 def test_bursty_generators_have_much_higher_per_second_cv_than_poisson(name: str) -> None:
     poisson = per_second_cv(_times("poisson", 1800.0, 50.0), 1800.0)
     bursty = per_second_cv(_times(name, 1800.0, 50.0), 1800.0)
@@ -168,7 +171,34 @@ BAD_PARAMS = [
     ("flash-crowd", {"at-s": -1.0}, "at-s"),
     ("hawkes", {"branching": 1.0}, "branching"),
     ("hawkes", {"kernel-s": -2.0}, "kernel-s"),
+    ("compound", {"batch-mean": 0.5}, "batch-mean"),
+    ("compound", {"batch-alpha": 0.5}, "batch-alpha"),
+    ("compound", {"alpha": 1.0}, "alpha"),
+    ("compound", {"off-s": -1.0}, "off-s"),
+    ("compound", {"background": 1.5}, "background"),
 ]
+
+
+def test_compound_batches_have_the_requested_mean_and_a_pareto_tail() -> None:
+    # spread-s 0: a batch's requests share one time, so the batches can be counted back.
+    times = _times("compound", 20_000.0, 50.0, seed=4, **{"batch-mean": 10.0, "batch-alpha": 1.3,
+                   "spread-s": 0.0, "off-s": 0.0, "background": 0.0})  # fmt: skip
+    _, sizes = np.unique(times, return_counts=True)
+    assert sizes.mean() == pytest.approx(10.0, rel=0.15)
+    # Classical Pareto(1.3): P(size > x) falls as x^-1.3; between 20 and 200, by 10^1.3 = 20.
+    tail = (sizes > 20).mean() / (sizes > 200).mean()
+    assert 10.0 < tail < 40.0
+    assert sizes.max() > 1000  # clumps of hundreds or thousands do occur
+
+
+def test_compound_bursts_come_in_on_periods_over_a_background_of_single_requests() -> None:
+    params = {"batch-mean": 30.0, "spread-s": 0.0, "on-s": 2.0, "off-s": 30.0, "background": 0.1}
+    times = _times("compound", 3600.0, 20.0, seed=2, **params)
+    _, sizes = np.unique(times, return_counts=True)
+    assert (sizes == 1).sum() == pytest.approx(0.1 * 20.0 * 3600.0, rel=0.05)  # the background
+    assert per_second_cv(times, 3600.0) > 2.0
+    counts = np.bincount(np.floor(times).astype(np.int64), minlength=3600)
+    assert counts.max() >= 30  # a whole batch within one second
 
 
 @pytest.mark.parametrize(("name", "params", "param"), BAD_PARAMS)

@@ -22,6 +22,7 @@ def test_generator_names_are_exactly_the_documented_ones() -> None:
         "step",
         "flash-crowd",
         "hawkes",
+        "compound",
     )
 
 

@@ -1,0 +1,94 @@
+"""Issue 12's targets for one workload on one device, shared by stress.py and sim_targets.py.
+
+`simulate_all` runs DART at its default knob, `inference-only`, today's DART (loaded from git,
+base_dart.py) and every rival on the same arrivals; `verdict` checks:
+1. DART's SLO attainment within 1 point of inference-only's;
+2. DART not dominated: no rival has SLO attainment >= DART's and harvest >= DART's + 0.01;
+3. the promise: DART's training-caused misses <= budget x arrivals + H_max + E.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from base_dart import BASE_COMMIT, load_base_dart
+
+from dartfl.arrivals import Arrivals
+from dartfl.metrics import MissBudgetBound, miss_budget_bound, summarize
+from dartfl.policies import DartPolicy, make_policy
+from dartfl.policies.base import Policy
+from dartfl.sim import SimConfig, simulate
+from dartfl.types import DeviceProfile, TaskSpec
+
+RIVALS = (
+    [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)]
+    + [f"inference-first:{m}" for m in (1, 2, 4, 8, 16)]
+    + ["threshold", "proportional"]
+)
+BASE = f"dart@{BASE_COMMIT}"
+HARVEST_MARGIN = 0.01  # a rival dominates with SLO >= DART's and harvest >= DART's + this
+
+
+def simulate_all(
+    arrivals: Arrivals, profile: DeviceProfile, slo_s: float, seed: int = 1, rivals: list[str] | None = None
+) -> tuple[dict[str, dict[str, Any]], MissBudgetBound]:
+    """Summaries per policy name, and DART's miss-budget bound."""
+    tasks = [TaskSpec(name, slo_s) for name in arrivals.task_names]
+    dart = DartPolicy()
+    base: Policy = load_base_dart().DartPolicy()
+    base.name = BASE
+    policies: list[Policy] = [dart, make_policy("inference-only"), base]
+    policies += [make_policy(spec) for spec in (RIVALS if rivals is None else rivals)]
+    results: dict[str, dict[str, Any]] = {}
+    bound = None
+    for policy in policies:
+        record = simulate(arrivals, profile, tasks, policy, SimConfig(), np.random.default_rng(seed))
+        results[policy.name] = summarize(record)
+        if policy is dart:
+            bound = miss_budget_bound(record, dart.config.miss_budget, dart.debt.debt_limit)
+    assert bound is not None
+    return results, bound
+
+
+def verdict(name: str, results: dict[str, dict[str, Any]], bound: MissBudgetBound) -> dict[str, Any]:
+    dart, io, base = results["dart"], results["inference-only"], results[BASE]
+    slo, harvest = dart["slo_attainment"], dart["harvest_efficiency"]
+    at_least = [(p, r) for p, r in results.items() if p in RIVALS and r["slo_attainment"] >= slo]
+    best_p, best = max(at_least, key=lambda pr: pr[1]["harvest_efficiency"], default=("-", None))
+    dominators = [p for p, r in at_least if r["harvest_efficiency"] >= harvest + HARVEST_MARGIN]
+    slo_ok = slo >= io["slo_attainment"] - 0.01
+    failed = [
+        label
+        for label, ok in (("SLO", slo_ok), ("dominated", not dominators), ("promise", bound.holds))
+        if not ok
+    ]
+    return {
+        "scenario": name,
+        "requests": dart["requests"],
+        "io_slo": io["slo_attainment"],
+        "dart_slo": slo,
+        "dart_harvest": harvest,
+        "base_slo": base["slo_attainment"],
+        "base_harvest": base["harvest_efficiency"],
+        "training_miss_fraction": bound.measured,
+        "miss_budget": bound.budget,
+        "miss_slack": bound.slack,
+        "miss_bound": bound.budget + bound.slack,
+        "debt_limit": bound.debt_limit,
+        "overshoot": bound.overshoot,
+        "best_rival": best_p,
+        "best_rival_slo": best["slo_attainment"] if best else float("nan"),
+        "best_rival_harvest": best["harvest_efficiency"] if best else float("nan"),
+        "dominated_by": dominators,
+        "slo_ok": slo_ok,
+        "undominated": not dominators,
+        "promise_kept": bound.holds,
+        "verdict": "met" if not failed else "not met: " + ", ".join(failed),
+        "decision_us_p50": dart["decision_us_p50"],
+        "decision_us_p99": dart["decision_us_p99"],
+        "policies": {
+            p: {k: r[k] for k in ("slo_attainment", "harvest_efficiency", "training_miss_fraction") if k in r}
+            for p, r in results.items()
+        },
+    }

@@ -1,0 +1,81 @@
+"""Which misses training caused: the training delay of a request's busy period.
+
+An executor runs inference and training on one resource. A request is served later than
+under `inference-only` by at most the training time that ran, while requests waited, in its
+busy period (since the device last fell free with an empty queue): before its busy period the
+device was idle in both worlds, and inside it every second of inference serves work that
+inference-only has to serve before the request too. So a late request whose latency minus that
+delay is within its SLO is a miss training caused, and one late by more would have missed
+anyway (docs/allocator.md, "What counts as a training-caused miss").
+
+A request the executor refuses because it could not make its deadline (deadline-aware
+admission) is training-caused the same way: when the earliest finish it was refused on, less
+the training delay it would have waited behind (the running step included), is within its SLO.
+
+On a device split into a serving lane and a training lane, a step on the training lane holds
+no request back and adds nothing here. The split itself does: the serving lane runs a batch on
+fewer cores (and slowed by the training lane's interference) than inference-only, which has
+every core, so the time the whole device would have saved on each batch counts as training
+delay for its busy period, its own requests included; and a refusal counts the difference
+between its earliest finish on the lane and on the whole device.
+
+The tracker is plain floats, updated at four points of the executor's loop
+(dartfl/executor/device.py), which the simulator and the agent share.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["BusyPeriodDelay", "is_training_miss"]
+
+
+class BusyPeriodDelay:
+    """Training seconds that ran while requests waited, in the current busy period.
+
+    `delay_s` bounds how much later than inference-only a request that starts service now is
+    served; `cause_s` is when the latest step that added to it started (NaN: none).
+    """
+
+    __slots__ = ("_waiting_since_s", "cause_s", "delay_s")
+
+    def __init__(self) -> None:
+        self.delay_s = 0.0
+        self.cause_s = math.nan
+        self._waiting_since_s = math.inf
+
+    def request_queued(self, now_s: float) -> None:
+        """A request joined a queue: from now on, training delays someone."""
+        if self._waiting_since_s == math.inf:
+            self._waiting_since_s = now_s
+
+    def step_ended(self, now_s: float, step_start_s: float) -> None:
+        """A training step ran from `step_start_s` to now; the part with requests waiting counts."""
+        since = max(step_start_s, self._waiting_since_s)
+        if since < now_s:
+            self.delay_s += now_s - since
+            self.cause_s = step_start_s
+
+    def lane_slowed(self, now_s: float, extra_s: float) -> None:
+        """A batch starting now on a split serving lane runs `extra_s` longer than on the whole
+        device: everyone waiting in this busy period, the batch included, is that much later."""
+        if extra_s > 0.0:
+            self.delay_s += extra_s
+            self.cause_s = now_s
+
+    def delay_behind_step_s(self, now_s: float, step_start_s: float, step_end_s: float) -> float:
+        """The delay of a request queued now behind a step running from `step_start_s` to
+        `step_end_s`: the busy period's delay so far plus that step's part with requests waiting."""
+        since = max(step_start_s, min(self._waiting_since_s, now_s))
+        return self.delay_s + max(0.0, step_end_s - since)
+
+    def device_free_and_empty(self) -> None:
+        """The device fell free with no request waiting: the busy period is over."""
+        self.delay_s = 0.0
+        self.cause_s = math.nan
+        self._waiting_since_s = math.inf
+
+
+def is_training_miss(latency_s: float, slo_s: float, delay_s: float) -> bool:
+    """Late, but within the SLO once the training delay of its busy period is taken away."""
+    return latency_s > slo_s and delay_s > 0.0 and latency_s - delay_s <= slo_s
