@@ -34,7 +34,8 @@ from dartfl.profiles import get_profile
 from fltask.data import load_tasks
 from messaging.brokers import start_mosquitto
 from messaging.link import Message, connect
-from orchestration.replay import ReplayOptions, replay, wait_for_status
+from orchestration.agent_watch import wait_for_status
+from orchestration.replay import ReplayOptions, replay
 
 DARTFL = str(Path(sys.executable).parent / "dartfl")
 TASKS = ("digits", "fashion", "uci-digits")

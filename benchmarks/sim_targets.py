@@ -16,10 +16,7 @@ proportional):
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
 from scenarios import Scenario, arrivals_for, scenarios
-from verdict import simulate_all, verdict
+from verdict import bench_parser, run_rows, simulate_all, verdict
 
 
 def evaluate(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
@@ -66,32 +63,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def progress(r: dict[str, Any]) -> str:
+    return (
+        f"{r['verdict']:28s} {r['scenario']:40s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
+        f"{r['dart_harvest']:.3f} base {r['base_slo']:.4f}/{r['base_harvest']:.3f} "
+        f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}"
     )
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--table", type=Path, help="print the markdown table of a JSON file and exit")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--filter", default="")
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    if args.table:
-        print(markdown(json.loads(args.table.read_text())))
-        return
-    todo = [s for s in scenarios() if args.filter in s.name]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(evaluate, todo, [args.seed] * len(todo)))
-    for r in rows:
-        print(
-            f"{r['verdict']:28s} {r['scenario']:40s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
-            f"{r['dart_harvest']:.3f} base {r['base_slo']:.4f}/{r['base_harvest']:.3f} "
-            f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}",
-            flush=True,
-        )
-    print(markdown(rows).splitlines()[-1].strip())
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def main() -> None:
+    args = bench_parser(__doc__).parse_args()
+    run_rows(args, evaluate, [s for s in scenarios() if args.filter in s.name], markdown, progress)
 
 
 if __name__ == "__main__":

@@ -9,10 +9,7 @@ harvest at least 97% of today's DART's on every row.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT, load_base_dart
 from scenarios import TASKS, profiles_and_slos
+from verdict import bench_parser, run_rows
 
 import workloads
 from dartfl.metrics import summarize
@@ -77,23 +75,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--json", type=Path)
-    parser.add_argument("--table", type=Path, help="print the markdown table of a JSON file and exit")
-    parser.add_argument("--jobs", type=int, default=2)
-    args = parser.parse_args()
-    if args.table:
-        print(markdown(json.loads(args.table.read_text())))
-        return
+    args = bench_parser(__doc__, cases=False).parse_args()
     profiles = [*profiles_and_slos(), (get_profile("jetson-orin-nano"), 0.03)]
-    jobs = [(w, p, slo) for p, slo in profiles for w in WORKLOADS]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(evaluate, jobs))
-    print(markdown(rows))
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    run_rows(args, evaluate, [(w, p, slo) for p, slo in profiles for w in WORKLOADS], markdown)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,7 @@ Per row, at DART's default knob, the targets are:
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
-from verdict import simulate_all, verdict
+from verdict import bench_parser, run_rows, simulate_all, verdict
 
 import workloads
 from dartfl.arrivals import Arrivals
@@ -180,32 +177,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+def progress(r: dict[str, Any]) -> str:
+    return (
+        f"{r['verdict']:28s} {r['scenario']:46s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
+        f"{r['dart_harvest']:.3f} tc {r['training_miss_fraction']:.4f}<= {r['miss_bound']:.4f} "
+        f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}"
     )
-    parser.add_argument("--json", type=Path, help="write the rows here")
-    parser.add_argument("--table", type=Path, help="print the markdown table of a JSON file and exit")
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--filter", default="", help="only cases whose name contains this")
-    parser.add_argument("--seed", type=int, default=1)
-    args = parser.parse_args()
-    if args.table:
-        print(markdown(json.loads(args.table.read_text())))
-        return
-    todo = [c for c in cases() if args.filter in c.name]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        rows = list(pool.map(evaluate, todo, [args.seed] * len(todo)))
-    for r in rows:
-        print(
-            f"{r['verdict']:28s} {r['scenario']:46s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
-            f"{r['dart_harvest']:.3f} tc {r['training_miss_fraction']:.4f}<= {r['miss_bound']:.4f} "
-            f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}",
-            flush=True,
-        )
-    print(markdown(rows).splitlines()[-1].strip())
-    if args.json:
-        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def main() -> None:
+    args = bench_parser(__doc__).parse_args()
+    run_rows(args, evaluate, [c for c in cases() if args.filter in c.name], markdown, progress)
 
 
 if __name__ == "__main__":

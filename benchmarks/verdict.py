@@ -1,4 +1,5 @@
-"""Issue 12's targets for one workload on one device, shared by stress.py and sim_targets.py.
+"""Issue 12's targets for one workload on one device, shared by stress.py, sim_targets.py and
+smooth.py (with the command line the three take).
 
 `simulate_all` runs DART at its default knob, `inference-only`, today's DART (loaded from git,
 base_dart.py) and every rival on the same arrivals; `verdict` checks:
@@ -9,6 +10,11 @@ base_dart.py) and every rival on the same arrivals; `verdict` checks:
 
 from __future__ import annotations
 
+import argparse
+import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -92,3 +98,43 @@ def verdict(name: str, results: dict[str, dict[str, Any]], bound: MissBudgetBoun
             for p, r in results.items()
         },
     }
+
+
+Rows = list[dict[str, Any]]
+
+
+def bench_parser(doc: str | None, cases: bool = True) -> argparse.ArgumentParser:
+    """The options of every verdict benchmark; `cases` adds --filter and --seed."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--json", type=Path, help="write the rows here")
+    parser.add_argument("--table", type=Path, help="print the markdown table of a JSON file and exit")
+    parser.add_argument("--jobs", type=int, default=2, help="worker processes")
+    if cases:
+        parser.add_argument("--filter", default="", help="only cases whose name contains this")
+        parser.add_argument("--seed", type=int, default=1)
+    return parser
+
+
+def run_rows(
+    args: argparse.Namespace,
+    evaluate: Callable[..., dict[str, Any]],
+    jobs: Sequence[Any],
+    markdown: Callable[[Rows], str],
+    progress: Callable[[dict[str, Any]], str] | None = None,
+) -> None:
+    """--table: print a saved table. Otherwise evaluate every job in a process pool (with
+    --seed where the parser has one), print a line per row (or the whole table), write --json."""
+    if args.table:
+        print(markdown(json.loads(args.table.read_text())))
+        return
+    extra = [[args.seed] * len(jobs)] if hasattr(args, "seed") else []
+    with ProcessPoolExecutor(args.jobs) as pool:
+        rows = list(pool.map(evaluate, jobs, *extra))
+    if progress is None:
+        print(markdown(rows))
+    else:
+        for row in rows:
+            print(progress(row), flush=True)
+        print(markdown(rows).splitlines()[-1].strip())
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")

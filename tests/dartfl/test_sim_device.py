@@ -56,24 +56,15 @@ def mean_wait(arrivals: Arrivals, profile: DeviceProfile, service_s: float, expo
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("exponential", [False, True], ids=["md1-pollaczek-khinchine", "mm1"])
 @pytest.mark.parametrize("load", [0.3, 0.6, 0.9])
-def test_md1_mean_wait_matches_pollaczek_khinchine(load: float) -> None:
+def test_mean_wait_matches_queueing_theory(load: float, exponential: bool) -> None:
     service = 0.01
     n = 400_000 if load < 0.85 else 1_500_000
-    arrivals = poisson(load / service, n, seed=11)
-    expected = load * service / (2 * (1 - load))  # P-K with deterministic service
-    measured = mean_wait(arrivals, single_server(service), service, exponential=False)
-    assert measured == pytest.approx(expected, rel=0.03)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("load", [0.3, 0.6, 0.9])
-def test_mm1_mean_wait_matches_theory(load: float) -> None:
-    service = 0.01
-    n = 400_000 if load < 0.85 else 1_500_000
-    arrivals = poisson(load / service, n, seed=12)
-    expected = load * service / (1 - load)  # M/M/1 waiting time in queue
-    measured = mean_wait(arrivals, single_server(service), service, exponential=True)
+    arrivals = poisson(load / service, n, seed=12 if exponential else 11)
+    # Waiting time in queue: M/M/1 rho s / (1 - rho); P-K with deterministic service half that.
+    expected = load * service / (1 - load) / (1 if exponential else 2)
+    measured = mean_wait(arrivals, single_server(service), service, exponential=exponential)
     assert measured == pytest.approx(expected, rel=0.03)
 
 

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from dartfl.errors import TraceFormatError
 
 
 @pytest.fixture
@@ -24,3 +27,17 @@ def write_file(tmp_path: Path) -> Callable[[str, str], Path]:
         return path
 
     return write
+
+
+@pytest.fixture
+def refuses_file(write_file: Callable[[str, str], Path]) -> Callable[..., None]:
+    """refuses_file(reader, text, line, problem): `reader` refuses a file holding `text` with a
+    TraceFormatError that names the file, the line (None: the whole file) and the problem."""
+
+    def check(reader: Callable[[Path], Any], text: str, line: int | None, problem: str) -> None:
+        path = write_file("bad.csv", text)
+        with pytest.raises(TraceFormatError, match=problem) as err:
+            reader(path)
+        assert (err.value.path, err.value.line) == (str(path), line)
+
+    return check

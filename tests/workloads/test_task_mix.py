@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from workloads.mix import TaskMix
 from workloads.registry import generate
@@ -37,16 +38,14 @@ def test_larger_exponent_is_more_skewed() -> None:
     )
 
 
+def ten_minutes_of_zipf(**mix: float) -> Arrivals:
+    """600 s of Poisson traffic at 100/s over NAMES with Zipf exponent 1.5."""
+    rng = np.random.default_rng(4)
+    return generate("poisson", duration_s=600.0, rate_per_s=100.0, task_names=NAMES, rng=rng, zipf=1.5, **mix)
+
+
 def test_rotation_moves_the_popular_task_every_period() -> None:
-    arrivals = generate(
-        "poisson",
-        duration_s=600.0,
-        rate_per_s=100.0,
-        task_names=NAMES,
-        rng=np.random.default_rng(4),
-        zipf=1.5,
-        rotate_s=100.0,
-    )
+    arrivals = ten_minutes_of_zipf(rotate_s=100.0)
     for epoch in range(6):
         window = arrivals.window(epoch * 100.0, (epoch + 1) * 100.0)
         assert int(np.argmax(window.counts_per_task())) == epoch % 3
@@ -55,14 +54,7 @@ def test_rotation_moves_the_popular_task_every_period() -> None:
 
 
 def test_without_rotation_the_first_task_stays_most_popular() -> None:
-    arrivals = generate(
-        "poisson",
-        duration_s=600.0,
-        rate_per_s=100.0,
-        task_names=NAMES,
-        rng=np.random.default_rng(4),
-        zipf=1.5,
-    )
+    arrivals = ten_minutes_of_zipf()
     for epoch in range(6):
         assert int(np.argmax(arrivals.window(epoch * 100.0, (epoch + 1) * 100.0).counts_per_task())) == 0
 

@@ -15,6 +15,7 @@ from dartfl.errors import ConfigError, TraceFormatError
 from workloads.traces.time_task import read_time_task_csv, write_time_task_csv
 
 WriteFile = Callable[[str, str], Path]
+RefusesFile = Callable[..., None]
 
 
 def test_reads_times_and_names_tasks_in_order_of_first_appearance(write_file: WriteFile) -> None:
@@ -91,14 +92,9 @@ BAD_FILES = [
 
 @pytest.mark.parametrize(("text", "line", "problem"), BAD_FILES)
 def test_bad_file_names_the_line_and_problem(
-    write_file: WriteFile, text: str, line: int | None, problem: str
+    refuses_file: RefusesFile, text: str, line: int | None, problem: str
 ) -> None:
-    path = write_file("bad.csv", text)
-    with pytest.raises(TraceFormatError, match=problem) as err:
-        read_time_task_csv(path)
-    assert err.value.line == line
-    assert err.value.path == str(path)
-    assert str(err.value).startswith(f"{path}:{line}: " if line is not None else f"{path}: ")
+    refuses_file(read_time_task_csv, text, line, problem)
 
 
 def test_unix_timestamps_are_rejected_with_the_fix(write_file: WriteFile) -> None:

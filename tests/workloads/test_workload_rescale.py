@@ -64,22 +64,11 @@ def test_rescale_to_load_hits_the_target_load(target: float) -> None:
 
 
 def test_a_costlier_mix_needs_a_lower_rate_for_the_same_load() -> None:
-    small_heavy = generate(
-        "poisson",
-        duration_s=100.0,
-        rate_per_s=50.0,
-        task_names=("small", "big"),
-        rng=np.random.default_rng(1),
-        zipf=3.0,
-    )
-    big_heavy = generate(
-        "poisson",
-        duration_s=100.0,
-        rate_per_s=50.0,
-        task_names=("big", "small"),
-        rng=np.random.default_rng(1),
-        zipf=3.0,
-    )
+    def mostly_first(names: tuple[str, str]) -> Arrivals:
+        rng = np.random.default_rng(1)
+        return generate("poisson", duration_s=100.0, rate_per_s=50.0, task_names=names, rng=rng, zipf=3.0)
+
+    small_heavy, big_heavy = mostly_first(("small", "big")), mostly_first(("big", "small"))
     a = rescale_to_load(small_heavy, PROFILE, 0.5).mean_rate_per_s()
     b = rescale_to_load(big_heavy, PROFILE, 0.5).mean_rate_per_s()
     assert b < a / 2
