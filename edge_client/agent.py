@@ -10,6 +10,13 @@ work items it hands out for real. Threads:
   and between periods it runs the inference batches (ONNX Runtime) and training microbatches
   (PyTorch) the executor picks, one at a time;
 - a telemetry thread publishes a snapshot at a fixed rate (QoS 1).
+With `split_cores` and a profile of several cores the executor thread is the serving lane
+and a second thread, the training lane, trains at the same time on the other cores: each
+lane pins itself to its CPUs and resizes its thread pool when the allocator moves cores
+(a `CoreSwitch`, at a work-item boundary: queued requests wait in the executor meanwhile, none
+is dropped), ONNX Runtime with k intra-op threads, PyTorch with N - k (edge_client/core_pinning.py
+says where pinning holds). One model trains one step at a time, so a serving-lane step waits
+for the training lane's (`ExecutorConfig.concurrent_steps`).
 One lock (`_cond`) serialises every call into the executor; work runs outside it.
 SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
 what is left with `shutting-down`, reports the totals and disconnects.
@@ -37,8 +44,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dartfl import protocol
+from dartfl.errors import ConfigError
 from dartfl.executor import (
+    TRAINING_LANE,
     Admission,
+    CoreSwitch,
     DeviceExecutor,
     ExecutorConfig,
     InferenceBatch,
@@ -53,6 +63,7 @@ from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
+from edge_client.core_pinning import available_cpus, lane_cpus, pin_current_thread
 from edge_client.telemetry import RequestStats
 
 if TYPE_CHECKING:
@@ -83,13 +94,20 @@ class Agent:
         tasks = [TaskSpec(name, config.slo_s, config.queue_capacity) for name in config.tasks]
         rounds = RoundClock(config.round_s, config.round_target_samples, origin_s=now, periodic=not federated)
         self._costs = ProfiledCosts(profile, config.tasks)  # the executor's, learning as it serves
+        lanes = 2 if config.split_cores and profile.cores.can_split else 1
+        if lanes == 2 and federated:
+            raise ConfigError("split-cores does not serve federated rounds yet: unset $DARTFL_ROUND_CHANNEL")
         self.device: DeviceExecutor[QueuedRequest] = DeviceExecutor(
             tasks,
             policy,
             profile,
             rounds,
             ExecutorConfig(
-                config.period_s, max_decisions=DECISIONS_KEPT, deadline_admission=config.deadline_admission
+                config.period_s,
+                max_decisions=DECISIONS_KEPT,
+                deadline_admission=config.deadline_admission,
+                lanes=lanes,
+                concurrent_steps=False,
             ),
             costs=self._costs,
         )
@@ -104,6 +122,10 @@ class Agent:
         self._rounds = FederatedRounds(config, runtime, self.device, self._cond, self.counters, self._tick)
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._last_tick_s = now  # when the last control period ended
+        self._cpus = available_cpus()
+        self.pinning: dict[str, str] = {}  # per lane: "" pinned, else why not (last switch)
+        self._torch_threads = config.training_threads
+        self._training_lane: threading.Thread | None = None
 
     # -- construction -------------------------------------------------------------------------
 
@@ -208,6 +230,20 @@ class Agent:
         next_tick = self._last_tick_s + period  # the first period is a warm-up without training
         every = self.config.publish_every_s
         next_publish = time.monotonic() + every if every > 0 else math.inf
+        if self.device.lanes is not None:
+            self._training_lane = threading.Thread(target=self._train_lane, name="training-lane", daemon=True)
+            self._training_lane.start()
+        try:
+            self._serve_lane(next_tick, period, every, next_publish)
+        finally:
+            if self._training_lane is not None:
+                self._stop.set()
+                with self._cond:
+                    self._cond.notify_all()
+                self._training_lane.join()
+
+    def _serve_lane(self, next_tick: float, period: float, every: float, next_publish: float) -> None:
+        """The executor thread: ticks, and the serving lane's items (every item when not split)."""
         while not self._stop.is_set():
             self._rounds.step(time.monotonic())
             now = time.monotonic()
@@ -224,6 +260,49 @@ class Agent:
                 self._serve(work)
             elif isinstance(work, TrainingStep):
                 self._train(work)
+            elif isinstance(work, CoreSwitch):
+                self._switch(work)
+
+    def _train_lane(self) -> None:
+        """The training lane of a split device: its steps and its switches, until stopped."""
+        while not self._stop.is_set():
+            with self._cond:
+                work = self.device.next_work(time.monotonic(), TRAINING_LANE)
+                if work is None:
+                    self._cond.wait(0.05)
+            if isinstance(work, TrainingStep):
+                self._train(work)
+            elif isinstance(work, CoreSwitch):
+                self._switch(work)
+
+    def _switch(self, switch: CoreSwitch) -> None:
+        """Move the calling lane's thread to its new cores: pin it, resize its pool."""
+        t0 = time.monotonic()
+        k = switch.cores_to
+        serving = switch.lane != TRAINING_LANE
+        if k > 0:
+            n = self.profile.cores.count
+            if n > len(self._cpus):
+                reason = f"the profile has {n} cores, this process may use {len(self._cpus)} CPUs"
+            else:
+                inference_cpus, training_cpus = lane_cpus(k if serving else n - k, self._cpus[:n])
+                pinned = pin_current_thread(inference_cpus if serving else training_cpus)
+                reason = pinned.reason
+            if reason and self.pinning.get(switch.lane) != reason:
+                log.warning("%s lane not pinned: %s", switch.lane, reason)
+            self.pinning[switch.lane] = reason
+            if serving:
+                self.runtime.set_inference_threads(k)
+            else:
+                self._set_torch_threads(k)
+        with self._cond:
+            self.device.switch_done(switch, time.monotonic(), time.monotonic() - t0)
+            self._cond.notify_all()
+
+    def _set_torch_threads(self, n: int) -> None:
+        if n != self._torch_threads:
+            self.runtime.set_training_threads(n)
+            self._torch_threads = n
 
     def _shutdown(self) -> FinalReport:
         with self._cond:
@@ -355,6 +434,8 @@ class Agent:
         return len(requests)
 
     def _train(self, step: TrainingStep) -> None:
+        if self.device.lanes is not None:  # a split lane trains with its own cores' threads
+            self._set_torch_threads(max(1, step.cores))
         cpu0 = time.thread_time()
         result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
         self.counters.compute_cpu_s += time.thread_time() - cpu0
@@ -362,6 +443,7 @@ class Agent:
             self.counters.ce_sum_per_task[k] += ce
         with self._cond:
             self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
+            self._cond.notify_all()  # the other lane may wait for the model
 
     # -- egress -------------------------------------------------------------------------------
 

@@ -40,6 +40,9 @@ class AgentConfig:
     seed: int = 0
     round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
     deadline_admission: bool = True  # refuse at once a request that cannot make its SLO
+    # Serve and train concurrently on a split of the cores when the profile has several
+    # (the allocator picks the split); False: one lane, time-shared on every core.
+    split_cores: bool = False
     mqtt_security: MqttSecurity | None = None  # TLS files and login for an mqtts:// broker_url
     # Which reply topics it answers on (docs/protocol.md): "any" only for old requesters.
     reply_topics: ReplyTopicRule = "requester"
@@ -61,6 +64,10 @@ class AgentConfig:
             raise ConfigError("the agent needs at least one task")
         if self.reply_topics not in REPLY_TOPIC_RULES:
             raise ConfigError(f"reply-topics must be one of {REPLY_TOPIC_RULES}, got {self.reply_topics!r}")
+        if self.split_cores and self.round_channel:
+            raise ConfigError(
+                "split-cores does not serve federated rounds yet: drop round-channel or split-cores"
+            )
         # A bad spec fails before the model is built.
         if isinstance(make_policy(self.policy, self.loss_weighting), FutureAwarePolicy):
             raise ConfigError(f"policy {self.policy!r} needs future arrivals: it runs in `dartfl sim` only")

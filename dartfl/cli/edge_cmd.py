@@ -91,6 +91,11 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="queue every request there is room for, even one that cannot make its SLO",
     )
+    p.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="serve and train at once on a split of the cores, when the profile has several",
+    )
     p.add_argument("--period-s", type=float, default=0.25, help="control period (default 0.25 s)")
     p.add_argument("--telemetry-s", type=float, default=1.0, help="telemetry interval (default 1 s)")
     p.add_argument("--round-s", type=float, default=60.0, help="FL round length (default 60 s)")
@@ -168,6 +173,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         publish_every_s=args.publish_every_s,
         round_channel=getattr(args, "round_channel", None),
         deadline_admission=not args.no_deadline_admission,
+        split_cores=args.split_cores,
         seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
         reply_topics=args.reply_topics,

@@ -64,7 +64,9 @@ class ExecutorConfig:
     all of them, for a finite simulation); `record_periods` keeps a row per control period;
     `deadline_admission` refuses a request that cannot be answered within its SLO.
     `lanes`: how many lanes the driver runs, 1 (the serving lane only: the device is always
-    time-shared on all its cores) or 2 (serving and training lanes: its cores can be split)."""
+    time-shared on all its cores) or 2 (serving and training lanes: its cores can be split).
+    `concurrent_steps`: with two lanes, may the serving lane start a step while the training
+    lane runs one (False for a driver that trains one model, as the agent does)."""
 
     period_s: float = 0.25
     rate_time_constant_s: float = 2.0
@@ -72,6 +74,7 @@ class ExecutorConfig:
     max_decisions: int | None = None
     deadline_admission: bool = True  # refuse what cannot make its SLO (dartfl/executor/admission.py)
     lanes: int = 1
+    concurrent_steps: bool = True
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -365,6 +368,9 @@ class DeviceExecutor(Generic[R]):
             m = self.step_planner(now_s)
         if m <= 0:
             return None
+        lanes = self.lanes
+        if not self.config.concurrent_steps and lanes is not None and lanes.busy_since_s[1] >= 0.0:
+            return None  # one model trains one step at a time: the training lane has it
         a_t, c_t = self._serving_step()
         self.busy_until_s = now_s + a_t + c_t * m
         self._step_running = (now_s, self.busy_until_s)
@@ -377,6 +383,8 @@ class DeviceExecutor(Generic[R]):
         alloc = self.alloc
         if not (self.training_enabled and now_s < self.train_until_s):
             return None
+        if not self.config.concurrent_steps and self._step_running is not None:
+            return None  # the serving lane's step has the model
         m = alloc.split_microbatch
         if m is None:
             m = self.profile.training.max_microbatch

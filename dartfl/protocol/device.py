@@ -153,6 +153,13 @@ class Telemetry:
     compute_cpu_s: float | None = None
     process_cpu_s: float | None = None
     profile: DeviceProfile | None = None
+    # A device split into lanes (docs/architecture.md): the cores each holds now, each lane's
+    # compute seconds so far, and the changes of split made.
+    inference_cores: int | None = None
+    training_cores: int | None = None
+    serving_lane_busy_s: float | None = None
+    training_lane_busy_s: float | None = None
+    core_switches: int | None = None
 
     def __post_init__(self) -> None:
         check_name("device", self.device)
@@ -165,8 +172,10 @@ class Telemetry:
         _text("policy", self.policy)
         for name in ("microbatch", "max_batch", "requests", "replies", "rejected", "errors"):
             _count(name, getattr(self, name))
-        for name in ("train_samples", "model_version"):
+        for name in ("train_samples", "model_version", "inference_cores", "training_cores", "core_switches"):
             _count(name, getattr(self, name))
+        for name in ("serving_lane_busy_s", "training_lane_busy_s"):
+            _seconds(name, getattr(self, name))
         for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "decision_us_p50"):
             _seconds(name, getattr(self, name))
         for name in ("overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
