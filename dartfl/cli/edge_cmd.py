@@ -51,6 +51,12 @@ def register(sub: Any) -> None:
     )
     prof.add_argument("--name", default=None, help="profile name (default: this host's name)")
     prof.add_argument("--quick", action="store_true", help="fewer repetitions (a few seconds)")
+    prof.add_argument(
+        "--cores",
+        type=int,
+        default=1,
+        help="also measure the [cores] table on this many CPUs (speedups, interference, switch time)",
+    )
     _model_arguments(prof)
     prof.set_defaults(handler=_profile)
 
@@ -228,6 +234,11 @@ def _profile(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         runtime = ModelRuntime.build(config, Path(tmp))
         profile = runtime.calibrate(quick=args.quick, name=name, progress=say)
+        if args.cores > 1:
+            from edge_client.core_profile import measure_core_model
+
+            cores = measure_core_model(runtime, args.cores, quick=args.quick, progress=say)
+            profile = replace(profile, cores=cores)
         runtime.close()
     say("the request path: decode, admit, encode and publish, through a broker on loopback")
     with start_local_broker() as broker:
