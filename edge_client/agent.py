@@ -16,7 +16,8 @@ lane pins itself to its CPUs and resizes its thread pool when the allocator move
 (a `CoreSwitch`, at a work-item boundary: queued requests wait in the executor meanwhile, none
 is dropped), ONNX Runtime with k intra-op threads, PyTorch with N - k (edge_client/core_pinning.py
 says where pinning holds). One model trains one step at a time, so a serving-lane step waits
-for the training lane's (`ExecutorConfig.concurrent_steps`).
+for the training lane's (`ExecutorConfig.concurrent_steps`), and a federated round is handed
+over on the training lane's thread, between steps, under the model lock.
 One lock (`_cond`) serialises every call into the executor; work runs outside it.
 SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
 what is left with `shutting-down`, reports the totals and disconnects.
@@ -44,7 +45,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from dartfl import protocol
-from dartfl.errors import ConfigError
 from dartfl.executor import (
     TRAINING_LANE,
     Admission,
@@ -95,8 +95,6 @@ class Agent:
         rounds = RoundClock(config.round_s, config.round_target_samples, origin_s=now, periodic=not federated)
         self._costs = ProfiledCosts(profile, config.tasks)  # the executor's, learning as it serves
         lanes = 2 if config.split_cores and profile.cores.can_split else 1
-        if lanes == 2 and federated:
-            raise ConfigError("split-cores does not serve federated rounds yet: unset $DARTFL_ROUND_CHANNEL")
         self.device: DeviceExecutor[QueuedRequest] = DeviceExecutor(
             tasks,
             policy,
@@ -126,6 +124,8 @@ class Agent:
         self.pinning: dict[str, str] = {}  # per lane: "" pinned, else why not (last switch)
         self._torch_threads = config.training_threads
         self._training_lane: threading.Thread | None = None
+        # The model: a training step (either lane) and a round's hand-over take it in turn.
+        self._model_lock = threading.Lock()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -245,7 +245,8 @@ class Agent:
     def _serve_lane(self, next_tick: float, period: float, every: float, next_publish: float) -> None:
         """The executor thread: ticks, and the serving lane's items (every item when not split)."""
         while not self._stop.is_set():
-            self._rounds.step(time.monotonic())
+            if self.device.lanes is None:
+                self._step_rounds()
             now = time.monotonic()
             if now >= next_tick:
                 self._tick(now)
@@ -263,9 +264,22 @@ class Agent:
             elif isinstance(work, CoreSwitch):
                 self._switch(work)
 
+    def _step_rounds(self) -> None:
+        """Begin or end a federated round (the executor thread; the training lane's, when split)."""
+        if self.device.lanes is None:
+            self._rounds.step(time.monotonic())
+        elif self._rounds.due(time.monotonic()):
+            # A hand-over touches the model: no new step on either lane, wait out the step in
+            # flight (it belongs to the round ending and is accounted before the lock is free).
+            with self._cond:
+                self.device.training_enabled = False
+            with self._model_lock:
+                self._rounds.step(time.monotonic())
+
     def _train_lane(self) -> None:
         """The training lane of a split device: its steps and its switches, until stopped."""
         while not self._stop.is_set():
+            self._step_rounds()
             with self._cond:
                 work = self.device.next_work(time.monotonic(), TRAINING_LANE)
                 if work is None:
@@ -406,7 +420,7 @@ class Agent:
         task_name = self.config.tasks[task]
         labels, version = self.runtime.classify(task_name, images)
         done = time.monotonic()
-        self.counters.compute_cpu_s += time.thread_time() - cpu0
+        compute_cpu_s = time.thread_time() - cpu0
         started = time.thread_time()
         latencies = [done - r.received_s for r in requests]
         slo = self.config.slo_s
@@ -430,20 +444,23 @@ class Agent:
         # The allocator plans with what a batch really costs the executor: preparing the
         # images and publishing the replies too, not only the model's forward pass.
         with self._cond:
+            self.counters.compute_cpu_s += compute_cpu_s  # the training lane adds to it too
             self.device.batch_done(batch, done, time.monotonic() - t0)
         return len(requests)
 
     def _train(self, step: TrainingStep) -> None:
         if self.device.lanes is not None:  # a split lane trains with its own cores' threads
             self._set_torch_threads(max(1, step.cores))
-        cpu0 = time.thread_time()
-        result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
-        self.counters.compute_cpu_s += time.thread_time() - cpu0
-        for k, ce in enumerate(result.ce_sum_per_task):
-            self.counters.ce_sum_per_task[k] += ce
-        with self._cond:
-            self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
-            self._cond.notify_all()  # the other lane may wait for the model
+        with self._model_lock:  # until accounted: a round that ends next counts this step
+            cpu0 = time.thread_time()
+            result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
+            cpu_s = time.thread_time() - cpu0
+            with self._cond:
+                self.counters.compute_cpu_s += cpu_s
+                for k, ce in enumerate(result.ce_sum_per_task):
+                    self.counters.ce_sum_per_task[k] += ce
+                self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
+                self._cond.notify_all()  # the other lane may wait for the model
 
     # -- egress -------------------------------------------------------------------------------
 

@@ -64,10 +64,6 @@ class AgentConfig:
             raise ConfigError("the agent needs at least one task")
         if self.reply_topics not in REPLY_TOPIC_RULES:
             raise ConfigError(f"reply-topics must be one of {REPLY_TOPIC_RULES}, got {self.reply_topics!r}")
-        if self.split_cores and self.round_channel:
-            raise ConfigError(
-                "split-cores does not serve federated rounds yet: drop round-channel or split-cores"
-            )
         # A bad spec fails before the model is built.
         if isinstance(make_policy(self.policy, self.loss_weighting), FutureAwarePolicy):
             raise ConfigError(f"policy {self.policy!r} needs future arrivals: it runs in `dartfl sim` only")
