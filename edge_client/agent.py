@@ -61,9 +61,9 @@ from dartfl.protocol import DeviceStatus, FinalReport, Telemetry
 from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
+from edge_client.agent_lanes import LaneThreads
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
-from edge_client.core_pinning import available_cpus, lane_cpus, pin_current_thread
 from edge_client.telemetry import RequestStats
 
 if TYPE_CHECKING:
@@ -120,9 +120,7 @@ class Agent:
         self._rounds = FederatedRounds(config, runtime, self.device, self._cond, self.counters, self._tick)
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._last_tick_s = now  # when the last control period ended
-        self._cpus = available_cpus()
-        self.pinning: dict[str, str] = {}  # per lane: "" pinned, else why not (last switch)
-        self._torch_threads = config.training_threads
+        self._threads = LaneThreads(runtime, profile.cores.count, config.training_threads)
         self._training_lane: threading.Thread | None = None
         # The model: a training step (either lane) and a round's hand-over take it in turn.
         self._model_lock = threading.Lock()
@@ -290,33 +288,16 @@ class Agent:
                 self._switch(work)
 
     def _switch(self, switch: CoreSwitch) -> None:
-        """Move the calling lane's thread to its new cores: pin it, resize its pool."""
         t0 = time.monotonic()
-        k = switch.cores_to
-        serving = switch.lane != TRAINING_LANE
-        if k > 0:
-            n = self.profile.cores.count
-            if n > len(self._cpus):
-                reason = f"the profile has {n} cores, this process may use {len(self._cpus)} CPUs"
-            else:
-                inference_cpus, training_cpus = lane_cpus(k if serving else n - k, self._cpus[:n])
-                pinned = pin_current_thread(inference_cpus if serving else training_cpus)
-                reason = pinned.reason
-            if reason and self.pinning.get(switch.lane) != reason:
-                log.warning("%s lane not pinned: %s", switch.lane, reason)
-            self.pinning[switch.lane] = reason
-            if serving:
-                self.runtime.set_inference_threads(k)
-            else:
-                self._set_torch_threads(k)
+        self._threads.resize(switch)
         with self._cond:
             self.device.switch_done(switch, time.monotonic(), time.monotonic() - t0)
             self._cond.notify_all()
 
-    def _set_torch_threads(self, n: int) -> None:
-        if n != self._torch_threads:
-            self.runtime.set_training_threads(n)
-            self._torch_threads = n
+    @property
+    def pinning(self) -> dict[str, str]:
+        """Per lane: "" where its thread is pinned to its CPUs, else why not."""
+        return self._threads.pinning
 
     def _shutdown(self) -> FinalReport:
         with self._cond:
@@ -450,7 +431,7 @@ class Agent:
 
     def _train(self, step: TrainingStep) -> None:
         if self.device.lanes is not None:  # a split lane trains with its own cores' threads
-            self._set_torch_threads(max(1, step.cores))
+            self._threads.torch_threads(max(1, step.cores))
         with self._model_lock:  # until accounted: a round that ends next counts this step
             cpu0 = time.thread_time()
             result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
