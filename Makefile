@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export PIP_NO_INPUT := 1
 
-.PHONY: help venv system-deps demo lint test test-fast test-arm64 pi-install bench clean distclean
+.PHONY: help venv system-deps demo lint test test-fast test-arm64 pi-install bench wheel clean distclean
 
 help:
 	@echo "make demo       set up, then simulate DART vs baselines on a bursty workload (out/demo-sim.png)"
@@ -24,6 +24,7 @@ help:
 	@echo "make lint       ruff check, ruff format --check, mypy"
 	@echo "make test-arm64 the device side on an emulated Raspberry Pi 4 and 5 (root; ~10 min cold)"
 	@echo "make pi-install on a Raspberry Pi: Debian packages, .venv, DART-FL's edge and fl extras"
+	@echo "make wheel      build dist/dartfl-VERSION-py3-none-any.whl (pip install 'dist/...whl[edge,fl]')"
 	@echo "make venv | system-deps | bench | clean | distclean"
 
 venv: $(STAMP)
@@ -75,6 +76,11 @@ bench: venv system-deps
 	else \
 	    echo "no benchmarks yet (benchmarks/run_all.py is missing)"; \
 	fi
+
+# The installable package; tests/test_wheel.py builds it the same way and installs it outside
+# the checkout. No build isolation: setuptools comes from the venv, nothing from the index.
+wheel: venv
+	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
 
 clean:
 	rm -rf build dist out test-artifacts .pytest_cache .mypy_cache .ruff_cache .hypothesis .benchmarks

@@ -58,7 +58,9 @@ def query_times(path: Path) -> dict[str, dict[str, float]]:
     device = store.telemetry_devices()[0].device
 
     def fleet() -> None:
-        tiles = data.fleet_tiles(store.telemetry_latest(), None, now, Liveness())
+        tiles = data.fleet_tiles(
+            store.telemetry_latest(), None, now, Liveness(), baselines=store.telemetry_before
+        )
         data.fleet_frame(tiles)
         store.telemetry_fleet_series(now - 3600, now, max_points=240)
 
@@ -101,12 +103,19 @@ def render_times(path: Path) -> dict[str, dict[str, float]]:
     os.environ["DARTFL_STORE"] = str(path)
     os.environ.pop("DARTFL_BROKER", None)
     out: dict[str, dict[str, float]] = {}
-    for page in ("Fleet", "Device", "FL rounds", "Experiments", "Datacenter"):
+    pages = {
+        "Fleet": "routes/fleet.py",
+        "Device": "routes/device.py",
+        "FL rounds": "routes/rounds.py",
+        "Experiments": "routes/experiments.py",
+        "Datacenter": "routes/datacenter.py",
+    }
+    for page, script in pages.items():
         at = AppTest.from_file(str(ROOT / "dashboard" / "app.py"), default_timeout=60)
         at.run()
 
-        def run(at: AppTest = at, page: str = page) -> None:
-            at.sidebar.radio[0].set_value(page).run()
+        def run(at: AppTest = at, script: str = script) -> None:
+            at.switch_page(script).run()
             if at.exception:
                 raise RuntimeError(at.exception[0].value)
 

@@ -1,185 +1,220 @@
-"""Altair chart builders and the fleet tiles' HTML. Pure: frames in, chart specs out."""
+"""Altair chart builders. Pure: frames in, chart specs out.
+
+Every chart over time takes the page's `TimeWindow`, so all the charts of a page span the same
+minutes whatever data each has. Series that could sit on top of each other get a dash pattern
+as well as a colour, or small multiples (one panel per policy), never a bare overlay.
+"""
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
+from typing import Any, Literal
 
 import altair as alt
 import pandas as pd
 
-from dashboard.data import DeviceTile
+from dashboard.data import TimeWindow
 
 __all__ = [
-    "TILE_CSS",
-    "area_shares",
+    "GREEN",
+    "HEIGHT",
+    "RED",
+    "backlog_area",
     "bars",
+    "base",
     "fleet_p99_chart",
+    "layer",
     "lines",
-    "tile_html",
-    "tiles_html",
+    "policy_panels",
+    "stacked_samples",
+    "time_use_area",
     "with_rule",
 ]
 
+Mark = Literal["area", "bar", "line", "rule", "text"]
 RED, AMBER, GREEN, GREY = "#d62728", "#ff9f1c", "#2ca02c", "#8c8c8c"
-STATUS_COLORS = {"alive": GREEN, "stale": AMBER, "gone": GREY}
-TIME_AXIS = alt.Axis(format="%H:%M:%S", title=None, labelAngle=0)
+SERVING, IDLE = "#1f77b4", "#d9d9d9"
+# Training per task: warm and green hues, apart from serving's blue and idle's grey.
+TRAINING = ("#ff7f0e", "#2ca02c", "#9467bd", "#e377c2", "#bcbd22", "#8c564b", "#17becf")
 HEIGHT = 220
 # Streamlit's theme recolours series in shades of one hue; categories read better apart.
 SCHEME = alt.Scale(scheme="tableau10")
+DASHES = alt.Scale(range=[[1, 0], [6, 3], [2, 2], [8, 3, 2, 3], [1, 3]])
 
 
-def lines(df: pd.DataFrame, x: str, y: str, color: str | None, title: str, **kw: object) -> alt.Chart:
-    """A line chart; `x` of datetime type gets a clock axis."""
-    is_time = pd.api.types.is_datetime64_any_dtype(df[x]) if x in df else False
-    x_enc = alt.X(f"{x}:T", axis=TIME_AXIS) if is_time else alt.X(f"{x}:Q", title=kw.pop("x_title", x))
-    enc: dict[str, object] = {"x": x_enc, "y": alt.Y(f"{y}:Q", title=kw.pop("y_title", y.replace("_", " ")))}
-    if color is not None:
-        enc["color"] = alt.Color(f"{color}:N", title=None, scale=SCHEME)
-    tooltip = [c for c in (x, y, color) if c is not None]
-    point = bool(kw.pop("point", False))
-    return (
-        alt.Chart(df, title=title)
-        .mark_line(point=point, interpolate="monotone" if not point else "linear")
-        .encode(**enc, tooltip=tooltip)  # type: ignore[arg-type]
+def base(df: pd.DataFrame, mark: Mark, title: str | None = None, **mark_props: Any) -> alt.Chart:
+    """A chart of `df` with its mark set through the constructor: altair's `mark_*` methods
+    are typed as returning Any, the constructor keeps the chart's type for mypy."""
+    mark_def = alt.MarkDef(type=mark, **mark_props)
+    return alt.Chart(df, mark=mark_def) if title is None else alt.Chart(df, mark=mark_def, title=title)
+
+
+def layer(*charts: alt.Chart) -> alt.LayerChart:
+    """Charts drawn on one another (`alt.layer` is typed as maybe a facet)."""
+    return alt.LayerChart(layer=list(charts))
+
+
+def time_x(window: TimeWindow | None, field: str = "t") -> alt.X:
+    """A clock axis over the page's window (the data's own span without one)."""
+    scale = alt.Scale(domain=list(window.domain)) if window is not None else alt.Undefined
+    return alt.X(f"{field}:T", axis=alt.Axis(format="%H:%M:%S", title=None, labelAngle=0), scale=scale)
+
+
+def lines(
+    df: pd.DataFrame,
+    x: str,
+    y: str,
+    color: str | None,
+    title: str,
+    *,
+    window: TimeWindow | None = None,
+    x_title: str | None = None,
+    y_title: str | None = None,
+    point: bool = False,
+) -> alt.Chart:
+    """A line chart; a datetime `x` gets the page's clock axis. Each series has its own colour
+    and dash, so two that coincide still show as two."""
+    is_time = x in df and pd.api.types.is_datetime64_any_dtype(df[x])
+    x_enc = time_x(window, x) if is_time else alt.X(f"{x}:Q", title=x_title or x)
+    chart = (
+        base(df, "line", title, point=point, interpolate="linear" if point else "monotone")
+        .encode(x=x_enc, y=alt.Y(f"{y}:Q", title=y_title or y.replace("_", " ")))
         .properties(height=HEIGHT)
+    )
+    if color is None:
+        return chart.encode(tooltip=[x, y])
+    return chart.encode(
+        color=alt.Color(f"{color}:N", title=None, scale=SCHEME),
+        strokeDash=alt.StrokeDash(f"{color}:N", title=None, scale=DASHES),
+        tooltip=[x, y, color],
     )
 
 
-def with_rule(
-    chart: alt.Chart, value: float | None, label: str, color: str = RED
-) -> alt.LayerChart | alt.Chart:
+def with_rule(chart: alt.Chart, value: float | None, label: str, color: str = RED) -> alt.LayerChart:
     """`chart` with a dashed horizontal rule at `value` (the SLO, a target), if known."""
-    if value is None:
-        return chart
-    rule_df = pd.DataFrame({"y": [value], "label": [label]})
-    rule = (
-        alt.Chart(rule_df)
-        .mark_rule(color=color, strokeDash=[6, 4], size=2)
-        .encode(y="y:Q", tooltip=["label"])
-    )
-    text = (
-        alt.Chart(rule_df)
-        .mark_text(align="left", dx=4, dy=-6, color=color, fontWeight="bold")
-        .encode(y="y:Q", text="label:N", x=alt.value(0))
-    )
-    return alt.layer(chart, rule, text)
-
-
-def area_shares(df: pd.DataFrame, title: str) -> alt.Chart:
-    """Stacked shares over time (inference on the bottom, training per task above)."""
-    order = sorted(df["use"].unique(), key=lambda u: (u != "inference", u)) if len(df) else []
-    return (
-        alt.Chart(df, title=title)
-        .mark_area(interpolate="step-after", opacity=0.85)
-        .encode(
-            x=alt.X("t:T", axis=TIME_AXIS),
-            y=alt.Y("share:Q", stack="zero", title="share of the device", scale=alt.Scale(domain=[0, 1])),
-            color=alt.Color(
-                "use:N", sort=order, title=None, scale=alt.Scale(domain=order, scheme="tableau10")
-            ),
-            order=alt.Order("use_order:Q"),
-            tooltip=["t:T", "use:N", alt.Tooltip("share:Q", format=".2f")],
+    layers: list[alt.Chart] = [chart]
+    if value is not None:
+        rule_df = pd.DataFrame({"y": [value], "label": [label]})
+        layers.append(
+            base(rule_df, "rule", color=color, strokeDash=[6, 4], size=2).encode(y="y:Q", tooltip=["label"])
         )
-        .transform_calculate(use_order="datum.use == 'inference' ? 0 : 1")
+        layers.append(
+            base(rule_df, "text", align="left", dx=4, dy=-6, color=color, fontWeight="bold").encode(
+                y="y:Q", text="label:N", x=alt.value(0)
+            )
+        )
+    return layer(*layers)
+
+
+def activity_order(activities: Sequence[str]) -> list[str]:
+    """Stacking order: serving at the bottom, training per task above it, idle on top."""
+    training = sorted(a for a in activities if a.startswith("training"))
+    return ["serving", *training, "idle"]
+
+
+def activity_colors(activities: Sequence[str]) -> alt.Scale:
+    """Serving blue, each task's training its own warm hue, idle grey."""
+    order = activity_order(activities)
+    colors = [SERVING, *(TRAINING[i % len(TRAINING)] for i in range(len(order) - 2)), IDLE]
+    return alt.Scale(domain=order, range=colors)
+
+
+def time_use_area(df: pd.DataFrame, title: str, window: TimeWindow | None) -> alt.Chart:
+    """Shares of the device's time stacked to 1: serving at the bottom, training per task
+    above it, idle on top. A row stands for the interval that ends at its time."""
+    scale = activity_colors(list(df["activity"].unique()))
+    order = list(activity_order(df["activity"].unique()))
+    rank = {name: i for i, name in enumerate(order)}
+    data = df.assign(rank=df["activity"].map(rank))
+    return (
+        base(data, "area", title, interpolate="step-before", opacity=0.9)
+        .encode(
+            x=time_x(window),
+            y=alt.Y(
+                "share:Q",
+                stack="zero",
+                title="share of the device's time",
+                scale=alt.Scale(domain=[0, 1]),
+                axis=alt.Axis(format="%"),
+            ),
+            color=alt.Color("activity:N", title=None, scale=scale, sort=order),
+            order=alt.Order("rank:Q"),
+            tooltip=["t:T", "activity:N", alt.Tooltip("share:Q", format=".1%")],
+        )
         .properties(height=HEIGHT)
     )
 
 
-def backlog_area(df: pd.DataFrame) -> alt.LayerChart:
-    base = alt.Chart(df, title="Backlog (queued requests)").encode(x=alt.X("t:T", axis=TIME_AXIS))
-    peak = base.mark_area(color="#9ecae1", opacity=0.7, interpolate="step-after").encode(
-        y=alt.Y("backlog_max:Q", title="requests"), tooltip=["t:T", "backlog_max:Q"]
+def stacked_samples(df: pd.DataFrame, title: str, window: TimeWindow | None) -> alt.Chart:
+    """Cumulative samples per task, stacked: each task a band, the top edge the total."""
+    return (
+        base(df, "area", title, interpolate="step-after", opacity=0.85)
+        .encode(
+            x=time_x(window),
+            y=alt.Y("samples:Q", stack="zero", title="samples"),
+            color=alt.Color("task:N", title=None, scale=alt.Scale(range=list(TRAINING))),
+            tooltip=["t:T", "task:N", alt.Tooltip("samples:Q", format=",d")],
+        )
+        .properties(height=HEIGHT)
     )
-    mean = base.mark_line(color="#1f77b4").encode(y="backlog_mean:Q")
-    return alt.layer(peak, mean).properties(height=HEIGHT)
+
+
+def backlog_area(df: pd.DataFrame, window: TimeWindow | None) -> alt.LayerChart:
+    peak = base(df, "area", color="#9ecae1", opacity=0.7, interpolate="step-after").encode(
+        x=time_x(window), y=alt.Y("backlog_max:Q", title="requests"), tooltip=["t:T", "backlog_max:Q"]
+    )
+    mean = base(df, "line", color="#1f77b4").encode(x=time_x(window), y="backlog_mean:Q")
+    return layer(peak, mean).properties(height=HEIGHT, title="Backlog (queued requests; mean, bucket max)")
+
+
+def policy_panels(
+    df: pd.DataFrame, y: str, title: str, y_title: str, x_title: str = "time (s)"
+) -> alt.FacetChart:
+    """Small multiples over time: one panel per policy, stacked, sharing both axes, so each
+    policy's line is seen whole and the panels compare at a glance."""
+    policies = sorted(df["policy"].unique())
+    height = max(60, min(HEIGHT, 480 // max(1, len(policies))))
+    return (
+        base(df, "line", interpolate="step-after")
+        .encode(
+            x=alt.X("t_s:Q", title=x_title),
+            y=alt.Y(f"{y}:Q", title=y_title),
+            color=alt.Color("policy:N", legend=None, scale=SCHEME),
+            tooltip=["policy", "t_s", alt.Tooltip(f"{y}:Q", format=".4g")],
+        )
+        .properties(height=height)
+        .facet(row=alt.Row("policy:N", title=None, header=alt.Header(labelAngle=0, labelAlign="left")))
+        .properties(title=title)
+    )
 
 
 def bars(df: pd.DataFrame, x: str, y: str, color: str, title: str, y_title: str | None = None) -> alt.Chart:
     """Grouped bars: one group per `x`, one bar per `color` (one bar per `x` when they agree)."""
     grouped = x != color
-    enc: dict[str, object] = {
-        "x": alt.X(f"{x}:N", title=None, axis=alt.Axis(labelAngle=-30, labels=grouped, ticks=grouped)),
-        "y": alt.Y(f"{y}:Q", title=y.replace("_", " ") if y_title is None else y_title),
-        "color": alt.Color(f"{color}:N", title=None, scale=SCHEME),
-        "tooltip": [x, color, alt.Tooltip(f"{y}:Q", format=".4g")],
-    }
-    if grouped:
-        enc["xOffset"] = f"{color}:N"
-    return alt.Chart(df, title=title).mark_bar().encode(**enc).properties(height=HEIGHT)  # type: ignore[arg-type]
+    chart = (
+        base(df, "bar", title)
+        .encode(
+            x=alt.X(f"{x}:N", title=None, axis=alt.Axis(labelAngle=-30, labels=grouped, ticks=grouped)),
+            y=alt.Y(f"{y}:Q", title=y.replace("_", " ") if y_title is None else y_title),
+            color=alt.Color(f"{color}:N", title=None, scale=SCHEME),
+            tooltip=[x, color, alt.Tooltip(f"{y}:Q", format=".4g")],
+        )
+        .properties(height=HEIGHT)
+    )
+    return chart.encode(xOffset=f"{color}:N") if grouped else chart
 
 
 def fleet_p99_chart(df: pd.DataFrame) -> alt.LayerChart:
     """p99 latency relative to each device's SLO, worst first, with the SLO at 1.0."""
     data = df.dropna(subset=["p99_over_slo"]).sort_values("p99_over_slo", ascending=False).head(60)
     bar = (
-        alt.Chart(data, title="p99 latency / SLO per device (worst 60)")
-        .mark_bar()
+        base(data, "bar", "p99 latency / SLO per device, now (worst 60)")
         .encode(
             x=alt.X("device:N", sort="-y", title=None, axis=alt.Axis(labelAngle=-45)),
             y=alt.Y("p99_over_slo:Q", title="p99 / SLO"),
             color=alt.condition(alt.datum.p99_over_slo > 1.0, alt.value(RED), alt.value(GREEN)),
             tooltip=["device", alt.Tooltip("p99_over_slo:Q", format=".2f"), "status"],
         )
+        .properties(height=HEIGHT)
     )
-    return with_rule(bar, 1.0, "SLO").properties(height=HEIGHT)  # type: ignore[return-value]
-
-
-# -- tiles -----------------------------------------------------------------------------------
-
-TILE_CSS = """
-<style>
-.dfl-grid {display: grid; grid-template-columns: repeat(auto-fill, minmax(210px, 1fr)); gap: 10px;}
-.dfl-tile {border-radius: 10px; padding: 10px 12px; background: #f7f9fb; border: 2px solid #dfe3e8;
-           border-left: 8px solid var(--dfl-status); font-size: 0.85rem; line-height: 1.35;}
-.dfl-tile.dfl-miss {border-color: #d62728; background: #fdecec;}
-.dfl-tile.dfl-gone {opacity: 0.55;}
-.dfl-head {display: flex; justify-content: space-between; font-weight: 700; font-size: 0.95rem;}
-.dfl-badge {color: white; background: var(--dfl-status); border-radius: 8px; padding: 0 7px;
-            font-size: 0.75rem; font-weight: 600;}
-.dfl-row {display: flex; justify-content: space-between;}
-.dfl-bar {height: 6px; background: #e3e6ea; border-radius: 3px; margin: 2px 0 4px 0;}
-.dfl-bar > div {height: 6px; border-radius: 3px;}
-.dfl-miss-flag {color: #d62728; font-weight: 700;}
-</style>
-"""
-
-
-def _fmt(value: float | int | None, spec: str, suffix: str = "") -> str:
-    return "-" if value is None else f"{value:{spec}}{suffix}"
-
-
-def _bar(fraction: float | None, color: str) -> str:
-    width = 0.0 if fraction is None else max(0.0, min(1.0, fraction)) * 100
-    return f'<div class="dfl-bar"><div style="width:{width:.0f}%;background:{color}"></div></div>'
-
-
-def tile_html(t: DeviceTile) -> str:
-    name = html.escape(t.device)
-    classes = "dfl-tile" + (" dfl-miss" if t.misses_slo else "") + (" dfl-gone" if t.status == "gone" else "")
-    p99_ratio = t.p99_ms / t.slo_ms if t.p99_ms is not None and t.slo_ms else None
-    p99_color = RED if p99_ratio is not None and p99_ratio > 1 else GREEN
-    if t.round_progress is not None:
-        training = f"round {t.round_trained}/{t.round_target}"
-    else:
-        training = f"{_fmt(t.train_samples, ',d')} samples"
-    flag = '<span class="dfl-miss-flag">misses SLO</span>' if t.misses_slo else ""
-    return (
-        f'<div class="{classes}" data-device="{name}" style="--dfl-status:{STATUS_COLORS[t.status]}">'
-        f'<div class="dfl-head"><span>{name}</span><span class="dfl-badge">{t.status}</span></div>'
-        f'<div class="dfl-row"><span>backlog</span><b class="dfl-backlog">{_fmt(t.backlog, "d")}</b></div>'
-        f'<div class="dfl-row"><span>inference share</span><b>{_fmt(t.inference_share, ".0%")}</b></div>'
-        f"{_bar(t.inference_share, '#1f77b4')}"
-        f'<div class="dfl-row"><span>SLO met, last min</span>'
-        f'<b class="dfl-slo">{_fmt(t.slo_attainment, ".1%")}</b></div>'
-        f'<div class="dfl-row"><span>p99 / SLO</span><b>{_fmt(t.p99_ms, ".0f")} / {_fmt(t.slo_ms, ".0f")} ms'
-        f"</b></div>{_bar(p99_ratio, p99_color)}"
-        f'<div class="dfl-row"><span>training</span><b>{training}</b></div>'
-        f"{_bar(t.round_progress, '#9467bd')}"
-        f'<div class="dfl-row"><span>{flag}</span><span>{t.source}, {t.age_s:.0f} s ago</span></div>'
-        "</div>"
-    )
-
-
-def tiles_html(tiles: Sequence[DeviceTile]) -> str:
-    return TILE_CSS + '<div class="dfl-grid">' + "".join(tile_html(t) for t in tiles) + "</div>"
+    return with_rule(bar, 1.0, "SLO")

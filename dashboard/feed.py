@@ -20,6 +20,7 @@ from typing import TypeVar
 from dartfl import protocol
 from dartfl.errors import DartflError, ProtocolError
 from dartfl.protocol import Telemetry
+from dashboard.timeuse import TILE_WINDOW_S
 from messaging.link import Message, MqttLink, MqttSecurityError, connect
 from messaging.security import MqttSecurity
 
@@ -112,12 +113,15 @@ class Subscriber:
 
 @dataclass(frozen=True, slots=True)
 class LiveSnapshot:
-    """The newest snapshot of one device: when it arrived here, and its retained status."""
+    """The newest snapshot of one device: when it arrived here, its retained status, and the
+    start of its tile's window (the newest held snapshot `TILE_WINDOW_S` older, else the
+    oldest held: the window is then shorter)."""
 
     device: str
     received_s: float
     snapshot: Telemetry
     offline: bool = False
+    baseline: Telemetry | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,9 @@ class LiveFeed:
         self._lock = threading.Lock()
         self._latest: dict[str, LiveSnapshot] = {}
         self._history: dict[str, deque[Telemetry]] = {}
+        # Per device, its snapshots of the last TILE_WINDOW_S and the one before: the first
+        # is the start of the tile's window, found in O(1) a message.
+        self._windows: dict[str, deque[Telemetry]] = {}
         self._offline_since: dict[str, float] = {}
         self.subscriber = Subscriber(
             url,
@@ -174,7 +181,12 @@ class LiveFeed:
             gone = _put_newest(self._latest, device, LiveSnapshot(device, now, snapshot))
             if gone is not None:
                 self._history.pop(gone, None)
+                self._windows.pop(gone, None)
             self._history.setdefault(device, deque(maxlen=HISTORY_PER_DEVICE)).append(snapshot)
+            window = self._windows.setdefault(device, deque(maxlen=HISTORY_PER_DEVICE))
+            window.append(snapshot)
+            while len(window) >= 2 and window[1].t <= snapshot.t - TILE_WINDOW_S:
+                window.popleft()
 
     def state(self) -> FeedState:
         with self._lock:
@@ -184,6 +196,7 @@ class LiveFeed:
                     snap.received_s,
                     snap.snapshot,
                     offline=self._offline_since.get(name, -1.0) >= snap.received_s,
+                    baseline=_first_but_newest(self._windows.get(name)),
                 )
                 for name, snap in self._latest.items()
             }
@@ -208,3 +221,8 @@ def _put_newest(recent: dict[str, _V], key: str, value: _V) -> str | None:
     oldest = next(iter(recent))
     del recent[oldest]
     return oldest
+
+
+def _first_but_newest(window: deque[Telemetry] | None) -> Telemetry | None:
+    """The oldest snapshot of a window that holds more than the newest one."""
+    return window[0] if window is not None and len(window) >= 2 else None

@@ -44,10 +44,10 @@ def snapshot(
     raw = np.array([1.0 + k + burst * (len(tasks) - k) for k in range(len(tasks))])
     shares = raw / raw.sum()
     trained_round = int((step % 60) / 60 * round_target * (1.1 - 0.5 * min(1.0, load)))
+    busy = _time_use(step, phase, load, len(tasks))
     return Telemetry(
         device=device,
         t=t_s,
-        uptime_s=float(step),
         policy="dart",
         tasks=tuple(tasks),
         slo_ms=slo_ms,
@@ -66,9 +66,28 @@ def snapshot(
         errors=0,
         train_samples=sum(per_task),
         train_samples_per_task=dict(zip(tasks, per_task, strict=True)),
+        uptime_s=float(step),
+        inference_busy_s=busy[0],
+        training_busy_s=busy[1],
+        training_busy_s_per_task=dict(zip(tasks, busy[2], strict=True)),
+        idle_s=busy[3],
         round=RoundProgress(round_target, trained_round, float(step % 60), 60.0, step // 60, step // 60),
         model_version=step // 60,
     )
+
+
+def _time_use(step: int, phase: float, load: float, tasks: int) -> tuple[float, float, list[float], float]:
+    """Cumulative serving, training (and per task) and idle seconds after `step` seconds: a
+    serving share that swings with the bursts (0.1 to 0.1 + 0.5 load), idle 15%, training the
+    rest, split among the tasks in proportion K, K-1, ..., 1. Closed forms of the integrals,
+    so the counters only grow."""
+    lo = min(1.0, load)
+    serving = 0.1 * step + 0.5 * lo * (step / 2 - 10 * (math.cos(step / 20 + phase) - math.cos(phase)))
+    idle = 0.15 * step
+    training = max(0.0, step - serving - idle)
+    weights = [float(tasks - k) for k in range(tasks)]
+    per_task = [training * w / sum(weights) for w in weights]
+    return serving, training, per_task, idle
 
 
 def fill_telemetry(

@@ -130,8 +130,10 @@ class Agent:
     @classmethod
     def create(cls, config: AgentConfig, profile: DeviceProfile | None = None) -> Agent:
         """Build the model (in config.model_dir, else a temp dir the agent removes when it stops)."""
+        from edge_client.agent_link import check_private_broker
         from edge_client.runtime import ModelRuntime
 
+        check_private_broker(config)  # fail in a moment, not after loading the data
         own_dir = None
         model_dir = config.model_dir
         if model_dir is None:
@@ -155,7 +157,7 @@ class Agent:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def start(self) -> str:
-        """Connect to the broker (starting the embedded one if none is given); return its URL.
+        """Connect to the broker (starting a private Mosquitto if none is given); return its URL.
 
         If that fails the agent is finished: it lets go of what it holds, its temp dir too.
         """
@@ -347,7 +349,7 @@ class Agent:
         self._release()
 
     def _release(self) -> None:
-        """Disconnect, stop the embedded broker, finish exporting, remove the own temp dir."""
+        """Disconnect, stop the private broker, finish exporting, remove the own temp dir."""
         if self._link is not None:
             self._link.close()
         self.runtime.close()

@@ -11,7 +11,10 @@ from dartfl.policies import FutureAwarePolicy, make_policy, natural_loss_weighti
 from dartfl.protocol import REPLY_TOPIC_RULES, ReplyTopicRule
 from messaging.security import MqttSecurity
 
-__all__ = ["AgentConfig"]
+__all__ = ["ORT_PROVIDER_NAMES", "AgentConfig"]
+
+# ONNX Runtime execution providers by name (edge_client.inference.ORT_PROVIDERS maps them).
+ORT_PROVIDER_NAMES = ("cpu", "cuda", "tensorrt")
 
 
 @dataclass(frozen=True)
@@ -19,7 +22,7 @@ class AgentConfig:
     """How one device agent runs; every field has a flag in `dartfl edge run`."""
 
     device_id: str = "edge-1"
-    broker_url: str | None = None  # None: start the embedded broker on a free loopback port
+    broker_url: str | None = None  # None: start a private Mosquitto on a free loopback port
     tasks: tuple[str, ...] = ("digits", "fashion", "uci-digits")
     slo_s: float = 0.25
     queue_capacity: int = 256
@@ -29,6 +32,8 @@ class AgentConfig:
     width: float = 1.0
     inference_threads: int = 1
     training_threads: int = 1
+    ort_provider: str = "cpu"  # one of ORT_PROVIDER_NAMES
+    ort_strict: bool = False  # True: a provider that cannot serve is an error, not a CPU fallback
     telemetry_period_s: float = 1.0
     max_payload_bytes: int = 16384
     max_train_per_task: int | None = 3000
@@ -62,6 +67,10 @@ class AgentConfig:
             raise ConfigError(f"queue capacity must be >= 1, got {self.queue_capacity}")
         if not self.tasks:
             raise ConfigError("the agent needs at least one task")
+        if self.ort_provider not in ORT_PROVIDER_NAMES:
+            raise ConfigError(
+                f"ort-provider {self.ort_provider!r} is unknown; valid: {', '.join(ORT_PROVIDER_NAMES)}"
+            )
         if self.reply_topics not in REPLY_TOPIC_RULES:
             raise ConfigError(f"reply-topics must be one of {REPLY_TOPIC_RULES}, got {self.reply_topics!r}")
         # A bad spec fails before the model is built.

@@ -1,6 +1,6 @@
 """The device agent's MQTT side: the connection (request subscription, offline last will, TLS
-and login from the agent's config, the embedded broker when no broker is given), and what the
-agent publishes on it: replies, telemetry and its retained status.
+and login from the agent's config, a private Mosquitto on loopback when no broker is given), and
+what the agent publishes on it: replies, telemetry and its retained status.
 
 Its client id is `dartfl-agent-<device>` when anonymous, its account's name when logged in
 (messaging.link): with the shipped broker's `use_username_as_clientid`, nobody but the
@@ -14,25 +14,25 @@ from collections.abc import Callable
 from dartfl import protocol
 from dartfl.protocol import DeviceStatus
 from edge_client.agent_config import AgentConfig
-from messaging.brokers import BrokerHandle, start_embedded_broker
-from messaging.link import MQTT_V311, Message, MqttLink, Will, connect
+from messaging.brokers import BrokerHandle, BrokerStartError, find_mosquitto, start_mosquitto
+from messaging.link import Message, MqttLink, Will, connect
 from messaging.versions import connect_preferring_v5
 
 log = logging.getLogger(__name__)
 
-__all__ = ["DeviceLink", "open_agent_link"]
+__all__ = ["DeviceLink", "check_private_broker", "open_agent_link", "start_private_broker"]
 
 
 def open_agent_link(
     config: AgentConfig, on_message: Callable[[Message], None]
 ) -> tuple[MqttLink, BrokerHandle | None, str]:
-    """Connect the agent; returns (link, the embedded broker it started or None, broker URL)."""
+    """Connect the agent; returns (link, the private broker it started or None, broker URL)."""
     broker = None
     url = config.broker_url
     if url is None:
-        broker = start_embedded_broker()
+        broker = start_private_broker()
         url = broker.url
-        log.info("embedded MQTT broker on %s", url)
+        log.info("private Mosquitto (pid %s) on %s", broker.pid, url)
     device = config.device_id
     account = config.mqtt_security.username if config.mqtt_security is not None else None
     if account is not None and account != device:
@@ -59,15 +59,40 @@ def open_agent_link(
 
     try:
         # MQTT 5 lets requesters use Response Topic / Correlation Data and shows the replies
-        # the broker refuses; the embedded broker speaks 3.1.1 only.
-        if broker is not None:
-            return link(MQTT_V311), broker, url
+        # the broker refuses.
         lost = "requests must carry reply_to and replies the broker refuses go unnoticed"
         return connect_preferring_v5(link, url, lost), broker, url
     except BaseException:
         if broker is not None:
             broker.stop()
         raise
+
+
+def check_private_broker(config: AgentConfig) -> None:
+    """Before anything loads: an agent without a broker URL needs Mosquitto for its own one;
+    BrokerStartError, one line saying what to install or pass, when it is not installed."""
+    if config.broker_url is None:
+        try:
+            find_mosquitto()
+        except BrokerStartError as exc:
+            raise _no_mosquitto(exc) from None
+
+
+def start_private_broker() -> BrokerHandle:
+    """The agent's own Mosquitto on a free loopback port (no --broker given)."""
+    try:
+        return start_mosquitto()
+    except BrokerStartError as exc:
+        if "not installed" not in str(exc):
+            raise
+        raise _no_mosquitto(exc) from None
+
+
+def _no_mosquitto(exc: BrokerStartError) -> BrokerStartError:
+    return BrokerStartError(
+        f"no --broker given, so the agent would start its own Mosquitto on loopback, but {exc}; "
+        "or give --broker mqtt://HOST:1883"
+    )
 
 
 class DeviceLink:
@@ -105,7 +130,7 @@ class DeviceLink:
         self.link.flush(timeout=timeout_s)
 
     def close(self) -> None:
-        """Disconnect (the broker drops the last will), then stop the embedded broker if any."""
+        """Disconnect (the broker drops the last will), then stop the private broker if any."""
         self.link.close()
         if self.broker is not None:
             self.broker.stop()

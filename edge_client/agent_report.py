@@ -44,6 +44,8 @@ def build_report(
     window = stats.window(now)
     decisions = device.decision_us()
     tasks = cfg.tasks
+    uptime_s = now - c.started_s
+    busy_s = device.inference_busy_s + device.training_busy_s  # both lanes': may pass uptime
     lanes = device.lanes
     split: dict[str, Any] = {}
     if lanes is not None:
@@ -57,7 +59,7 @@ def build_report(
     return Telemetry(
         device=cfg.device_id,
         t=time.time(),
-        uptime_s=now - c.started_s,
+        uptime_s=uptime_s,
         policy=device.policy.name,
         tasks=tasks,
         slo_ms=cfg.slo_s * 1e3,
@@ -76,6 +78,9 @@ def build_report(
         train_samples_per_task=dict(zip(tasks, device.trained_per_task, strict=True)),
         training_busy_s=device.training_busy_s,
         inference_busy_s=device.inference_busy_s,
+        training_busy_s_per_task=dict(zip(tasks, device.training_busy_s_per_task, strict=True)),
+        # The executor thread is the device: what it spent neither serving nor training.
+        idle_s=max(0.0, uptime_s - busy_s),
         # The current round's own target and length (a federated round sets them).
         round=RoundProgress(
             target=rounds.target,

@@ -12,6 +12,11 @@ Export writes into a hidden temporary directory next to the target and renames i
 so a reader sees either no model directory or a complete one. The engine swaps model sets
 whole: a new set is loaded and warmed up off to the side, then replaces the old one in one
 assignment under a lock; a batch already running finishes on the set it started with.
+
+The engine runs on one ONNX Runtime execution provider, chosen by name (`ORT_PROVIDERS`: cpu,
+the default; cuda and tensorrt on a Jetson or a GPU box with the onnxruntime-gpu wheel). One
+that this ONNX Runtime lacks, or that a session does not take (CUDA libraries missing), falls
+back to CPU with one warning; with `strict_provider` it is a ProviderError instead.
 """
 
 from __future__ import annotations
@@ -35,11 +40,19 @@ import onnxruntime as ort
 import torch
 from torch import nn
 
-from dartfl.errors import InputError
+from dartfl.errors import ConfigError, InputError
 from fltask.data import IMAGE_SHAPE
 from fltask.model import MultitaskCNN
 
-__all__ = ["MANIFEST", "InferenceEngine", "ModelLoadError", "export_onnx", "torch_infer"]
+__all__ = [
+    "MANIFEST",
+    "ORT_PROVIDERS",
+    "InferenceEngine",
+    "ModelLoadError",
+    "ProviderError",
+    "export_onnx",
+    "torch_infer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +61,22 @@ FORMAT = "dartfl-edge-model"
 FORMAT_VERSION = 1
 MAX_BATCH = 4096
 _INPUT, _OUTPUT = "x", "logits"
+_CPU = "CPUExecutionProvider"
+# `--ort-provider NAME` -> the providers a session is given, most wanted first. TensorRT falls
+# back to CUDA for the nodes it cannot take, as ONNX Runtime documents.
+ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
+    "cpu": (_CPU,),
+    "cuda": ("CUDAExecutionProvider", _CPU),
+    "tensorrt": ("TensorrtExecutionProvider", "CUDAExecutionProvider", _CPU),
+}
 
 
 class ModelLoadError(InputError):
     """A model directory cannot be served (missing or bad manifest, unreadable ONNX file)."""
+
+
+class ProviderError(ConfigError):
+    """The execution provider asked for strictly cannot serve here."""
 
 
 class _OneTask(nn.Module):
@@ -183,16 +208,30 @@ class InferenceEngine:
     may run concurrently with it.
     """
 
-    def __init__(self, model_dir: str | Path, *, threads: int = 1) -> None:
+    def __init__(
+        self, model_dir: str | Path, *, threads: int = 1, provider: str = "cpu", strict_provider: bool = False
+    ) -> None:
         if not (isinstance(threads, int) and threads >= 1):
             raise InputError(f"threads must be an integer >= 1, got {threads!r}")
+        if provider not in ORT_PROVIDERS:
+            raise ConfigError(
+                f"ONNX Runtime provider {provider!r} is unknown; valid: {', '.join(ORT_PROVIDERS)}"
+            )
         self.threads = threads
+        self.provider_name = provider
+        self._strict = strict_provider
+        self._providers = _available(provider, strict_provider)
         self._lock = threading.Lock()
         self._swap_lock = threading.Lock()  # one swap at a time; never held while serving
         self._current = self._load(Path(model_dir))
         # Sessions of the current version by intra-op threads, so a split that comes back to a
         # core count it had switches without rebuilding; a swap to a new version clears it.
         self._by_threads: dict[int, _ModelSet] = {threads: self._current}
+
+    @property
+    def provider(self) -> str:
+        """The execution provider that serves (e.g. CPUExecutionProvider after a fallback)."""
+        return self._providers[0]
 
     @property
     def version(self) -> int:
@@ -283,7 +322,7 @@ class InferenceEngine:
         for task, info in manifest["tasks"].items():
             path = directory / info["file"]
             try:
-                session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+                session = self._session(path, options)
                 # Warm up at two batch sizes: the first run allocates; a model that cannot
                 # produce [b, classes] is caught here, before it serves anyone.
                 for b in (1, 2):
@@ -293,12 +332,45 @@ class InferenceEngine:
                             f"{path}: output shape {out.shape} for a batch of {b}, "
                             f"the manifest promises ({b}, {info['num_classes']})"
                         )
-            except ModelLoadError:
+            except (ModelLoadError, ProviderError):
                 raise
             except Exception as exc:  # onnxruntime raises its own exception types
                 raise ModelLoadError(f"{path}: cannot load task {task!r}: {exc}") from exc
             sessions[task], classes[task] = session, info["num_classes"]
         return _ModelSet(manifest["version"], directory, sessions, classes)
+
+    def _session(self, path: Path, options: ort.SessionOptions) -> ort.InferenceSession:
+        """A session on the engine's providers. ONNX Runtime drops a provider it cannot start
+        (CUDA libraries missing, say) with a log line only: seen here, it falls back to CPU for
+        good, or is a ProviderError when strict."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)  # ORT's own "not available" warning
+            session = ort.InferenceSession(str(path), options, providers=list(self._providers))
+        serving = session.get_providers()[0]
+        if serving != self._providers[0]:
+            reason = f"a session on {path.name} did not start {self._providers[0]} (it runs on {serving})"
+            self._providers = _fallback(self.provider_name, reason, self._strict)
+        return session
+
+
+def _available(provider: str, strict: bool) -> tuple[str, ...]:
+    """The providers to give sessions: ORT_PROVIDERS[provider], or CPU alone (with a warning,
+    or a ProviderError when strict) if this ONNX Runtime lacks the wanted one."""
+    wanted = ORT_PROVIDERS[provider]
+    present = ort.get_available_providers()
+    if wanted[0] in present:
+        return tuple(p for p in wanted if p in present)
+    return _fallback(provider, f"this ONNX Runtime has no {wanted[0]} (it has {', '.join(present)})", strict)
+
+
+def _fallback(provider: str, reason: str, strict: bool) -> tuple[str, ...]:
+    hint = (
+        "install the onnxruntime-gpu wheel that matches your JetPack or CUDA (docs/deployment.md, section 1)"
+    )
+    if strict:
+        raise ProviderError(f"--ort-provider {provider} --ort-strict: {reason}; {hint}, or drop --ort-strict")
+    log.warning("--ort-provider %s: %s; serving on CPU (%s)", provider, reason, hint)
+    return (_CPU,)
 
 
 def _read_manifest(directory: Path) -> dict[str, Any]:

@@ -88,7 +88,12 @@ class ModelRuntime:
         model_dir.mkdir(parents=True, exist_ok=True)
         _remove_old_versions(model_dir)
         export_onnx(model, model_dir / "v1", version=1)
-        engine = InferenceEngine(model_dir / "v1", threads=config.inference_threads)
+        engine = InferenceEngine(
+            model_dir / "v1",
+            threads=config.inference_threads,
+            provider=config.ort_provider,
+            strict_provider=config.ort_strict,
+        )
         return cls(config, tasks, model, trainer, engine, model_dir)
 
     @property
@@ -247,7 +252,8 @@ class ModelRuntime:
             training=TrainingCost(a_t, c_t, MAX_MICROBATCH),
             task_inference=overrides,
             description=f"measured by dartfl edge profile (width {self.config.width}, "
-            f"{self.config.inference_threads} inference / {self.config.training_threads} training threads)",
+            f"{self.config.inference_threads} inference / {self.config.training_threads} training threads, "
+            f"inference on {self.engine.provider})",
         )
 
     def close(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from pathlib import Path
 from typing import Any
 
 from dartfl.errors import ConfigError
@@ -18,7 +19,9 @@ from dartfl.policies import make_policy
 from dartfl.policies.shares import LOSS_WEIGHTINGS
 from dartfl.types import DeviceProfile
 
-__all__ = ["FlConfig", "split_list"]
+__all__ = ["NO_STORE", "FlConfig", "split_list"]
+
+NO_STORE = "none"  # run config `store = "none"`: the run is not recorded
 
 
 def split_list(text: str) -> tuple[str, ...]:
@@ -57,7 +60,7 @@ class FlConfig:
     seed: int = 1
     checkpoint_dir: str = ""  # "": no checkpoints
     results_file: str = ""  # "": no JSON results file
-    store: str = ""  # "": no run-store records
+    store: str = ""  # "": the default run store of the ServerApp's host; "none": no records
     run_label: str = ""
 
     def __post_init__(self) -> None:
@@ -147,6 +150,17 @@ class FlConfig:
     @property
     def task_names(self) -> tuple[str, ...]:
         return split_list(self.tasks)
+
+    @property
+    def store_path(self) -> Path | None:
+        """Where the ServerApp records the run: `store`; for "" the default run store of the
+        host it runs on ($DARTFL_STORE, else ~/.local/share/dartfl/runs.sqlite), as every
+        dartfl command records by default; None for "none"."""
+        from dartfl.paths import default_store_path
+
+        if self.store.strip().lower() == NO_STORE:
+            return None
+        return Path(self.store).expanduser() if self.store else default_store_path()
 
     @property
     def loads(self) -> tuple[float, ...]:

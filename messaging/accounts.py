@@ -33,7 +33,9 @@ _ACL_HEADER: Final = """\
 
 def read_template(name: str) -> str:
     """One of the shipped files in messaging/mosquitto/ (package data, also in a wheel)."""
-    return resources.files("messaging").joinpath("mosquitto", name).read_text(encoding="utf-8")
+    # This package by its own name: the wheel installs it as dartfl_messaging.
+    package = __name__.rpartition(".")[0]
+    return resources.files(package).joinpath("mosquitto", name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,14 @@
-"""MQTT brokers on loopback: a real Mosquitto process, or an embedded amqtt broker.
+"""MQTT brokers on loopback: a private Mosquitto process.
 
-Mosquitto is what tests and production use (optionally with a TLS listener, `MosquittoTls`);
-the embedded broker (amqtt, pure Python, on its own thread and event loop:
-messaging.embedded) is the zero-setup default for a single machine. Both bind to
-127.0.0.1 only and come back as a `BrokerHandle` that stops them. Broker URLs are
-`mqtt://host:port` or, with TLS, `mqtts://host:port`.
+Mosquitto is what tests and production use (optionally with a TLS listener, `MosquittoTls`),
+and a private one on a free loopback port is the zero-setup default of a single machine (an
+agent without --broker, a replay with --spawn-agent, deploy-local). It binds to 127.0.0.1 only
+and comes back as a `BrokerHandle` that stops it. Broker URLs are `mqtt://host:port` or, with
+TLS, `mqtts://host:port`.
+
+There is no in-process broker. amqtt, the one there was, cannot share an environment with
+Flower 1.42 (typer<0.21, PyYAML>=6.0.2): 0.11 pins typer 0.15.4, 0.12 wants typer>=0.24, 0.10
+PyYAML<6. And a Python broker inside the agent's process competes with inference for its GIL.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ from types import TracebackType
 from urllib.parse import urlsplit
 
 from dartfl.errors import ConfigError, DartflError
-from messaging.embedded import EmbeddedBroker
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,10 @@ __all__ = [
     "BrokerHandle",
     "BrokerStartError",
     "MosquittoTls",
+    "find_mosquitto",
     "free_port",
     "parse_broker_address",
     "parse_broker_url",
-    "start_embedded_broker",
     "start_mosquitto",
     "start_mosquitto_with_config",
 ]
@@ -300,12 +303,15 @@ def _try_mosquitto(binary: str, config: str, port: int, tls_port: int | None) ->
     return f"mosquitto on {LOOPBACK}:{port} {status}; log tail:\n{tail}"
 
 
-def _mosquitto_binary(mosquitto: str) -> str:
+def find_mosquitto(mosquitto: str = "mosquitto") -> str:
+    """The path of the Mosquitto binary (PATH, then /usr/sbin, where Debian puts it);
+    BrokerStartError saying how to install it when there is none."""
     binary = shutil.which(mosquitto) or shutil.which(mosquitto, path="/usr/sbin:/usr/local/sbin")
     if binary is None:
         raise BrokerStartError(
-            f"Mosquitto binary {mosquitto!r} not found on PATH or in /usr/sbin; "
-            "install it with `apt-get install mosquitto` or use the embedded broker"
+            f"Mosquitto ({mosquitto!r}) is not installed: not on PATH nor in /usr/sbin; install it "
+            "with `sudo apt-get install mosquitto` (Debian, Raspberry Pi OS, Ubuntu/JetPack) or "
+            "`brew install mosquitto` (macOS)"
         )
     return binary
 
@@ -315,7 +321,7 @@ def start_mosquitto(
 ) -> BrokerHandle:
     """Start a private Mosquitto on 127.0.0.1 (a free port when `port` is None), with a TLS
     listener on another free port when `tls` is given (`handle.tls_url`)."""
-    binary = _mosquitto_binary(mosquitto)
+    binary = find_mosquitto(mosquitto)
     tries = 1 if port is not None else _AUTO_PORT_TRIES
     reason = ""
     for _ in range(tries):  # a port picked by free_port() can be taken before Mosquitto binds it
@@ -334,26 +340,7 @@ def start_mosquitto_with_config(
     """Start Mosquitto on a config of the caller's (the production set-up of `dartfl broker
     setup`, in tests): it must listen on 127.0.0.1:`port` (plain MQTT, where start-up is
     detected, logins or not) and may add a TLS listener on `tls_port`."""
-    result = _try_mosquitto(_mosquitto_binary(mosquitto), config, port, tls_port)
+    result = _try_mosquitto(find_mosquitto(mosquitto), config, port, tls_port)
     if isinstance(result, str):
         raise BrokerStartError(result)
     return result
-
-
-# --- embedded amqtt -------------------------------------------------------------------------
-
-
-def start_embedded_broker(port: int | None = None) -> BrokerHandle:
-    """Start an in-process amqtt broker on 127.0.0.1 (a free port when `port` is None)."""
-    tries = 1 if port is not None else _AUTO_PORT_TRIES
-    reason = ""
-    for _ in range(tries):
-        broker = EmbeddedBroker(
-            LOOPBACK, port if port is not None else free_port(), START_TIMEOUT_S, STOP_TIMEOUT_S
-        )
-        failure = broker.start()
-        if failure is None:
-            log.info("embedded amqtt broker listening on %s:%d", LOOPBACK, broker.port)
-            return BrokerHandle(LOOPBACK, broker.port, "amqtt", broker.stop)
-        reason = failure
-    raise BrokerStartError(reason)

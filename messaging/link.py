@@ -148,7 +148,7 @@ class MqttLink:
         if reason.is_failure:
             hint, kind = "", MqttConnectError
             if self._protocol == paho.MQTTv5 and "protocol" in str(reason).lower():
-                hint = " (the embedded amqtt broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
+                hint = " (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
             elif str(reason).lower() in _AUTH_REFUSALS:
                 hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
                 kind = MqttSecurityError
@@ -362,8 +362,8 @@ def connect(
 
     `client_id` is for an anonymous client; a logged-in one is its account's name.
 
-    `protocol` is MQTT_V311 (works with Mosquitto and the embedded amqtt broker) or MQTT_V5
-    (Mosquitto only; adds Response Topic / Correlation Data properties). Clean sessions:
+    `protocol` is MQTT_V311 (Mosquitto, and brokers that speak 3.1.1 only) or MQTT_V5
+    (Mosquitto 1.6 and newer; adds Response Topic / Correlation Data properties). Clean sessions:
     requests that arrive while a device is away are not kept for it.
     """
     address = parse_broker_address(url)

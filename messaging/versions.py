@@ -2,10 +2,10 @@
 
 MQTT 5 is what makes the broker's refusals visible (a PUBACK reason code for a publish its ACL
 denies, messaging.refusals) and what carries the Response Topic / Correlation Data properties.
-The embedded amqtt broker (and older brokers) speak 3.1.1 only. amqtt does not refuse an MQTT 5
-CONNECT, it drops the connection, which looks like any other failure; so any failure but a
-TLS or login one (which no protocol version cures) falls back to 3.1.1, with a warning that
-says what is lost.
+Older brokers (Mosquitto before 1.6, amqtt, some hosted ones) speak 3.1.1 only, and some of
+them do not refuse an MQTT 5 CONNECT but drop the connection, which looks like any other
+failure; so any failure but a TLS or login one (which no protocol version cures) falls back to
+3.1.1, with a warning that says what is lost.
 """
 
 from __future__ import annotations

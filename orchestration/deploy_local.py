@@ -2,7 +2,7 @@
 
 Processes (each in its own session, stopped by process group, also on failure):
 - one SuperLink (deployment mode, `orchestration.flower_processes.LocalSuperLink`), which runs the ServerApp;
-- one Mosquitto (the request plane; the embedded broker if Mosquitto is not installed);
+- one Mosquitto (the request plane);
 - per device: a `dartfl edge run` agent with its round channel on 127.0.0.1:<port>
   ($DARTFL_ROUND_CHANNEL), and a `flower-supernode` with
   `--node-config 'agent-address="127.0.0.1:<port>"'`.
@@ -149,13 +149,9 @@ def deploy_local(
 
 
 def _start_broker() -> Any:
-    from messaging.brokers import BrokerStartError, start_embedded_broker, start_mosquitto
+    from messaging.brokers import start_mosquitto
 
-    try:
-        return start_mosquitto()
-    except BrokerStartError as exc:
-        log.warning("no Mosquitto (%s); using the embedded broker", exc)
-        return start_embedded_broker()
+    return start_mosquitto()
 
 
 @contextlib.contextmanager

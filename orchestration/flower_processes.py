@@ -24,12 +24,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
-from dartfl.errors import ConfigError, DartflError
+from dartfl.errors import DartflError
+from orchestration.flower_app import toml_value, write_app
 
 __all__ = [
     "LocalSuperLink",
     "ManagedProcess",
-    "app_dir",
     "flower_env",
     "flwr_run",
     "flwr_run_status",
@@ -41,14 +41,6 @@ __all__ = [
 ]
 
 _BIN = Path(sys.executable).parent
-
-
-def app_dir() -> Path:
-    """The project directory that holds the Flower app's pyproject.toml (a source checkout)."""
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "pyproject.toml").is_file():
-        raise ConfigError(f"the Flower app needs DART-FL's source checkout; no pyproject.toml in {root}")
-    return root
 
 
 def free_port() -> int:
@@ -149,10 +141,10 @@ def write_connection(
     """Point `flwr run . <name>` at a SuperLink ($FLWR_HOME/config.toml): plain HTTP when
     `insecure`, else TLS checked against `root_certificates` (None: the system's CAs)."""
     flwr_home.mkdir(parents=True, exist_ok=True)
-    lines = ["[superlink]", f"default = {_toml_value(name)}", "", f"[superlink.{name}]"]
-    lines += [f"address = {_toml_value(address)}", f"insecure = {_toml_value(insecure)}"]
+    lines = ["[superlink]", f"default = {toml_value(name)}", "", f"[superlink.{name}]"]
+    lines += [f"address = {toml_value(address)}", f"insecure = {toml_value(insecure)}"]
     if root_certificates is not None:
-        lines.append(f"root-certificates = {_toml_value(str(root_certificates))}")
+        lines.append(f"root-certificates = {toml_value(str(root_certificates))}")
     (flwr_home / "config.toml").write_text("\n".join([*lines, ""]))
 
 
@@ -228,15 +220,18 @@ def flwr_run(
     stream: bool = True,
     on_line: Callable[[str], None] | None = None,
 ) -> str:
-    """`flwr run <app> <connection>`; returns its output. With `stream` (`--stream`) it lasts
-    until the run ends, printing the ServerApp's log; `on_line` sees each line as it comes."""
-    overrides = " ".join(f"{k}={_toml_value(v)}" for k, v in run_config.items())
-    args = [str(_BIN / "flwr"), "run", str(app_dir()), connection, "--run-config", overrides]
-    if federation_config:
-        args += ["--federation-config", federation_config]
-    if stream:
-        args.append("--stream")
-    returncode, output = _run_capturing(args, env, timeout_s, on_line)
+    """`flwr run <app> <connection>` of the packaged app (orchestration.flower_app, written
+    into a scratch directory for the call); returns its output. With `stream` (`--stream`) it
+    lasts until the run ends, printing the ServerApp's log; `on_line` sees each line."""
+    overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
+    with scratch_dir("dartfl-app-") as scratch:
+        app = write_app(scratch / "dartfl")
+        args = [str(_BIN / "flwr"), "run", str(app), connection, "--run-config", overrides]
+        if federation_config:
+            args += ["--federation-config", federation_config]
+        if stream:
+            args.append("--stream")
+        returncode, output = _run_capturing(args, env, timeout_s, on_line)
     if log_path is not None:
         log_path.write_text(output)
     if returncode is None:
@@ -295,14 +290,6 @@ def _kill_group(proc: subprocess.Popen[str]) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
-def _toml_value(value: int | float | str | bool) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 @contextlib.contextmanager

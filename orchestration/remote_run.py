@@ -1,5 +1,5 @@
-"""Submitting this repository's Flower app to a running SuperLink, local or remote, and
-following it to the end: what `dartfl fl run` does.
+"""Submitting DART-FL's Flower app (orchestration.flower_app) to a running SuperLink, local or
+remote, and following it to the end: what `dartfl fl run` does.
 
 The SuperLink's Control API is its HTTP port (`flower-superlink --port`, 8000 by default). The
 connection is written into a private, temporary $FLWR_HOME for the call: the user's Flower
@@ -120,7 +120,7 @@ def submit_run(
     on_log: Callable[[str], None] | None = None,
     on_run_id: Callable[[int], None] | None = None,
 ) -> SubmittedRun:
-    """Start a run of this repository's app with `run_config` overrides. With `wait`, follow
+    """Start a run of the packaged app with `run_config` overrides. With `wait`, follow
     its log (each line to `on_log`) until it ends and return its final status."""
     from orchestration.flower_processes import (
         flower_env,

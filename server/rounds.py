@@ -141,11 +141,13 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
     if store is not None and run.store_run is not None and store.get_run(run.store_run) is None:
         store.close()
         raise ConfigError(
-            f"the checkpoint in {cfg.checkpoint_dir} records into run {run.store_run} of {cfg.store}, which "
+            f"the checkpoint in {cfg.checkpoint_dir} records into run {run.store_run} of {store.path}, which "
             "has no such run; resume with the run store it started with, or use another checkpoint-dir"
         )
     if store is not None and run.store_run is None:
         run.store_run = store.start_run("fl", cfg.run_label or f"fl {cfg.policy}", cfg.to_run_config())
+    if store is not None:
+        log.info("recording as run %s in the run store %s", run.store_run, store.path)
     empty_rounds = 0
     try:
         for server_round in range(run.start, cfg.num_server_rounds + 1):
@@ -269,7 +271,20 @@ def _play_round(
         "train_loss_per_task": _fleet_task_loss(client_metrics, cfg.task_names),
     }
     run.history.append(entry)
-    log.info("round %d: %s", server_round, json.dumps(entry))
+    log.info(
+        "round %d/%d: updates from %d of %d nodes, %d samples; accuracy %s, mean %.4f, "
+        "demand-weighted %.4f; %.1f s",
+        server_round,
+        cfg.num_server_rounds,
+        len(updates),
+        len(messages),
+        entry["samples"],
+        " ".join(f"{task} {acc:.4f}" for task, acc in accuracy.items()),
+        entry["mean_accuracy"],
+        entry["demand_weighted_accuracy"],
+        round_s,
+    )
+    log.debug("round %d: %s", server_round, json.dumps(entry))
     return entry
 
 
@@ -351,11 +366,12 @@ def _record(
 
 
 def _open_store(cfg: FlConfig) -> Any:
-    if not cfg.store:
+    path = cfg.store_path
+    if path is None:
         return None
     from dartfl.store import RunStore
 
-    return RunStore(cfg.store)
+    return RunStore(path)
 
 
 def _write_json(path: Path, value: dict[str, Any]) -> None:

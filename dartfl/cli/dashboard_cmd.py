@@ -56,6 +56,7 @@ def register(sub: Any) -> None:
 
 def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """The streamlit command line and the environment for the app; raises InputError for bad flags."""
+    import dashboard
     from dartfl.paths import default_store_path
     from dartfl.store import check_store_file
     from dashboard.config import DashboardConfig
@@ -77,10 +78,8 @@ def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, st
         )
     except ConfigError as exc:
         raise InputError(str(exc)) from exc
-    app = Path(__file__).resolve().parents[2] / "dashboard" / "app.py"
-    spec = importlib.util.find_spec("dashboard.app")
-    if spec is not None and spec.origin:
-        app = Path(spec.origin)
+    # The package's own file, not a name: the wheel installs it as dartfl_dashboard.
+    app = Path(dashboard.__file__).resolve().parent / "app.py"
     argv = [
         sys.executable,
         "-m",
@@ -101,7 +100,10 @@ def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, st
 
 def run(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("streamlit") is None:
-        raise DartflError("streamlit is not installed: pip install -e '.[dashboard]'")
+        raise DartflError(
+            "streamlit is not installed: pip install 'dartfl[dashboard]' "
+            "(in a checkout: scripts/pip-install PYTHON dashboard)"
+        )
     argv, env = streamlit_command(args)
     print(f"dartfl dashboard: serving http://{args.address}:{args.port} (run store {env['DARTFL_STORE']})")
     sys.stdout.flush()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -208,9 +209,9 @@ def _lengths(args: argparse.Namespace, values: dict[str, Any]) -> Any:
     if args.trace is None:
         from importlib import resources
 
-        from workloads.traces.load import BUNDLED_AZURE_CONV
+        from workloads.traces.load import bundled_azure_conv_file
 
-        with resources.as_file(resources.files("workloads.data").joinpath(BUNDLED_AZURE_CONV)) as path:
+        with resources.as_file(bundled_azure_conv_file()) as path:
             requests = read_azure_llm_requests(path)
     else:
         requests = read_azure_llm_requests(args.trace)
@@ -249,6 +250,7 @@ def run_sim(args: argparse.Namespace) -> int:
     plot_path = checked_plot_path(args, args.default_plot)
     specs = args.policies or list(DEFAULT_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
+    started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
     sweep: list[tuple[float, float]] = []
     if args.sweep_static:
@@ -258,10 +260,11 @@ def run_sim(args: argparse.Namespace) -> int:
     summaries = [to_jsonable(r.summary()) for r in runs]
     run_id = None
     if not args.no_store:
-        run_id = _record(args, runs, summaries, sweep)
+        run_id = _record(args, runs, summaries, sweep, started_s=started_s)
     if plot_path:
         what = f", {args.workload}" if args.workload else ""
-        plot_dc(runs, plot_path, title=f"{args.gpus} GPUs, {config.model.name}{what}, eta {args.eta}")
+        title = f"{args.gpus} GPUs, {config.model.name}{what}, {args.steps} steps, eta {args.eta}"
+        plot_dc(runs, plot_path, title=title)
     if args.json:
         out: dict[str, Any] = {"results": summaries, "run_id": run_id}
         if sweep:
@@ -284,9 +287,10 @@ def run_real(args: argparse.Namespace) -> int:
         workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed, task=args.task
     )
     plot_path = checked_plot_path(args, args.default_plot)
+    started_s = time.time()
     runs = ray_engine.run_ray(cfg, specs)
     summaries = [to_jsonable(r.summary()) for r in runs]
-    run_id = None if args.no_store else _record(args, runs, summaries, [])
+    run_id = None if args.no_store else _record(args, runs, summaries, [], started_s=started_s)
     if plot_path:
         title = f"Ray engine, {cfg.task} task, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
         plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
@@ -305,9 +309,12 @@ def _record(
     runs: list[Any],
     summaries: list[dict[str, Any]],
     sweep: list[tuple[float, float]],
+    *,
+    started_s: float,
 ) -> int:
     """One run in the store: each policy's summary and its per-period decisions (roles,
-    buffer, samples trained), which the dashboard's Datacenter page charts."""
+    buffer, samples trained), which the dashboard's Datacenter page charts. `started_s` is
+    the Unix time the run began, so the stored duration is the run's, not the recording's."""
     from dartfl.paths import default_store_path
     from dartfl.store import RunStore
 
@@ -317,7 +324,7 @@ def _record(
     if getattr(args, "workload", None):
         label += f", {args.workload}"
     with RunStore(args.store or default_store_path()) as store:
-        run_id = store.start_run("dc", label, config)
+        run_id = store.start_run("dc", label, config, started_s=started_s)
         try:
             for run, s in zip(runs, summaries, strict=True):
                 store.add_decisions(run_id, str(s["policy"]), decision_rows(run))
@@ -357,11 +364,26 @@ def decision_rows(run: Any) -> list[Any]:
 
 
 def _print_table(summaries: list[dict[str, Any]]) -> None:
-    cols = [c for c in CONTRACT_KEYS if c != "steps"]
-    print("  ".join(f"{c:>18s}" for c in cols))
+    """The contract's figures per policy, headed in words, in the tables' one number format."""
+    from dartfl.cli.tables import number, print_table
+
+    heads = {
+        "samples_per_s": "samples/s",
+        "tokens_per_s": "tokens/s",
+        "rollout_idle_ratio": "rollout idle",
+        "trainer_idle_ratio": "trainer idle",
+        "staleness_max": "stale max",
+        "staleness_mean": "stale mean",
+        "dropped_samples": "dropped",
+        "switches": "switches",
+        "aborted_gpu_s": "aborted GPU·s",
+        "idle_gpu_s": "idle GPU·s",
+    }
+    rows = []
     for s in summaries:
-        cells = []
-        for c in cols:
-            v = s.get(c)
-            cells.append(f"{v:>18.3f}" if isinstance(v, float) else f"{v!s:>18s}")
-        print("  ".join(cells))
+        cells = [str(s.get("policy"))]
+        for key in heads:
+            v = s.get(key)
+            cells.append(f"{v:.1%}" if key.endswith("_ratio") and isinstance(v, float) else number(v))
+        rows.append(cells)
+    print_table(["policy", *heads.values()], rows)

@@ -23,6 +23,9 @@ from dartfl.errors import ConfigError
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
+# edge_client.agent_config.ORT_PROVIDER_NAMES (tests/edge_client/test_inference.py checks they
+# agree), listed here so that building the parser imports nothing heavy.
+ORT_PROVIDER_NAMES = ("cpu", "cuda", "tensorrt")
 AGENT_ONLINE_TIMEOUT_S = 120.0  # loading data and building the model, on a slow device
 # Numeric flags by the range they must lie in, as dests (the flag is --dest-with-dashes).
 # Checked here so the error names the flag the user typed: AgentConfig speaks in its own
@@ -75,16 +78,31 @@ def _model_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--training-threads", type=int, default=1, help="PyTorch threads (default 1)")
     p.add_argument(
+        "--ort-provider",
+        choices=ORT_PROVIDER_NAMES,
+        default="cpu",
+        help="ONNX Runtime execution provider for inference (default cpu; cuda and tensorrt need the "
+        "onnxruntime-gpu wheel: docs/deployment.md); one that cannot serve here falls back to cpu "
+        "with a warning",
+    )
+    p.add_argument("--ort-strict", action="store_true", help="fail (exit 2) instead of falling back to cpu")
+    p.add_argument(
         "--max-train", type=int, default=3000, help="training samples loaded per task (default 3000)"
     )
-    p.add_argument("--seed", type=seed_arg, default=0)
+    p.add_argument(
+        "--seed",
+        type=seed_arg,
+        default=0,
+        help="seed of the data subset, model and training order (default 0)",
+    )
 
 
 def _agent_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="edge-1", help="device id, used in MQTT topics (default edge-1)")
     p.add_argument(
         "--broker",
-        help="broker URL, mqtt://HOST:1883 or mqtts://HOST:8883 (TLS) (default: start an embedded one)",
+        help="broker URL, mqtt://HOST:1883 or mqtts://HOST:8883 (TLS) "
+        "(default: start a private Mosquitto on loopback)",
     )
     p.add_argument("--policy", default="dart", help="allocation policy spec (default dart)")
     p.add_argument(
@@ -171,6 +189,8 @@ def _agent_config(args: argparse.Namespace) -> Any:
         width=args.width,
         inference_threads=args.inference_threads,
         training_threads=args.training_threads,
+        ort_provider=args.ort_provider,
+        ort_strict=args.ort_strict,
         telemetry_period_s=args.telemetry_s,
         max_train_per_task=args.max_train,
         round_s=args.round_s,
@@ -222,6 +242,8 @@ def _profile(args: argparse.Namespace) -> int:
         width=args.width,
         inference_threads=args.inference_threads,
         training_threads=args.training_threads,
+        ort_provider=args.ort_provider,
+        ort_strict=args.ort_strict,
         max_train_per_task=args.max_train,
         seed=args.seed,
     )

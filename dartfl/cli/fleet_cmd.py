@@ -92,7 +92,7 @@ def register(sub: Any) -> None:
         dest="policies",
         metavar="SPEC",
         help=f"policy (repeatable; default: {' '.join(DEFAULT_POLICIES)}); "
-        "dart[:V], inference-only, inference-first[:m], static:<x>",
+        "dart[:V | :key=value,...], inference-only, inference-first[:m], static:<x> (docs/allocator.md)",
     )
     p.add_argument(
         "--workers", type=int, default=None, help="worker processes (default: up to 2, one per CPU)"

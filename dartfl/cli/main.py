@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from dartfl import __version__
 from dartfl.errors import DartflError, InputError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ def _usage_error(prog: str, message: str) -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="dartfl", description="DART-FL: co-schedule inference and federated training.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv: debug)")
+    parser.add_argument("--version", action="version", version=f"dartfl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name in SUBCOMMAND_MODULES:
         try:

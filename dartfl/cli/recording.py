@@ -94,7 +94,7 @@ def record_sim(
     *,
     started_s: float,
 ) -> int:
-    label = f"{arrivals.num_requests} req / {arrivals.duration_s:.0f} s on {profile.name}"
+    label = f"{arrivals.num_requests:,} req / {arrivals.duration_s:.0f} s on {profile.name}"
     pairs = list(zip(outcome.records, outcome.summaries, strict=True))
     extra = {"profile_name": profile.name}
     return record_runs(store_path, "sim", args, arrivals, label, pairs, extra, started_s=started_s)

@@ -14,7 +14,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -102,8 +101,7 @@ def run(args: argparse.Namespace) -> int:
             from orchestration.agent_watch import wait_for_agent
 
             sighting = wait_for_agent(url, args.device, timeout_s=AGENT_ONLINE_TIMEOUT_S, security=security)
-        mqtt5 = broker is None or broker.kind == "mosquitto"  # amqtt speaks 3.1.1 only
-        outcome = _run_replay(args, url, sighting, file_profile, arrivals, security, mqtt5)
+        outcome = _run_replay(args, url, sighting, file_profile, arrivals, security)
     finally:
         try:
             report = _stop_agent(agent)
@@ -145,7 +143,6 @@ def _run_replay(
     file_profile: DeviceProfile | None,
     arrivals: Arrivals | None,
     security: MqttSecurity | None,
-    mqtt5: bool,
 ) -> _Replayed:
     from fltask.data import load_tasks
     from orchestration.replay import ReplayOptions, profile_of, replay
@@ -161,7 +158,7 @@ def _run_replay(
         log.warning("%s does not say it decodes binary requests; sending JSON", args.device)
         payload = "json"
     options = ReplayOptions(
-        url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security, mqtt5=mqtt5
+        url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security
     )
     started_s = time.time()  # the run store's start of the run, recorded once it is over
     with _Progress(arrivals.num_requests, args.device) as on_progress:
@@ -289,13 +286,10 @@ def _as_uint8(task: Any) -> tuple[Any, Any]:
 
 
 def start_local_broker() -> BrokerHandle:
-    """Mosquitto on loopback if it is installed, else the embedded broker."""
-    from messaging.brokers import start_embedded_broker, start_mosquitto
+    """A private Mosquitto on loopback; BrokerStartError saying how to install it if it is not."""
+    from messaging.brokers import start_mosquitto
 
-    if shutil.which("mosquitto") or Path("/usr/sbin/mosquitto").exists():
-        return start_mosquitto(mosquitto=shutil.which("mosquitto") or "/usr/sbin/mosquitto")
-    log.warning("mosquitto not found; using the embedded broker (apt-get install mosquitto for the real one)")
-    return start_embedded_broker()
+    return start_mosquitto()
 
 
 def _stop_agent(agent: subprocess.Popen[bytes] | None, timeout_s: float = 30.0) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from dartfl.cli.tables import number
 from dartfl.errors import InputError
 from dartfl.paths import default_store_path
 from dartfl.store import RUN_KINDS, RunInfo, RunStore, StoreDamagedError, check_store_file
@@ -39,14 +40,14 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p_list.set_defaults(handler=_list)
 
     p_show = runs_sub.add_parser("show", help="one run's config and per-policy results")
-    p_show.add_argument("run_id", type=int, metavar="RUN_ID")
+    p_show.add_argument("run_id", type=int, metavar="RUN_ID", help="the run's id (see `dartfl runs list`)")
     common(p_show)
     p_show.set_defaults(handler=_show)
 
     p_delete = runs_sub.add_parser(
         "delete", help="delete a run with its results and decisions (a damaged one too)"
     )
-    p_delete.add_argument("run_id", type=int, metavar="RUN_ID")
+    p_delete.add_argument("run_id", type=int, metavar="RUN_ID", help="the run's id (see `dartfl runs list`)")
     common(p_delete)
     p_delete.set_defaults(handler=_delete)
 
@@ -93,6 +94,7 @@ def _list(args: argparse.Namespace) -> int:
         print(json.dumps([_summary(r) for r in runs], indent=2))
         return 0
 
+    from rich import box
     from rich.console import Console
     from rich.table import Table
 
@@ -100,20 +102,25 @@ def _list(args: argparse.Namespace) -> int:
     if not runs:
         console.print(f"no runs in {path}")
         return 0
-    table = Table(title=f"runs in {path}")
-    for column in ("id", "kind", "label", "status", "started", "took", "policies"):
-        table.add_column(
-            column, justify="right" if column in ("id", "took") else "left", no_wrap=column != "policies"
-        )
+    # Fits 80 columns: the fixed columns never wrap, label and policies share what is left
+    # and fold rather than collapse to an ellipsis.
+    table = Table(title=f"runs in {path}", box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("id", justify="right", no_wrap=True)
+    table.add_column("kind", no_wrap=True)
+    table.add_column("label", ratio=1, min_width=12, overflow="fold")
+    table.add_column("status", no_wrap=True)
+    table.add_column("started", no_wrap=True)
+    table.add_column("took", justify="right", no_wrap=True)
+    table.add_column("policies", ratio=1, min_width=17, overflow="fold")  # "inference-first:4"
     for r in runs:
         table.add_row(
             str(r.run_id),
             r.kind,
             r.label or "",
             r.status + (" (damaged)" if r.damage else ""),
-            _when(r.created_s),
-            "" if r.duration_s is None else f"{r.duration_s:.1f} s",
-            ", ".join(r.policies),
+            _when(r.created_s, short=True),
+            "" if r.duration_s is None else _took(r.duration_s),
+            " ".join(r.policies),  # specs hold no spaces: a line breaks between two
         )
     console.print(table)
     return 0
@@ -157,16 +164,39 @@ def _print_run(run: RunInfo, results: Mapping[str, Mapping[str, Any]]) -> None:
     if not results:
         console.print("no results recorded")
         return
-    # Metrics as rows, policies as columns: a few policies, many metrics.
-    flat = {policy: _flatten(metrics) for policy, metrics in results.items()}
+    # Metrics as rows, policies as columns: a few policies, many metrics. Policies that do not
+    # fit the width beside the metric names go to a further table, so no name is cut.
+    flat = {
+        policy: {name: _cell(v) for name, v in _flatten(metrics).items()}
+        for policy, metrics in results.items()
+    }
     names = list(dict.fromkeys(name for metrics in flat.values() for name in metrics))
-    table = Table(title="results")
-    table.add_column("metric")
-    for policy in flat:
-        table.add_column(policy, justify="right")
-    for name in names:
-        table.add_row(name, *(_cell(flat[policy].get(name)) for policy in flat))
-    console.print(table)
+    groups = _policy_groups(flat, names, console.width)
+    for i, group in enumerate(groups):
+        title = "results" if len(groups) == 1 else f"results ({i + 1}/{len(groups)})"
+        table = Table(title=title)
+        table.add_column("metric", no_wrap=True)
+        for policy in group:
+            table.add_column(policy, justify="right", no_wrap=True)
+        for name in names:
+            table.add_row(name, *(flat[policy].get(name, "-") for policy in group))
+        console.print(table)
+
+
+def _policy_groups(flat: Mapping[str, Mapping[str, str]], names: list[str], width: int) -> list[list[str]]:
+    """The policies in runs of columns that fit `width` beside the metric column (3
+    characters of border and padding each); at least one policy a table."""
+    left = max((len(n) for n in [*names, "metric"]), default=6) + 4
+    groups: list[list[str]] = [[]]
+    used = left
+    for policy, cells in flat.items():
+        need = max([len(policy), *(len(c) for c in cells.values())]) + 3
+        if groups[-1] and used + need > width:
+            groups.append([])
+            used = left
+        groups[-1].append(policy)
+        used += need
+    return groups
 
 
 def _delete(args: argparse.Namespace) -> int:
@@ -195,16 +225,23 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
     if isinstance(value, list):
         return json.dumps(value) if len(value) <= 8 else f"[{len(value)} values]"
-    return str(value)
+    return number(value)
 
 
-def _when(epoch_s: float) -> str:
+def _took(seconds: float) -> str:
+    """A run's duration: 0.42 s, 62 s, 14 min 5 s, 3 h 2 min."""
+    if seconds < 10:
+        return f"{seconds:.2g} s" if seconds < 1 else f"{seconds:.1f} s"
+    if seconds < 600:
+        return f"{seconds:.0f} s"
+    minutes, secs = divmod(round(seconds), 60)
+    return f"{minutes} min {secs} s" if minutes < 60 else f"{minutes // 60} h {minutes % 60} min"
+
+
+def _when(epoch_s: float, *, short: bool = False) -> str:
+    """Local time; `short` (a listing's column): without the year and seconds."""
     if not math.isfinite(epoch_s):
         return "?"  # a damaged row: RunInfo.damage says so
-    return datetime.fromtimestamp(epoch_s).strftime("%Y-%m-%d %H:%M:%S")
+    return datetime.fromtimestamp(epoch_s).strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M:%S")

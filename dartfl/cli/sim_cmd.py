@@ -14,9 +14,12 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dartfl.cli.workload_args import add_workload_arguments, arrivals_from_args
+
+if TYPE_CHECKING:
+    from dartfl.arrivals import Arrivals
 
 DEFAULT_POLICIES = ("dart", "inference-only", "inference-first", "static:0.5")
 
@@ -40,10 +43,10 @@ def register(sub: Any) -> None:
         "--loss-weights", choices=("uniform", "demand"), help="override each policy's loss weighting"
     )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.add_argument("--plot", type=Path, metavar="F.png", help="write the over-time PNG here (default: none)")
     p.add_argument(
-        "--plot", type=Path, help="write the over-time PNG here (default: dartfl-sim.png without --json)"
+        "--no-plot", action="store_true", help="write no PNG, whatever --plot says (kept for old scripts)"
     )
-    p.add_argument("--no-plot", action="store_true", help="do not write a PNG")
     add_store_arguments(p)
     p.set_defaults(handler=run)
 
@@ -85,10 +88,10 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dartfl.cli.output_paths import plot_path as checked_plot_path
+    from dartfl.cli.output_paths import check_image_path
     from dartfl.cli.simulation import device_setup, run_policies
 
-    plot_path = checked_plot_path(args, Path("dartfl-sim.png"))
+    plot_path = None if args.no_plot or args.plot is None else check_image_path(args.plot, "--plot")
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
     specs = args.policies or list(DEFAULT_POLICIES)
@@ -112,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
     if plot_path is not None:
         from dartfl.cli.plots import plot_sim
 
-        plot_sim(outcome.records, plot_path, title=f"{profile.name}, SLO {args.slo_ms:g} ms")
+        plot_sim(outcome.records, plot_path, title=_title(args, arrivals, profile.name))
     if args.json:
         json.dump({"results": outcome.summaries, "run_id": run_id}, sys.stdout, default=float)
         sys.stdout.write("\n")
@@ -125,3 +128,15 @@ def run(args: argparse.Namespace) -> int:
         if plot_path is not None:
             print(f"plot: {plot_path}")
     return 0
+
+
+def _title(args: argparse.Namespace, arrivals: Arrivals, profile: str) -> str:
+    """What the run was, for the plot: workload, load, length, device and SLO."""
+    trace = getattr(args, "trace", None)
+    source = f"trace {Path(trace).name}" if trace else f"{args.workload} workload"
+    load = getattr(args, "target_load", None)
+    at = f" at load {load:g}" if load is not None else ""
+    return (
+        f"dartfl sim: {source}{at}, {arrivals.duration_s:g} s, {len(arrivals.times_s):,} requests, "
+        f"on {profile}, SLO {args.slo_ms:g} ms"
+    )

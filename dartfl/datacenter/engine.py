@@ -19,7 +19,7 @@ from dartfl.datacenter.buffer import ExperienceBuffer
 from dartfl.datacenter.lengths import LengthModel
 from dartfl.datacenter.roles import GpuRoles
 from dartfl.datacenter.rollout import RolloutPool
-from dartfl.datacenter.types import DcConfig
+from dartfl.datacenter.types import QUANTILE_LEVELS, DcConfig
 from dartfl.datacenter.workload import AgenticWorkload, Workload
 
 __all__ = ["EpisodeStats", "RolloutEngine", "SingleTurnPool"]
@@ -79,6 +79,9 @@ class SingleTurnPool:
     def __init__(self, lengths: LengthModel, config: DcConfig, prefill_tokens: int) -> None:
         self.lengths, self.c, self.prefill_tokens = lengths, config, prefill_tokens
         self.pool = RolloutPool(lengths.max_tokens + prefill_tokens + 1)
+        # the lengths of the last two batches' samples, in admission order (a ring)
+        self._recent = np.zeros(2 * config.batch_groups * config.group_size)
+        self._recent_n = 0
 
     @property
     def active_samples(self) -> int:
@@ -108,6 +111,25 @@ class SingleTurnPool:
     ) -> None:
         lengths = self.lengths.draw(rng, groups, self.c.group_size, progress)
         self.pool.admit(lengths, version, self.prefill_tokens)
+        flat = lengths.ravel()[-self._recent.size :]
+        idx = (self._recent_n + np.arange(flat.size)) % self._recent.size
+        self._recent[idx] = flat
+        self._recent_n += flat.size
+
+    def length_quantiles(self) -> tuple[tuple[float, ...], float]:
+        """Quantiles (and the mean) of the lengths of the batch admitted before the last one:
+        by now those samples have mostly finished, so a real engine knows them from its books.
+        A period's finished samples would not do: at a tight bound a period sees either the
+        short samples of a batch or its tail."""
+        size = self._recent.size
+        batch = size // 2
+        if self._recent_n < batch:
+            return (), 0.0
+        if self._recent_n < size:
+            older = self._recent[: max(self._recent_n - batch, 1)]
+        else:
+            older = np.roll(self._recent, -(self._recent_n % size))[:batch]
+        return tuple(float(q) for q in np.quantile(older, QUANTILE_LEVELS)), float(older.mean())
 
     def retag(self, version: int) -> None:
         self.pool.retag(version)
@@ -193,10 +215,13 @@ class RolloutEngine:
     def _class_tokens_per_s(self, engines: int, active: float, slots: int, ctx: float, share: float) -> float:
         if engines == 0 or active <= 0:
             return 0.0
-        per_engine = max(1.0, active / engines)
+        # Fewer sequences than engines: each runs alone on one, at one token per step (the
+        # pool must not lend a lone sequence the speed of idle engines: a batch's tail is slow).
+        busy = min(float(engines), active)
+        per_engine = active / busy
         running = min(per_engine, float(slots) * share)  # beyond the KV cap, sequences take turns
         step = self.m.decode_step_s(running, running * ctx)
-        return engines * running / step
+        return busy * running / step
 
     # -- admission --------------------------------------------------------------------------
     def admit(

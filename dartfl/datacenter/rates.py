@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from dartfl.datacenter.drain import tight_bound_rate
 from dartfl.datacenter.types import DcObservation
 
 __all__ = [
@@ -56,11 +57,18 @@ def training_step_s(obs: DcObservation, rollout_gpus: FloatArray, length: float)
 def decoding_per_engine(
     obs: DcObservation, engines: FloatArray, groups: FloatArray, context: float
 ) -> FloatArray:
-    """Sequences each engine decodes while `groups` groups are in flight, capped by KV memory."""
+    """Sequences each engine with work decodes while `groups` groups are in flight, capped by
+    KV memory (at least one: with fewer sequences than engines, each runs alone on one)."""
     slots = float(obs.model.engine_slots(context))
     decoding = DECODING_SHARE * obs.group_size * groups / engines
     per_engine: FloatArray = np.minimum(slots, np.maximum(1.0, decoding))
     return per_engine
+
+
+def busy_engines(obs: DcObservation, engines: FloatArray, groups: FloatArray) -> FloatArray:
+    """Engines with a sequence to decode: all of them, or one per decoding sequence."""
+    busy: FloatArray = np.minimum(engines, np.maximum(DECODING_SHARE * obs.group_size * groups, 1e-9))
+    return busy
 
 
 def decode_rate(
@@ -76,7 +84,8 @@ def decode_rate(
     m = obs.model
     per_engine = decoding_per_engine(obs, engines, groups, context)
     decode_s = m.decode_fixed_s + per_engine * (m.decode_per_seq_s + m.decode_per_kv_token_s * context)
-    rate: FloatArray = engines * per_engine / decode_s / (obs.group_size * max(1.0, length))
+    busy = busy_engines(obs, engines, groups)
+    rate: FloatArray = busy * per_engine / decode_s / (obs.group_size * max(1.0, length))
     return rate
 
 
@@ -128,6 +137,8 @@ def rollout_rate(
     """
     m, batch = obs.model, float(obs.batch_groups)
     context = obs.active_context_tokens if obs.active_context_tokens > 0 else obs.prompt_tokens + length
+    if obs.eta == 0 and obs.length_quantiles and not obs.multi_turn:
+        return tight_bound_rate(obs, rollout_gpus, step_s, context)  # a batch waits on its tail
     engines = np.maximum(rollout_gpus / obs.tp, 1e-9)
     bound = obs.eta * batch
     # 1. During the step: b0 and the in-flight count it leaves settle in a few rounds.
@@ -194,6 +205,6 @@ def steering_buffer(buffer_groups: float, batch_groups: int, rollout: FloatArray
     pull): pulling walked the split towards rollout and back with each cycle. The Ray
     controller's model has no such cycle, so it steers by the buffer as it is.
     """
-    if buffer_groups < batch_groups and not np.any(rollout >= train):
+    if buffer_groups < batch_groups and not np.any(rollout > train):
         return float(batch_groups)
     return float(buffer_groups)

@@ -20,7 +20,7 @@ import numpy as np
 
 from dartfl.datacenter.buffer import ExperienceBuffer
 from dartfl.datacenter.dc_run import DcRun
-from dartfl.datacenter.engine import EpisodeStats, RolloutEngine
+from dartfl.datacenter.engine import EpisodeStats, RolloutEngine, SingleTurnPool
 from dartfl.datacenter.lending import HybridLending
 from dartfl.datacenter.policies.base import DcPolicy, LendingPolicy
 from dartfl.datacenter.roles import GpuRoles
@@ -159,6 +159,10 @@ class Simulation:
         c, p, roles, engine, pool = self.c, self.c.period_s, self.roles, self.engine, self.engine.pool
         agentic = isinstance(self.workload, AgenticWorkload)
         groups = pool.inflight_groups
+        tight = self.trainer.eta <= 1 and isinstance(pool, SingleTurnPool)
+        quantiles, quantile_mean = (
+            pool.length_quantiles() if isinstance(pool, SingleTurnPool) and tight else ((), 0.0)
+        )
         return DcObservation(
             now_s=self.now,
             period_s=p,
@@ -190,6 +194,8 @@ class Simulation:
             mean_prefill_tokens=self.mean_prefill,
             running_share=self.episodes.running_share if self.episodes else 0.0,
             hybrid_gpus=roles.hybrid,
+            length_quantiles=quantiles,
+            quantile_mean_tokens=quantile_mean,
         )
 
     def _context_tokens(self) -> float:

@@ -9,12 +9,17 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from dartfl.datacenter.model import ModelSpec
 from dartfl.errors import ConfigError
 
-__all__ = ["SYNC_MODES", "DcAllocation", "DcConfig", "DcObservation", "StepReport"]
+__all__ = ["QUANTILE_LEVELS", "SYNC_MODES", "DcAllocation", "DcConfig", "DcObservation", "StepReport"]
 
 SYNC_MODES = ("blocking", "interrupt", "overlapped")
+# The levels of DcObservation.length_quantiles: 31 even steps, then finer towards the maximum,
+# where the tail a tight staleness bound waits on is decided.
+QUANTILE_LEVELS = np.concatenate((np.arange(1, 32) / 32, [0.98, 0.99, 0.995, 0.998, 1.0]))
 
 
 def _check(name: str, value: float, low: float, *, strict: bool = False) -> None:
@@ -111,6 +116,10 @@ class DcObservation:
     mean_prefill_tokens: float = 0.0  # tokens per sample prefilled (prompt, tool outputs, recomputes)
     running_share: float = 0.0  # share of in-flight groups' samples not finished yet (0: unknown)
     hybrid_gpus: int = 0  # trainer GPUs lent to rollout (verl-dynamic), counted in switching/train otherwise
+    # Quantiles of recent samples' lengths (single-turn; empty until measured), for the tail a
+    # batch waits on under a tight staleness bound (dartfl/datacenter/drain.py).
+    length_quantiles: tuple[float, ...] = ()
+    quantile_mean_tokens: float = 0.0  # the mean length of the same samples
 
     def __post_init__(self) -> None:
         if self.rollout_gpus + self.hybrid_gpus + self.train_gpus + self.switching_gpus != self.gpus:

@@ -139,6 +139,8 @@ class DeviceExecutor(Generic[R]):
         self.training_busy_s = 0.0
         self.switches = 0
         self.switch_busy_s = 0.0
+        # Each step's duration split by its samples per task: where the training time went.
+        self.training_busy_s_per_task = [0.0] * k
         self.last_step_end_s = -math.inf  # when the latest step on the serving lane ended
         # Which late answers training caused: the training time of each busy period.
         self.training_delay = BusyPeriodDelay()
@@ -450,8 +452,11 @@ class DeviceExecutor(Generic[R]):
         the step by the task shares in force now, with carry-over (`SampleSplitter`)."""
         if samples_per_task is None:
             samples_per_task = self.splitter.split(step.samples, self.alloc.task_shares)
+        total = sum(samples_per_task)
         for k, got in enumerate(samples_per_task):
             self.trained_per_task[k] += got
+            if total > 0:
+                self.training_busy_s_per_task[k] += duration_s * got / total
         self.rounds.trained += step.samples
         self.training_busy_s += duration_s
         if step.lane == INFERENCE_LANE:  # only a step on the serving lane holds requests back

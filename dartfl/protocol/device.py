@@ -54,6 +54,8 @@ MAX_TEXT_CHARS: Final = 256
 MAX_COUNT: Final = 2**53  # exact in a float, fits SQLite's integers
 
 T = TypeVar("T")
+# The snapshot's fields that map a task to a number.
+_PER_TASK_FIELDS: Final = ("backlog", "task_shares", "train_samples_per_task", "training_busy_s_per_task")
 
 
 # -- value checks (raise ConfigError; the decoder turns it into ProtocolError) -----------------
@@ -144,8 +146,12 @@ class Telemetry:
     errors: int | None = None
     train_samples: int | None = None
     train_samples_per_task: Mapping[str, int] = field(default_factory=dict)
+    # Where the device's time went since it started (seconds, cumulative like the counters):
+    # serving, training (also per task) and idle, out of `uptime_s` (docs/protocol.md).
     training_busy_s: float | None = None
     inference_busy_s: float | None = None
+    training_busy_s_per_task: Mapping[str, float] = field(default_factory=dict)
+    idle_s: float | None = None
     round: RoundProgress | None = None
     model_version: int | None = None
     decision_us_p50: float | None = None
@@ -176,18 +182,19 @@ class Telemetry:
             _count(name, getattr(self, name))
         for name in ("serving_lane_busy_s", "training_lane_busy_s"):
             _seconds(name, getattr(self, name))
-        for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "decision_us_p50"):
+        for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "idle_s"):
             _seconds(name, getattr(self, name))
-        for name in ("overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
+        for name in ("decision_us_p50", "overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
             _seconds(name, getattr(self, name))
         _share("inference_share", self.inference_share)
         _share("slo_attainment_window", self.slo_attainment_window)
         _per_task("backlog", self.backlog, _count)
         _per_task("task_shares", self.task_shares, _share)
         _per_task("train_samples_per_task", self.train_samples_per_task, _count)
+        _per_task("training_busy_s_per_task", self.training_busy_s_per_task, _seconds)
         # Plain dicts and a tuple, whatever was passed, so snapshots compare and pickle.
         object.__setattr__(self, "tasks", tuple(self.tasks))
-        for name in ("backlog", "task_shares", "train_samples_per_task"):
+        for name in _PER_TASK_FIELDS:
             object.__setattr__(self, name, dict(getattr(self, name)))
 
     def to_json(self) -> dict[str, Any]:
@@ -372,7 +379,7 @@ def _from_json(cls: type[T], obj: Mapping[str, Any]) -> T:
             value = profile_from_json(value)
         elif f.name == "tasks":
             value = tuple(value) if isinstance(value, list) else value
-        elif f.name in ("backlog", "task_shares", "train_samples_per_task"):
+        elif f.name in _PER_TASK_FIELDS:
             if not isinstance(value, Mapping):
                 refuse("bad-field", f"field {f.name!r} must be an object, got {short(value)}")
             value = {k: _number(v) for k, v in value.items()}

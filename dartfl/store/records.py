@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from dartfl.errors import ConfigError
@@ -115,6 +115,9 @@ class TelemetryPoint:
     shares, backlog_mean and slo_attainment are means, `slo_attainment_min` the worst window;
     latency percentiles are the bucket's worst; `train_samples` and `train_samples_per_task`
     (lifetime counters) the bucket's largest; `task_shares` per-task means, by task name.
+    The time-use counters (seconds since the agent started: uptime, serving, training, per
+    task, idle) are the bucket's largest too, so the difference between two points is the
+    time spent in between (None or empty where the device does not report them).
     """
 
     t_s: float
@@ -131,6 +134,11 @@ class TelemetryPoint:
     train_samples: int | None
     task_shares: Mapping[str, float]
     train_samples_per_task: Mapping[str, int]
+    uptime_s: float | None = None
+    inference_busy_s: float | None = None
+    training_busy_s: float | None = None
+    idle_s: float | None = None
+    training_busy_s_per_task: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ as the latest per device, one device's bucketed series, or fleet-wide buckets.""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from numbers import Real
 from typing import Any
 
@@ -96,6 +96,15 @@ class TelemetryTable(StoreConnection):
             ).fetchall()
         return [TelemetryDevice(*row) for row in rows]
 
+    def telemetry_device(self, device: str) -> TelemetryDevice | None:
+        """One device's recorded span and count (None: nothing recorded), by its index range."""
+        with self._transaction("DEFERRED") as conn:
+            row = conn.execute(
+                "SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry WHERE device = ? GROUP BY device",
+                (device,),
+            ).fetchone()
+        return None if row is None else TelemetryDevice(*row)
+
     def telemetry_latest(
         self, since_s: float | None = None, *, damage: list[str] | None = None
     ) -> list[TelemetryRow]:
@@ -127,6 +136,25 @@ class TelemetryTable(StoreConnection):
                     if older is not None:
                         latest.append(self._telemetry_row(older))
         return latest
+
+    def telemetry_before(self, times: Mapping[str, float]) -> dict[str, TelemetryRow]:
+        """For each device of `times`, the start of a window that ends at a newer snapshot:
+        its newest snapshot at or before that time, else its oldest (the window is then
+        shorter); snapshots that do not read are passed over."""
+        found: dict[str, TelemetryRow] = {}
+        readable = (
+            f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND json_valid(payload)"
+        )
+        with self._transaction("DEFERRED") as conn:
+            for device, t_s in times.items():
+                args = {"d": device, "t": t_s}
+                # Both walk the (device, t_s) index: back from t_s, or up from the first row.
+                row = conn.execute(f"{readable} AND t_s <= :t ORDER BY t_s DESC LIMIT 1", args).fetchone()
+                if row is None:
+                    row = conn.execute(f"{readable} ORDER BY t_s LIMIT 1", args).fetchone()
+                if row is not None:
+                    found[device] = self._telemetry_row(row)
+        return found
 
     def _telemetry_row(self, row: tuple[Any, ...]) -> TelemetryRow:
         device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, payload = row
@@ -176,12 +204,12 @@ class TelemetryTable(StoreConnection):
             stats = conn.execute(
                 f"SELECT {bucket} AS b, MIN(t.t_s), COUNT(*), MAX(t.backlog), AVG(t.backlog), "
                 "AVG(t.inference_share), MAX(t.p50_ms), MAX(t.p95_ms), MAX(t.p99_ms), MAX(t.slo_ms), "
-                "AVG(t.slo_attainment), MIN(t.slo_attainment), MAX(t.train_samples) "
-                f"FROM telemetry t WHERE {key} GROUP BY b ORDER BY MIN(t.t_s), b",
+                "AVG(t.slo_attainment), MIN(t.slo_attainment), MAX(t.train_samples), "
+                f"{_TIME_USE_MAXIMA} FROM telemetry t WHERE {key} GROUP BY b ORDER BY MIN(t.t_s), b",
                 args,
             ).fetchall()
             per_task: dict[str, dict[int, dict[str, float]]] = {}
-            for field, agg in (("task_shares", "AVG"), ("train_samples_per_task", "MAX")):
+            for field, agg in _PER_TASK_AGGREGATES:
                 rows = conn.execute(
                     f"SELECT {bucket} AS b, j.key, {agg}(j.value) FROM telemetry t, "
                     # A payload that is not JSON (a damaged store) adds nothing, instead of failing.
@@ -195,6 +223,7 @@ class TelemetryTable(StoreConnection):
                 for b, task, value in rows:
                     buckets.setdefault(b, {})[task] = value
         shares, trained = per_task["task_shares"], per_task["train_samples_per_task"]
+        training = per_task["training_busy_s_per_task"]
         return [
             TelemetryPoint(
                 t_s=row[1],
@@ -211,6 +240,11 @@ class TelemetryTable(StoreConnection):
                 train_samples=row[12],
                 task_shares=shares.get(row[0], {}),
                 train_samples_per_task={k: int(v) for k, v in trained.get(row[0], {}).items()},
+                uptime_s=row[13],
+                inference_busy_s=row[14],
+                training_busy_s=row[15],
+                idle_s=row[16],
+                training_busy_s_per_task=training.get(row[0], {}),
             )
             for row in stats
         ]
@@ -235,6 +269,21 @@ class TelemetryTable(StoreConnection):
                 args,
             ).fetchall()
         return [FleetPoint(*row[1:]) for row in rows]
+
+
+# Per-task fields of the payload, each with how a bucket aggregates it.
+_PER_TASK_AGGREGATES = (
+    ("task_shares", "AVG"),
+    ("train_samples_per_task", "MAX"),
+    ("training_busy_s_per_task", "MAX"),
+)
+# The time-use counters from the payload, the bucket's largest (they only grow); a payload
+# that is not JSON (a damaged store) gives NULL instead of failing the query.
+_TIME_USE_MAXIMA = ", ".join(
+    f"MAX(CASE WHEN json_valid(t.payload) THEN CASE WHEN json_type(t.payload, '$.{name}') "
+    f"IN ('integer', 'real') THEN json_extract(t.payload, '$.{name}') END END)"
+    for name in ("uptime_s", "inference_busy_s", "training_busy_s", "idle_s")
+)
 
 
 def check_row(row: TelemetryRow) -> TelemetryRow:

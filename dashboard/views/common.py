@@ -28,9 +28,18 @@ dartfl record --broker mqtt://127.0.0.1:1883 --store {store}
 
 HOW_TO_RUN = {
     "sim": "dartfl sim --workload pareto-onoff --profile pi4 --target-load 0.5 --store {store}",
-    "fleet": "dartfl fleet --store {store}",
-    "fl": "dartfl fl --help   # federated runs are recorded as kind 'fl'; shapes: docs/dashboard.md",
-    "dc": "dartfl dc --help   # datacenter runs are recorded as kind 'dc'; shapes: docs/dashboard.md",
+    "fleet": "dartfl fleet --profile pi4 --devices 100 --store {store}",
+    # Flower's simulation starts Ray, which probes outside addresses: run it in the namespace.
+    "fl": "scripts/loopback-run dartfl fl sim --clients 2 --rounds 3 --store {store}",
+    "dc": "dartfl dc sim --gpus 16 --steps 60 --policy sync --policy dart --store {store}",
+}
+# Where each kind of recorded run is shown: the page's script and its title.
+RUN_PAGES = {
+    "sim": ("routes/experiments.py", "Experiments"),
+    "replay": ("routes/experiments.py", "Experiments"),
+    "fleet": ("routes/experiments.py", "Experiments"),
+    "fl": ("routes/rounds.py", "FL rounds"),
+    "dc": ("routes/datacenter.py", "Datacenter"),
 }
 
 
@@ -113,11 +122,10 @@ def feed_banner(feed: FeedState | None) -> None:
     if feed is None:
         st.info("No live feed: start the dashboard with `--broker mqtt://HOST:PORT` to see devices live.")
     elif feed.connected:
-        st.success(f"Live feed connected to {feed.url}", icon=":material/sensors:")
+        st.success(f"Live feed connected to {feed.url}")
     else:
         st.warning(
-            f"Live feed disconnected ({feed.error}). Showing recorded history; reconnecting by itself.",
-            icon=":material/sensors_off:",
+            f"Live feed disconnected ({feed.error}). Showing recorded history; reconnecting by itself."
         )
 
 
@@ -130,3 +138,17 @@ def empty_store(cfg: DashboardConfig, store: RunStore | None, what: str, command
     st.info(
         f"No {what} in the run store `{cfg.store_path}` yet. To produce some, run:\n\n```sh\n{lines}\n```"
     )
+
+
+def point_to_runs(runs: Sequence[RunInfo]) -> None:
+    """Links to the pages that show the recorded runs (for a page with nothing of its own)."""
+    counts: dict[tuple[str, str], int] = {}
+    for run in runs:
+        page = RUN_PAGES.get(run.kind)
+        if page is not None:
+            counts[page] = counts.get(page, 0) + 1
+    if not counts:
+        return
+    st.markdown(f"The run store holds {len(runs):,} recorded runs:")
+    for (script, title), n in counts.items():
+        st.page_link(script, label=f"{title}: {n:,} runs")

@@ -1,14 +1,19 @@
-"""Device detail: backlog, allocation, latency against the SLO and training over a window."""
+"""Device detail: where its time went, its queue, latency against the SLO and what it trained,
+all over one time window (every chart spans the same minutes)."""
 
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
 
+import pandas as pd
 import streamlit as st
 
+from dartfl.store import RunStore, TelemetryDevice, TelemetryPoint
 from dashboard import charts
 from dashboard.config import DashboardConfig
-from dashboard.data import device_frames, points_from_snapshots
+from dashboard.data import TimeWindow, device_frames, points_from_snapshots
+from dashboard.feed import FeedState
 from dashboard.views.common import (
     HOW_TO_RECORD,
     feed_banner,
@@ -19,6 +24,7 @@ from dashboard.views.common import (
 )
 
 WINDOWS_S = {"5 min": 300.0, "15 min": 900.0, "1 h": 3600.0, "6 h": 21600.0, "24 h": 86400.0}
+MAX_POINTS = 400
 
 
 def render(cfg: DashboardConfig) -> None:
@@ -26,7 +32,7 @@ def render(cfg: DashboardConfig) -> None:
     feed = get_feed(cfg)
     feed_banner(feed)
     store = get_store(cfg)
-    recorded = {}
+    recorded: dict[str, TelemetryDevice] = {}
     with store_part() as reading:  # a damaged store still leaves the live devices to show
         recorded = {d.device: d for d in (store.telemetry_devices() if store is not None else [])}
     names = sorted(set(recorded) | set(feed.devices if feed is not None else {}))
@@ -35,59 +41,128 @@ def render(cfg: DashboardConfig) -> None:
             return  # the store's error is shown; "no telemetry yet" would be wrong
         st.info("No device telemetry yet.\n\n" + HOW_TO_RECORD.format(store=cfg.store_path))
         return
-    left, right = st.columns([2, 3])
-    device = left.selectbox("device", names, key="device")
-    window = right.segmented_control("window", list(WINDOWS_S), default="15 min", key="window") or "15 min"
-    span_s = WINDOWS_S[window]
+    device, span_s, label = _choose(names)
+    if feed is not None and device in feed.devices:  # a live device's charts move with it
 
-    info = recorded.get(device)
-    if info is not None and store is not None:
-        # The window ends at the device's newest snapshot, so a device that went away still shows.
-        until = (
-            max(info.last_t_s, time.time()) if feed is not None and device in feed.devices else info.last_t_s
-        )
-        points = []
-        with store_part() as part:
-            points = store.telemetry_series(device, until - span_s, until, max_points=400)
-        if part.failed:
-            return
-        source = f"run store, {info.rows:,} snapshots recorded"
+        @st.fragment(run_every=cfg.refresh_s)
+        def live_part() -> None:
+            _device_part(cfg, store, get_feed(cfg), device, span_s, label, fetch=True)
+
+        live_part()
     else:
-        snapshots = get_live_history(cfg, device)
-        points = points_from_snapshots(snapshots)
-        if points:
-            points = [p for p in points if p.t_s >= points[-1].t_s - span_s]
-        source = "live feed only (not recorded: start `dartfl record` to keep history)"
-    st.caption(f"{device}: {len(points)} points over the last {window}; source: {source}")
-    if not points:
-        st.info(f"No telemetry from {device} in the last {window}; pick a longer window.")
+        _device_part(cfg, store, feed, device, span_s, label, recorded.get(device))
+
+
+def _device_part(
+    cfg: DashboardConfig,
+    store: RunStore | None,
+    feed: FeedState | None,
+    device: str,
+    span_s: float,
+    label: str,
+    info: TelemetryDevice | None = None,
+    *,
+    fetch: bool = False,
+) -> None:
+    """The caption and charts of one device over the window (`fetch`: read its recorded
+    span now, as a live refresh does, instead of taking `info`)."""
+    if fetch and store is not None:
+        with store_part() as reading:
+            info = store.telemetry_device(device)
+        if reading.failed:
+            return
+    loaded = _points(cfg, store, feed, info, device, span_s)
+    if loaded is None:
         return
-    frames = device_frames(points)
+    points, window, source = loaded
+    live = feed is not None and device in feed.devices
+    st.caption(
+        f"{device}: {len(points)} points, {_clock(window.start_s)} to {_clock(window.end_s)} "
+        f"({label}{', live' if live else ', ending at its newest snapshot'}); source: {source}"
+    )
+    if not points:
+        st.info(f"No telemetry from {device} in the last {label}; pick a longer window.")
+        return
+    _charts(device_frames(points), window, cfg)
+
+
+def _choose(names: list[str]) -> tuple[str, float, str]:
+    """The device (from the URL's `?device=`, so a page can be shared) and the window."""
+    wanted = st.query_params.get("device")
+    left, right = st.columns([2, 3])
+    device = left.selectbox(
+        "device", names, index=names.index(wanted) if wanted in names else 0, key="device"
+    )
+    st.query_params["device"] = device
+    label = right.segmented_control("window", list(WINDOWS_S), default="15 min", key="window") or "15 min"
+    return device, WINDOWS_S[label], label
+
+
+def _points(
+    cfg: DashboardConfig,
+    store: RunStore | None,
+    feed: FeedState | None,
+    info: TelemetryDevice | None,
+    device: str,
+    span_s: float,
+) -> tuple[list[TelemetryPoint], TimeWindow, str] | None:
+    """The device's points over the window, the window, and where they come from (None: the
+    store failed, its error is shown). The window ends now for a live device, else at its
+    newest snapshot, so a device that went away still shows its last minutes."""
+    live = feed is not None and device in feed.devices
+    if info is not None and store is not None:
+        until = max(info.last_t_s, time.time()) if live else info.last_t_s
+        window = TimeWindow(until - span_s, until)
+        points: list[TelemetryPoint] = []
+        with store_part() as part:
+            points = store.telemetry_series(device, window.start_s, window.end_s, max_points=MAX_POINTS)
+        if part.failed:
+            return None
+        return points, window, f"run store, {info.rows:,} snapshots recorded"
+    points = points_from_snapshots(get_live_history(cfg, device))
+    until = max(time.time(), points[-1].t_s) if points else time.time()
+    window = TimeWindow(until - span_s, until)
+    points = [p for p in points if p.t_s >= window.start_s]
+    return points, window, "live feed only (not recorded: start `dartfl record` to keep history)"
+
+
+def _charts(frames: dict[str, pd.DataFrame], window: TimeWindow, cfg: DashboardConfig) -> None:
     series = frames["series"]
     slo_ms = series["slo_ms"].dropna().max() if series["slo_ms"].notna().any() else None
-
     a, b = st.columns(2)
-    a.altair_chart(charts.backlog_area(series), width="stretch")
-    if len(frames["allocation"]):
-        b.altair_chart(
-            charts.area_shares(frames["allocation"], "Allocation: inference vs training per task"),
+    if len(frames["time_use"]):
+        a.altair_chart(
+            charts.time_use_area(frames["time_use"], "Where its time went", window), width="stretch"
+        )
+    elif len(frames["allocation"]):
+        a.altair_chart(
+            charts.time_use_area(
+                frames["allocation"], "The policy's allocation (this device reports no time use)", window
+            ),
             width="stretch",
         )
+    b.altair_chart(charts.backlog_area(series, window), width="stretch")
     c, d = st.columns(2)
     if len(frames["latency"]):
-        lat = charts.lines(
-            frames["latency"], "t", "ms", "percentile", "Latency percentiles (last-minute window)"
-        )
+        lat = charts.lines(frames["latency"], "t", "ms", "percentile", "Latency", window=window, y_title="ms")
         c.altair_chart(charts.with_rule(lat, slo_ms, "SLO"), width="stretch")
     else:
         c.info("No latency percentiles reported yet (no request answered in the window).")
-    if len(frames["trained"]):
-        d.altair_chart(
-            charts.lines(frames["trained"], "t", "samples", "task", "Samples trained per task (cumulative)"),
-            width="stretch",
-        )
     if series["slo_attainment"].notna().any():
         att = charts.lines(
-            series, "t", "slo_attainment", None, "SLO attainment (last-minute window)", y_title="fraction"
+            series, "t", "slo_attainment", None, "SLO attainment", window=window, y_title="fraction"
         )
-        st.altair_chart(charts.with_rule(att, cfg.slo_target, "target"), width="stretch")
+        d.altair_chart(charts.with_rule(att, cfg.slo_target, "target"), width="stretch")
+    st.caption(
+        "Latency and SLO attainment: each point is the agent's figure over the minute before it. "
+        "Time use: each interval's share between two snapshots."
+    )
+    if len(frames["trained"]):
+        st.altair_chart(
+            charts.stacked_samples(frames["trained"], "Samples trained per task (since start)", window),
+            width="stretch",
+        )
+
+
+def _clock(t_s: float) -> str:
+    return datetime.fromtimestamp(t_s, UTC).strftime("%H:%M:%S UTC")

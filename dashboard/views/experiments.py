@@ -74,12 +74,15 @@ def render(cfg: DashboardConfig) -> None:
     if df.empty:
         st.info("This run recorded no per-period decisions (a replay is seen from the requester only).")
         return
-    a, b = st.columns(2)
-    a.altair_chart(
-        charts.lines(df, "t_s", "backlog_max", "policy", "Backlog (bucket max)", x_title="time (s)"),
-        width="stretch",
+    st.caption(
+        "One panel per policy, each on the same axes: how the queue, the worst latency and the "
+        "training rate moved over the run. Bucket maxima for backlog and latency, so bursts show."
     )
-    b.altair_chart(
-        charts.lines(df, "t_s", "inference_share", "policy", "Inference share", x_title="time (s)"),
-        width="stretch",
-    )
+    panels = [
+        ("backlog_max", "Backlog (bucket max)", "requests"),
+        ("latency_p99_ms", "p99 latency per period", "ms"),
+        ("samples_per_s", "Training rate", "samples/s"),
+    ]
+    drawn = [p for p in panels if df[p[0]].notna().any()]
+    for col, (y, title, unit) in zip(st.columns(len(drawn)), drawn, strict=True):
+        col.altair_chart(charts.policy_panels(df.dropna(subset=[y]), y, title, unit), width="stretch")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import altair as alt
 import streamlit as st
 
 from dashboard import charts
@@ -39,33 +40,33 @@ def render(cfg: DashboardConfig) -> None:
     a, b = st.columns(2)
     if len(acc):
         a.altair_chart(
-            charts.lines(acc, "round", "accuracy", "task", "Accuracy per task", point=True, x_title="round"),
-            width="stretch",
-        )
-    summary = frames["summary"]
-    if len(summary):
-        summary = summary.assign(series=summary["policy"] + " " + summary["metric"])
-        b.altair_chart(
             charts.lines(
-                summary,
-                "round",
-                "accuracy",
-                "series",
-                "Mean and demand-weighted accuracy",
-                point=True,
-                x_title="round",
+                acc, "round", "accuracy", "task", f"Accuracy per task ({policy})", point=True, x_title="round"
             ),
             width="stretch",
         )
+    summary = frames["summary"]
+    if len(summary):  # one chart per metric, every policy on it: the comparison is the point
+        with b:
+            for metric, title in (("mean", "Mean accuracy"), ("demand-weighted", "Demand-weighted accuracy")):
+                mine = summary[summary["metric"] == metric]
+                if len(mine):
+                    chart = charts.lines(
+                        mine,
+                        "round",
+                        "accuracy",
+                        "policy",
+                        f"{title}, every policy",
+                        point=True,
+                        x_title="round",
+                    )
+                    st.altair_chart(chart.properties(height=charts.HEIGHT // 2 + 20), width="stretch")
     clients = frames["clients"][frames["clients"]["policy"] == policy]
     if len(clients):
-        import altair as alt
-
         chart = (
-            alt.Chart(clients, title="Samples trained per client and round")
-            .mark_bar()
+            charts.base(clients, "bar", "Samples trained per client and round")
             .encode(
-                x=alt.X("round:O"),
+                x=alt.X("round:O", axis=alt.Axis(labelAngle=0)),
                 y=alt.Y("samples:Q", stack="zero"),
                 color=alt.Color("client:N"),
                 tooltip=["round", "client", "samples"],

@@ -53,10 +53,18 @@ EXPECTED_HWCAP = {
 def project() -> SimpleNamespace:
     """DART-FL's own model and exporter: the only project modules this script imports.
 
-    Module paths move as the packages are reorganised; update them here and nowhere else.
+    Module paths move as the packages are reorganised; update them here and nowhere else. The
+    wheel (the device's venv) installs them as dartfl_<folder>; a checkout (the host's known
+    values, an editable install) has the folders' own names.
     """
-    from edge_client.inference import export_onnx
-    from fltask.model import build_model, get_weights, set_weights
+    try:
+        from dartfl_edge_client.inference import export_onnx
+        from dartfl_fltask.model import build_model, get_weights, set_weights
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("dartfl_edge_client", "dartfl_fltask"):
+            raise  # the wheel is there but something it needs is not
+        from edge_client.inference import export_onnx
+        from fltask.model import build_model, get_weights, set_weights
 
     return SimpleNamespace(
         build_model=build_model, get_weights=get_weights, set_weights=set_weights, export_onnx=export_onnx

@@ -264,6 +264,27 @@ def test_dartfl_sim_records_the_time_the_simulation_took(
     assert run.duration_s is not None and run.duration_s >= 62.0
 
 
+def test_dartfl_dc_sim_records_the_time_the_simulation_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `dc sim` started its run in the store once the simulation was over: 0.02 s for 62 s.
+    from dartfl.cli import dc_cmd
+
+    class SlowClock:  # the simulation "began" 62 s before it was recorded
+        @staticmethod
+        def time() -> float:
+            return time.time() - 62.0
+
+    monkeypatch.setattr(dc_cmd, "time", SlowClock)
+    store = tmp_path / "runs.sqlite"
+    argv = ["dc", "sim", "--gpus", "8", "--steps", "2", "--policy", "static:0.5"]
+    assert main([*argv, "--no-plot", "--json", "--store", str(store)]) == 0
+    with RunStore(store) as runs:
+        (run,) = runs.list_runs()
+    assert run.kind == "dc"
+    assert run.duration_s is not None and run.duration_s >= 62.0
+
+
 def test_an_edge_replay_is_recorded_from_when_it_began(tmp_path: Path) -> None:
     # Replays were recorded as 0.0 s long.
     from types import SimpleNamespace
@@ -285,3 +306,44 @@ def test_an_edge_replay_is_recorded_from_when_it_began(tmp_path: Path) -> None:
         (run,) = store.list_runs()
     assert (run.kind, run.created_s) == ("replay", started)
     assert run.duration_s is not None and run.duration_s >= 62.0
+
+
+def test_runs_list_reads_whole_at_80_columns(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path = tmp_path / "runs.sqlite"
+    policies = ["dart", "inference-only", "inference-first:4", "static:0.5", "proportional", "threshold"]
+    with RunStore(path) as store:
+        run = store.start_run("sim", "25,972 req / 300 s on pi4", {}, started_s=time.time() - 62)
+        for policy in policies:
+            store.add_result(run, policy, {"slo_attainment": 0.9})
+        store.finish_run(run)
+    assert main(["runs", "list", "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "…" not in out  # nothing collapsed to an ellipsis
+    words = out.split()
+    assert all(policy in words for policy in policies)  # every policy whole
+    assert "62 s" in out  # the run's real duration
+
+
+def test_runs_show_names_every_metric_whole_with_one_number_format(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
+    path = tmp_path / "runs.sqlite"
+    per_task = {"digits": 2385, "fashion": 2285, "uci-digits": 2351}
+    with RunStore(path) as store:
+        run = store.start_run("sim", None, {})
+        for policy in ("dart", "inference-only", "inference-first:4", "static:0.5", "proportional"):
+            store.add_result(run, policy, {"requests": 25972, "p99_latency_s": 0.58163, "per_task": per_task})
+        store.finish_run(run)
+    assert main(["runs", "show", str(run), "--store", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert max(len(line) for line in out.splitlines()) <= 80  # policies that do not fit: a further table
+    words = out.split()
+    for task in per_task:
+        assert words.count(f"per_task.{task}") == out.count("results (") > 1  # whole, in every table
+    assert "…" not in out
+    assert "25,972" in out and "0.5816" in out and "2,385" in out

@@ -115,6 +115,14 @@ def test_a_step_of_real_samples_is_counted_as_trained() -> None:
     assert device.trained_per_task == [3, 1] and device.last_step_end_s == pytest.approx(0.1)
 
 
+def test_a_steps_training_time_is_booked_to_its_tasks_by_their_samples() -> None:
+    device = _device()
+    device.step_done(TrainingStep(4, (0.5, 0.5), (1.0, 1.0), 1.0, 0.0), 0.2, 0.2, [3, 1])
+    device.step_done(TrainingStep(2, (0.5, 0.5), (1.0, 1.0), 1.0, 0.2), 0.3, 0.1, [0, 2])
+    assert device.training_busy_s_per_task == pytest.approx([0.15, 0.15])
+    assert sum(device.training_busy_s_per_task) == pytest.approx(device.training_busy_s)
+
+
 def test_the_cost_model_prices_a_request_end_to_end_and_publishes_what_it_plans_with() -> None:
     from dataclasses import replace
 

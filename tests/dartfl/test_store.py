@@ -330,6 +330,8 @@ def test_telemetry_duplicates_are_stored_once_and_latest_is_per_device(tmp_store
         ("pi-1", 0.0, 4.0, 5),
         ("pi-2", 2.0, 2.0, 1),
     ]
+    assert tmp_store.telemetry_device("pi-1") == devices[0]  # one device, by its index range
+    assert tmp_store.telemetry_device("nobody") is None
     latest = tmp_store.telemetry_latest()
     assert [(r.device, r.t_s, r.backlog) for r in latest] == [("pi-1", 4.0, 4), ("pi-2", 2.0, 9)]
     assert latest[0].payload is not None and latest[0].payload["task_shares"] == {"a": 0.25, "b": 0.75}
@@ -360,6 +362,37 @@ def test_telemetry_series_downsamples_in_sql_keeping_peaks_and_counters(tmp_stor
     assert points[0].task_shares == pytest.approx({"a": 0.25, "b": 0.75})
     with pytest.raises(ConfigError, match="max_points"):
         tmp_store.telemetry_series("pi-1", max_points=0)
+
+
+def _busy(t_s: float) -> dict[str, object]:
+    """Time-use counters of a device that serves a quarter of its time and trains half."""
+    return {
+        "uptime_s": t_s,
+        "inference_busy_s": 0.25 * t_s,
+        "training_busy_s": 0.5 * t_s,
+        "training_busy_s_per_task": {"a": 0.125 * t_s, "b": 0.375 * t_s},
+        "idle_s": 0.25 * t_s,
+    }
+
+
+def test_telemetry_series_carries_the_time_use_counters_at_each_buckets_end(tmp_store: RunStore) -> None:
+    tmp_store.add_telemetry([_snap("pi-1", float(t), 1, **_busy(float(t))) for t in range(600)])
+    tmp_store.add_telemetry([_snap("pi-1", 600.0, 1, uptime_s="not a number")])  # ignored, not failed
+    points = tmp_store.telemetry_series("pi-1", 0.0, 600.0, max_points=10)
+    assert len(points) == 10
+    first, last = points[0], points[-1]
+    assert (first.uptime_s, first.inference_busy_s, first.idle_s) == (59.0, 14.75, 14.75)
+    assert last.uptime_s == 599.0 and last.training_busy_s == 299.5
+    assert last.training_busy_s_per_task == {"a": 0.125 * 599, "b": 0.375 * 599}
+    plain = tmp_store.telemetry_series("pi-1", 0.0, 0.5)  # exact points, one snapshot each
+    assert plain[0].uptime_s == 0.0 and plain[0].training_busy_s_per_task == {"a": 0.0, "b": 0.0}
+
+
+def test_telemetry_before_finds_each_devices_snapshot_a_window_earlier(tmp_store: RunStore) -> None:
+    tmp_store.add_telemetry([_snap("pi-1", float(t), t) for t in range(0, 100, 10)])
+    tmp_store.add_telemetry([_snap("pi-2", 95.0, 1)])
+    found = tmp_store.telemetry_before({"pi-1": 45.0, "pi-2": 50.0, "nobody": 10.0})
+    assert {d: r.t_s for d, r in found.items()} == {"pi-1": 40.0, "pi-2": 95.0}  # pi-2: its oldest
 
 
 def test_fleet_series_counts_devices_and_worst_p99_over_slo(tmp_store: RunStore) -> None:

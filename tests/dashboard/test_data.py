@@ -10,7 +10,7 @@ import pytest
 from dartfl.errors import ConfigError
 from dartfl.protocol import Telemetry
 from dartfl.store import RunStore
-from dashboard import charts, synthetic
+from dashboard import synthetic, tiles
 from dashboard.data import (
     comparison_frame,
     dc_frames,
@@ -64,7 +64,7 @@ def test_tiles_prefer_live_data_and_put_slo_misses_first() -> None:
     tiles = fleet_tiles(history, live, NOW, Liveness(10, 60), slo_target=0.95)
     assert [t.device for t in tiles] == ["c-slow", "a-ok", "b-old", "d-off"]
     by_name = {t.device: t for t in tiles}
-    assert by_name["c-slow"].source == "live" and by_name["c-slow"].misses_slo
+    assert by_name["c-slow"].source == "broker" and by_name["c-slow"].misses_slo
     assert (by_name["a-ok"].status, by_name["b-old"].status, by_name["d-off"].status) == (
         "alive",
         "stale",
@@ -83,11 +83,11 @@ def test_a_fast_device_clock_does_not_let_history_hide_a_live_offline() -> None:
     history = [row_from_snapshot(snap)]
     live = _feed(LiveSnapshot("e-fast", NOW - 20, snap, offline=True))
     (tile,) = fleet_tiles(history, live, NOW, Liveness(10, 60))
-    assert tile.source == "live" and tile.status == "gone"
+    assert tile.source == "broker" and tile.status == "gone" and tile.offline
     # A recorded row newer on the device's clock than the live one still wins.
     newer = [row_from_snapshot(synthetic.snapshot("e-fast", NOW - 5 + skew, 8))]
     (tile,) = fleet_tiles(newer, live, NOW, Liveness(10, 60))
-    assert tile.source == "history"
+    assert tile.source == "run store"
 
 
 def test_tile_html_escapes_names_and_marks_misses() -> None:
@@ -96,7 +96,7 @@ def test_tile_html_escapes_names_and_marks_misses() -> None:
         row_from_snapshot(synthetic.snapshot("x", NOW, 10, load=1.4)), device="<script>"
     )
     (tile,) = fleet_tiles([row], None, NOW, Liveness(), 0.95)
-    html = charts.tiles_html([tile])
+    html = tiles.tiles_html([tile])
     assert "<script>" not in html.replace("<style>", "") and "&lt;script&gt;" in html
     assert "dfl-miss" in html and "misses SLO" in html
 
@@ -106,6 +106,11 @@ def test_device_frames_split_the_device_between_inference_and_tasks() -> None:
     frames = device_frames(points)
     totals = frames["allocation"].groupby("t")["share"].sum()
     assert len(totals) == 30 and totals.round(9).eq(1.0).all()
+    use = frames["time_use"].groupby("t")["share"].sum()
+    assert len(use) == 29 and use.round(9).eq(1.0).all()  # one row per interval, adding up
+    assert set(frames["time_use"]["activity"]) == {"serving", "idle"} | {
+        f"training {task}" for task in synthetic.TASKS
+    }
     assert set(frames["latency"]["percentile"]) == {"p50", "p95", "p99"}
     assert set(frames["trained"]["task"]) == set(synthetic.TASKS)
     trained = frames["trained"][frames["trained"]["task"] == "digits"]["samples"]

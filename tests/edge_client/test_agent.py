@@ -212,6 +212,30 @@ def test_a_standalone_agent_serves_its_locally_trained_model(broker: BrokerHandl
         running.stop()
 
 
+def test_telemetry_says_where_the_devices_time_went(broker: BrokerHandle) -> None:
+    running = start_agent(broker.url)
+    client = Client(broker.url)
+    try:
+        device = running.agent.config.device_id
+        for i in range(40):
+            client.send(device, TASKS[i % 3], f"r{i}")
+        assert len(client.collect(40)) == 40
+        deadline = time.monotonic() + 20
+        while running.agent.report().training_busy_s == 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        snap = running.agent.report()
+    finally:
+        client.link.close()
+        running.stop()
+    assert snap.uptime_s is not None and snap.idle_s is not None
+    assert snap.inference_busy_s is not None and snap.training_busy_s is not None
+    assert snap.inference_busy_s > 0 and snap.training_busy_s > 0
+    assert set(snap.training_busy_s_per_task) == set(TASKS)
+    assert sum(snap.training_busy_s_per_task.values()) == pytest.approx(snap.training_busy_s)
+    busy = snap.inference_busy_s + snap.training_busy_s
+    assert snap.idle_s == pytest.approx(snap.uptime_s - busy)  # the three add up to the uptime
+
+
 @pytest.fixture
 def temp_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Where tempfile makes directories during the test, so what an agent leaves can be seen."""

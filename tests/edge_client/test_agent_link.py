@@ -1,4 +1,5 @@
-"""The agent's MQTT connection: MQTT 5 where the broker speaks it, 3.1.1 only where it refuses 5."""
+"""The agent's MQTT connection: MQTT 5 where the broker speaks it, 3.1.1 only where it refuses 5
+(an older broker, played by tests.messaging.mqtt_fixtures.mqtt311_only_peer)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ import pytest
 
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_link import open_agent_link
-from messaging.brokers import start_embedded_broker, start_mosquitto
+from messaging.brokers import start_mosquitto
+from tests.messaging.mqtt_fixtures import mqtt311_only_peer
 
 pytestmark = pytest.mark.integration
 
@@ -23,14 +25,14 @@ def _version(broker_url: str) -> int:
 def test_mqtt_5_where_the_broker_speaks_it_and_3_1_1_where_it_refuses_5() -> None:
     with start_mosquitto() as mosquitto:
         assert _version(mosquitto.url) == paho.MQTTv5
-    with start_embedded_broker() as amqtt:  # refuses an MQTT 5 CONNECT
-        assert _version(amqtt.url) == paho.MQTTv311
+    with mqtt311_only_peer() as old_broker:  # refuses an MQTT 5 CONNECT
+        assert _version(old_broker) == paho.MQTTv311
 
 
 def test_a_fallback_to_3_1_1_is_said_out_loud(caplog: pytest.LogCaptureFixture) -> None:
     # MQTT 5 requesters get no replies from a 3.1.1 agent: the downgrade must not be silent.
-    with start_embedded_broker() as amqtt:
-        _version(amqtt.url)
+    with mqtt311_only_peer() as old_broker:
+        _version(old_broker)
     assert "using MQTT 3.1.1, so requests must carry reply_to" in caplog.text
 
 

@@ -1,5 +1,5 @@
 """The deployment adapter in-process: a ClientApp hands rounds to a live device agent over
-its loopback round channel (no Flower processes; the embedded broker)."""
+its loopback round channel (no Flower processes; a private Mosquitto)."""
 
 from __future__ import annotations
 

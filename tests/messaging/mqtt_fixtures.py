@@ -1,6 +1,8 @@
 """Helpers for tests that need a real MQTT broker: broker starters, a tiny echo device and a
 requester, all speaking dartfl.protocol over messaging.link. Logged in, each one's client id
-and (for the requester) reply namespace is its account's name.
+and (for the requester) reply namespace is its account's name. And `mqtt311_only_peer`, an
+MQTT 3.1.1 server that refuses MQTT 5 as an older broker does (it routes nothing: the
+version negotiation is all it is for).
 
 Import explicitly (`from tests.messaging import mqtt_fixtures as fx`) and wrap the
 generators in a local fixture; nothing here is collected or auto-loaded.
@@ -8,19 +10,22 @@ generators in a local fixture; nothing here is collected or auto-loaded.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import queue
+import socket
+import threading
 import time
 from collections.abc import Collection, Iterator
 
 import numpy as np
 
 from dartfl import protocol
-from messaging.brokers import BrokerHandle, start_embedded_broker, start_mosquitto
+from messaging.brokers import BrokerHandle, start_mosquitto
 from messaging.link import MQTT_V311, Message, MqttLink, connect
 from messaging.security import MqttSecurity
 
-__all__ = ["EchoDevice", "Requester", "embedded_broker", "expected_label", "mosquitto_broker"]
+__all__ = ["EchoDevice", "Requester", "expected_label", "mosquitto_broker", "mqtt311_only_peer"]
 
 
 def mosquitto_broker() -> Iterator[BrokerHandle]:
@@ -29,10 +34,86 @@ def mosquitto_broker() -> Iterator[BrokerHandle]:
         yield broker
 
 
-def embedded_broker() -> Iterator[BrokerHandle]:
-    """A private in-process amqtt broker on a free loopback port."""
-    with start_embedded_broker() as broker:
-        yield broker
+# CONNACK "unacceptable protocol version" (3.1.1 return code 1), as a 3.1.1 broker answers a
+# CONNECT of protocol level 5; and the packets a 3.1.1 session needs answered.
+_REFUSE_VERSION = b"\x20\x02\x00\x01"
+_ACCEPT = b"\x20\x02\x00\x00"
+
+
+def _read_packet(conn: socket.socket) -> tuple[int, bytes] | None:
+    """(first byte, body) of one MQTT packet, or None when the peer has gone."""
+    head = conn.recv(1)
+    if not head:
+        return None
+    length, shift = 0, 0
+    while True:  # the variable-length "remaining length"
+        digit = conn.recv(1)
+        if not digit:
+            return None
+        length += (digit[0] & 0x7F) << shift
+        shift += 7
+        if not digit[0] & 0x80:
+            break
+    body = b""
+    while len(body) < length:
+        chunk = conn.recv(length - len(body))
+        if not chunk:
+            return None
+        body += chunk
+    return head[0], body
+
+
+def _serve_311(conn: socket.socket) -> None:
+    with conn:
+        first = _read_packet(conn)
+        if first is None or first[0] >> 4 != 1:  # not a CONNECT
+            return
+        body = first[1]
+        level = body[2 + int.from_bytes(body[:2], "big")]  # after the protocol name
+        if level != 4:
+            conn.sendall(_REFUSE_VERSION)
+            return
+        conn.sendall(_ACCEPT)
+        while (packet := _read_packet(conn)) is not None:
+            kind, body = packet[0] >> 4, packet[1]
+            if kind == 8:  # SUBSCRIBE: grant QoS 0 for every filter
+                filters, i = 0, 2
+                while i < len(body):
+                    i += 2 + int.from_bytes(body[i : i + 2], "big") + 1
+                    filters += 1
+                conn.sendall(bytes([0x90, 2 + filters]) + body[:2] + b"\x00" * filters)
+            elif kind == 12:  # PINGREQ
+                conn.sendall(b"\xd0\x00")
+            elif kind == 14:  # DISCONNECT
+                return
+
+
+@contextlib.contextmanager
+def mqtt311_only_peer() -> Iterator[str]:
+    """An MQTT 3.1.1-only server on a free loopback port (its URL): refuses an MQTT 5 CONNECT
+    with "unacceptable protocol version", accepts 3.1.1 and grants subscriptions."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            threading.Thread(target=_serve_311, args=(conn,), daemon=True).start()
+
+    thread = threading.Thread(target=accept, name="mqtt311-peer", daemon=True)
+    thread.start()
+    try:
+        yield f"mqtt://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        thread.join(2)
+        server.close()
 
 
 def expected_label(image: np.ndarray) -> int:

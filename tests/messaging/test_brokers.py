@@ -1,30 +1,23 @@
-"""Broker plumbing: URL parsing, and real Mosquitto / embedded amqtt brokers on loopback that
-start, answer MQTT, report why they cannot start, and leave nothing behind when stopped."""
+"""Broker plumbing: URL parsing, and private Mosquitto brokers on loopback that start, answer
+MQTT, report why they cannot start, and leave nothing behind when stopped."""
 
 from __future__ import annotations
 
 import os
 import socket
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from dartfl.errors import ConfigError
 from messaging.brokers import (
-    BrokerHandle,
     BrokerStartError,
     _probe_mqtt,
+    find_mosquitto,
     free_port,
     parse_broker_url,
-    start_embedded_broker,
     start_mosquitto,
 )
-
-STARTERS: dict[str, Callable[..., BrokerHandle]] = {
-    "mosquitto": start_mosquitto,
-    "amqtt": start_embedded_broker,
-}
 
 
 @pytest.mark.parametrize(
@@ -69,8 +62,11 @@ def test_free_port_is_bindable_on_loopback() -> None:
 
 
 def test_missing_mosquitto_binary_says_how_to_install_it() -> None:
-    with pytest.raises(BrokerStartError, match="apt-get install mosquitto"):
+    with pytest.raises(BrokerStartError, match="apt-get install mosquitto") as missing:
         start_mosquitto(mosquitto="/nonexistent/mosquitto")
+    assert "\n" not in str(missing.value)
+    with pytest.raises(BrokerStartError, match="not installed"):
+        find_mosquitto("no-such-mosquitto-binary")
 
 
 @pytest.fixture
@@ -81,33 +77,24 @@ def occupied_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _amqtt_threads() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name.startswith("amqtt-broker")]
-
-
 @pytest.mark.integration
-@pytest.mark.parametrize("kind", sorted(STARTERS))
-def test_broker_serves_mqtt_on_loopback_and_stops_cleanly(kind: str) -> None:
-    with STARTERS[kind]() as broker:
-        assert (broker.host, broker.kind) == ("127.0.0.1", kind)
+def test_broker_serves_mqtt_on_loopback_and_stops_cleanly() -> None:
+    with start_mosquitto() as broker:
+        assert (broker.host, broker.kind) == ("127.0.0.1", "mosquitto")
         assert broker.url == f"mqtt://127.0.0.1:{broker.port}"
         assert _probe_mqtt(broker.port)
         pid = broker.pid
     assert not _probe_mqtt(broker.port)
     broker.stop()  # idempotent
-    if kind == "mosquitto":
-        assert pid is not None
-        with pytest.raises(ProcessLookupError):  # reaped, not a zombie
-            os.kill(pid, 0)
-    else:
-        assert not _amqtt_threads()
+    assert pid is not None
+    with pytest.raises(ProcessLookupError):  # reaped, not a zombie
+        os.kill(pid, 0)
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("kind", sorted(STARTERS))
-def test_broker_on_an_explicit_port(kind: str) -> None:
+def test_broker_on_an_explicit_port() -> None:
     port = free_port()
-    with STARTERS[kind](port) as broker:
+    with start_mosquitto(port) as broker:
         assert broker.port == port and _probe_mqtt(port)
 
 
@@ -115,13 +102,6 @@ def test_broker_on_an_explicit_port(kind: str) -> None:
 def test_mosquitto_on_a_busy_port_fails_with_its_log(occupied_port: int) -> None:
     with pytest.raises(BrokerStartError, match=r"(?s)exited with code.*Address already in use"):
         start_mosquitto(occupied_port)
-
-
-@pytest.mark.integration
-def test_embedded_broker_on_a_busy_port_fails_clearly(occupied_port: int) -> None:
-    with pytest.raises(BrokerStartError, match="address already in use"):
-        start_embedded_broker(occupied_port)
-    assert not _amqtt_threads()
 
 
 @pytest.mark.integration

@@ -1,4 +1,4 @@
-"""Request/reply through real brokers (Mosquitto and the embedded amqtt) with paho: an echo
+"""Request/reply through a real broker (Mosquitto, MQTT 3.1.1 and 5) with paho: an echo
 device speaking edge_client.protocol answers a requester; error replies, MQTT 5 properties,
 the last will, and reconnect after a broker restart."""
 
@@ -9,7 +9,6 @@ import queue
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 
@@ -17,14 +16,14 @@ import numpy as np
 import pytest
 
 from dartfl import protocol
-from messaging.brokers import BrokerHandle, _probe_mqtt, free_port, start_embedded_broker, start_mosquitto
+from messaging.brokers import BrokerHandle, free_port, start_mosquitto
 from messaging.link import MQTT_V5, MQTT_V311, Message, MqttConnectError, Will, connect
 from tests.messaging import mqtt_fixtures as fx
 
 pytestmark = pytest.mark.integration
 
 TASKS = ("mnist", "fashion", "digits")
-STARTERS = {"mosquitto": start_mosquitto, "amqtt": start_embedded_broker}
+STARTERS = {"mosquitto": start_mosquitto}
 # A device process that announces itself online with an offline last will, then dies
 # without a DISCONNECT: the broker must publish the will.
 CRASHING_DEVICE = """
@@ -47,12 +46,7 @@ def mosquitto() -> Iterator[BrokerHandle]:
     yield from fx.mosquitto_broker()
 
 
-@pytest.fixture
-def embedded() -> Iterator[BrokerHandle]:
-    yield from fx.embedded_broker()
-
-
-@pytest.fixture(params=["mosquitto-3.1.1", "mosquitto-5", "amqtt-3.1.1"])
+@pytest.fixture(params=["mosquitto-3.1.1", "mosquitto-5"])
 def plane(request: pytest.FixtureRequest) -> Iterator[tuple[BrokerHandle, str]]:
     """(broker, MQTT protocol version) for every supported combination."""
     kind, version = request.param.split("-")
@@ -145,9 +139,9 @@ def test_mqtt5_response_topic_and_correlation_data(mosquitto: BrokerHandle) -> N
         device.close()
 
 
-def test_embedded_broker_refuses_mqtt5_with_a_hint(embedded: BrokerHandle) -> None:
-    with pytest.raises(MqttConnectError, match=r"3\.1\.1 only"):
-        connect(embedded.url, "v5-client", on_message=lambda m: None, protocol=MQTT_V5, timeout=3)
+def test_a_broker_that_refuses_mqtt5_is_named_with_a_hint() -> None:
+    with fx.mqtt311_only_peer() as url, pytest.raises(MqttConnectError, match=r"3\.1\.1 only"):
+        connect(url, "v5-client", on_message=lambda m: None, protocol=MQTT_V5, timeout=3)
 
 
 def test_connect_to_nothing_times_out_clearly() -> None:
@@ -245,22 +239,3 @@ def test_runtime_subscribe_waits_for_the_broker(mosquitto: BrokerHandle) -> None
             assert pub.publish("late/topic", b"hi", 1)
         msg = got.get(timeout=5)
         assert (msg.topic, msg.payload, msg.qos, msg.retain) == ("late/topic", b"hi", 1, False)
-
-
-def test_embedded_broker_stops_with_an_unacknowledged_delivery_in_flight() -> None:
-    release = threading.Event()
-    broker = start_embedded_broker()
-    # The subscriber's handler blocks paho's thread, so the broker waits for a PUBACK.
-    stalled = connect(broker.url, "stalled", on_message=lambda m: release.wait(10), subscriptions=[("x", 1)])
-    try:
-        with connect(broker.url, "pub", on_message=lambda m: None) as pub:
-            for _ in range(3):
-                pub.publish("x", b"m", 1)
-            time.sleep(0.3)
-        broker.stop()
-        assert not _probe_mqtt(broker.port)
-        assert not [t for t in threading.enumerate() if t.name.startswith("amqtt-broker")]
-    finally:
-        release.set()
-        stalled.close()
-        broker.stop()

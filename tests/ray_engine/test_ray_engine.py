@@ -77,3 +77,34 @@ def test_ray_engine_switches_roles_learns_and_respects_the_staleness_bound(tmp_p
     assert math.isfinite(dart["tokens_per_s"]) and dart["tokens_per_s"] > 0
     png = plot_dc([run], tmp_path / "dc-run.png", time_unit="s", resource="workers", rewards=True)
     assert png.stat().st_size > 1000
+
+
+def test_lending_books_the_trainers_wait_and_reclaims_at_the_policys_threshold() -> None:
+    from dartfl.datacenter.policies import VerlDynamic, VerlDynamicConfig
+    from ray_engine.lending import RayLending
+
+    lending = RayLending(VerlDynamic(VerlDynamicConfig(threshold=0.5)), steps=10, batch_groups=12)
+    lending.waiting(1.0, started=False, sampleable=4)  # the trainer holds its workers, 8 short
+    lending.waiting(3.5, started=True, sampleable=12)
+    assert lending.step_wait_s == pytest.approx(2.5) and lending.step_wait_groups == 8
+    assert lending.step_ended(version=1, sampleable=2, standalone=2, trainers=1)  # short: lend
+    assert lending.step_wait_s == 0.0  # the report consumed the step's books
+    lending.lend([2])
+    assert not lending.should_reclaim(5) and lending.should_reclaim(6)  # 0.5 x 12 groups
+    assert lending.reclaimed() == [2] and not lending.lent
+    assert lending.last_reclaim_s == pytest.approx(0.3 * 3.3 / 9.1)
+
+
+@pytest.mark.integration
+def test_ray_multi_turn_task_under_verl_dynamic_and_dart_respects_the_bound() -> None:
+    # Episodes of the tools task wait for the checker between turns of two digits; verl-dynamic
+    # lends its trainer worker when the buffer is short, and DART starts from a layout that
+    # counts the tool waits (two rollout workers of three).
+    cfg = RayRunConfig(workers=3, eta=2, steps=10, seed=2, task="tools")
+    verl, dart = run_ray(cfg, ["verl-dynamic", "dart"])
+    for run in (verl, dart):
+        s = run.summary()
+        assert s["steps"] == 10 and s["staleness_max"] <= cfg.eta
+        assert s["samples_per_s"] > 0 and math.isfinite(s["idle_gpu_s"])
+        assert max(len(g) for g in s["role_layouts"]) > 0
+    assert any(layout.count("rollout") == 2 for layout in dart.layouts)

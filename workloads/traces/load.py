@@ -4,18 +4,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 import numpy as np
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import TraceFormatError
+from workloads import data as _data
 from workloads.traces._io import first_line, header_problem
 from workloads.traces.azure_functions import FUNCTIONS_KEY_COLUMNS, read_azure_functions_csv
 from workloads.traces.azure_llm import AZURE_LLM_HEADER, read_azure_llm_csv
 from workloads.traces.time_task import TIME_TASK_HEADER, read_time_task_csv
 
-__all__ = ["BUNDLED_AZURE_CONV", "TRACE_FORMATS", "bundled_azure_conv", "detect_format", "load_trace"]
+__all__ = [
+    "BUNDLED_AZURE_CONV",
+    "TRACE_FORMATS",
+    "bundled_azure_conv",
+    "bundled_azure_conv_file",
+    "detect_format",
+    "load_trace",
+]
 
 # Format name -> the leading header columns that identify it.
 TRACE_FORMATS: dict[str, tuple[str, ...]] = {
@@ -59,6 +68,11 @@ def load_trace(
 
 def bundled_azure_conv(task_names: Sequence[str] | None = None) -> Arrivals:
     """The bundled Azure LLM conversation trace (1 h, 19,366 requests; CC-BY 4.0, see data/README.md)."""
-    resource = resources.files("workloads.data").joinpath(BUNDLED_AZURE_CONV)
-    with resources.as_file(resource) as path:
+    with resources.as_file(bundled_azure_conv_file()) as path:
         return read_azure_llm_csv(path, task_names)
+
+
+def bundled_azure_conv_file() -> Traversable:
+    """The bundled Azure LLM conversation trace's file (package data; `resources.as_file` it)."""
+    # The package object, not its name: the wheel installs workloads as dartfl_workloads.
+    return resources.files(_data).joinpath(BUNDLED_AZURE_CONV)

@@ -128,7 +128,11 @@ class DcDartPolicy(DcPolicy):
             self._candidates = np.arange(tp, most + 1, tp, dtype=np.float64)
         candidates = self._candidates
         # 1. Length: the measured one; before any measurement, the model's prompt-sized guess.
+        #    At eta 0, the mean of the last finished batch (a period's finishes are either a
+        #    batch's short samples or its tail), which the batch-drain model also reads.
         length = self.length if self.length > 0 else 4.0 * obs.prompt_tokens
+        if obs.quantile_mean_tokens > 0 and obs.eta == 0:
+            length = obs.quantile_mean_tokens
         # 2. Predicted rates per split and the drift-plus-penalty score.
         rollout, train = predicted_rates(obs, candidates, length)
         rollout, train = rollout * self.rollout_gain, train * self.train_gain

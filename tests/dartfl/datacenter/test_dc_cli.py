@@ -128,3 +128,58 @@ def test_dc_run_refuses_an_unknown_policy_with_exit_2(capsys: pytest.CaptureFixt
     assert main(["dc", "run", "--policy", "one-step", "--no-store", "--json"]) == 2
     err = capsys.readouterr().err
     assert "unknown Ray engine policy 'one-step'" in err and "verl-dynamic" in err
+
+
+def test_dc_sim_records_per_period_decisions_and_staleness_the_dashboard_charts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The Datacenter page draws GPU roles, buffer depth, throughput and staleness from the
+    # store; before `dc sim` recorded decisions, only the summary bars appeared.
+    from dartfl.store import RunStore
+    from dashboard.data import dc_frames
+
+    store = tmp_path / "runs.sqlite"
+    argv = ["dc", "sim", "--gpus", "16", "--steps", "12", "--policy", "dart", "--policy", "verl-dynamic:0.3"]
+    assert main([*argv, "--json", "--no-plot", "--store", str(store)]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    with RunStore(store) as s:
+        run = s.get_run(run_id)
+        assert run is not None
+        frames = dc_frames(s, run)
+        results = s.results(run_id)
+        trained = {p: sum(d.trained_samples for d in s.decisions(run_id, p)) for p in results}
+    assert set(frames["roles"]["policy"]) == {"dart", "verl-dynamic:0.3"}
+    assert frames["roles"]["gpus"].max() <= 16 and (frames["buffer"]["depth"] > 0).any()
+    assert (frames["throughput"]["samples_per_s"] > 0).any()
+    stale = frames["staleness"]
+    assert set(stale["policy"]) == {"dart", "verl-dynamic:0.3"} and stale["lag"].max() <= 2
+    for policy, summary in results.items():  # the periods' samples add up to the run's
+        assert trained[policy] == summary["trained_samples"] == 12 * 64 * 8
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--workload", "agentic", "--median-tokens", "300"], "--median-tokens applies to single-turn"),
+        (["--workload", "rlvr", "--kv", "evict"], "--kv applies to agentic"),
+    ],
+)
+def test_dc_sim_workload_flags_that_do_not_apply_exit_2(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dc", "sim", "--gpus", "8", "--steps", "2", "--no-store", "--json", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_dc_sim_agentic_preset_reports_switches_aborted_and_idle_gpu_seconds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["dc", "sim", "--gpus", "16", "--steps", "6", "--workload", "agentic", "--kv", "evict"]
+    assert (
+        main([*argv, "--policy", "verl-dynamic:0.2", "--policy", "static:0.5", "--json", "--no-store"]) == 0
+    )
+    by = {r["policy"]: r for r in json.loads(capsys.readouterr().out)["results"]}
+    for r in by.values():
+        assert set(r) >= KEYS and r["idle_gpu_s"] > 0
+    assert by["verl-dynamic:0.2"]["switches"] > 0 and by["verl-dynamic:0.2"]["aborted_gpu_s"] > 0
+    assert by["static:0.5"]["switches"] == 0
