@@ -41,13 +41,13 @@ VALIDATION_POLICIES = ("dart", "inference-only", "inference-first:4", "inference
 
 
 def validate_one(
-    profile_name: str, workload: str, load: float, spec: str, duration_s: float
+    profile_name: str, workload: str, load: float, spec: str, duration_s: float, cores: int = 1
 ) -> dict[str, Any]:
     """One device through the exact simulator and the fleet model, same arrivals."""
     from workloads import generate, rate_for_load
 
     names = ("digits", "fashion", "letters")
-    profile = get_profile(profile_name)
+    profile = get_profile(profile_name).with_cores(cores)
     rate = rate_for_load(profile, names, (1 / 3, 1 / 3, 1 / 3), load)
     arrivals = generate(
         workload, duration_s=duration_s, rate_per_s=rate, task_names=names, rng=np.random.default_rng(3)
@@ -82,6 +82,7 @@ def validate(args: argparse.Namespace) -> None:
             [float(x) for x in args.loads.split(",")],
             args.policies or VALIDATION_POLICIES,
             [args.duration_s],
+            [args.cores],
         )
     )
     with ProcessPoolExecutor(args.workers) as pool:
@@ -115,6 +116,9 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--duration-s", type=float, default=3600.0)
     parser.add_argument("--profile", default="pi4")
+    parser.add_argument(
+        "--cores", type=int, default=1, help="the profile's cores (1, the default: the figures before cores)"
+    )
     parser.add_argument("--policy", action="append", dest="policies", help="repeatable (default: dart)")
     parser.add_argument("--mix", default=DEFAULT_MIX)
     parser.add_argument("--target-load", type=float, default=0.5)
@@ -134,7 +138,7 @@ def main() -> None:
         validate(args)
         return
 
-    profile = get_profile(args.profile)
+    profile = get_profile(args.profile).with_cores(args.cores)
     names = ("digits", "fashion", "letters")
     specs = args.policies or ["dart"]
     workloads = FleetWorkloads(

@@ -12,6 +12,13 @@ A request the executor refuses because it could not make its deadline (deadline-
 admission) is training-caused the same way: when the earliest finish it was refused on, less
 the training delay it would have waited behind (the running step included), is within its SLO.
 
+On a device split into a serving lane and a training lane, a step on the training lane holds
+no request back and adds nothing here. The split itself does: the serving lane runs a batch on
+fewer cores (and slowed by the training lane's interference) than inference-only, which has
+every core, so the time the whole device would have saved on each batch counts as training
+delay for its busy period, its own requests included; and a refusal counts the difference
+between its earliest finish on the lane and on the whole device.
+
 The tracker is plain floats, updated at four points of the executor's loop
 (dartfl/executor/device.py), which the simulator and the agent share.
 """
@@ -48,6 +55,13 @@ class BusyPeriodDelay:
         if since < now_s:
             self.delay_s += now_s - since
             self.cause_s = step_start_s
+
+    def lane_slowed(self, now_s: float, extra_s: float) -> None:
+        """A batch starting now on a split serving lane runs `extra_s` longer than on the whole
+        device: everyone waiting in this busy period, the batch included, is that much later."""
+        if extra_s > 0.0:
+            self.delay_s += extra_s
+            self.cause_s = now_s
 
     def delay_behind_step_s(self, now_s: float, step_start_s: float, step_end_s: float) -> float:
         """The delay of a request queued now behind a step running from `step_start_s` to

@@ -11,6 +11,9 @@ device drains its queue after the horizon and finishes the step in flight, and b
 inference served late and the step's samples count. So no run that serves every request can
 exceed 1.0 (a rejected request costs nothing, so a run that rejects can). With a fluid limit of
 0 (the requests alone need the whole run) harvest is undefined: NaN, null in JSON.
+On a device of N cores the device time is N core-seconds per second and the prices are the
+cheapest core-seconds of a request and of a sample (`dartfl.fluid`, docs/allocator.md "The
+fluid limit"); one core is the definition above, to the bit.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ __all__ = [
     "fluid_trainable_samples",
     "harvest_efficiency",
     "miss_budget_bound",
+    "run_trainable_samples",
     "summarize",
     "training_caused_misses",
 ]
@@ -60,6 +64,13 @@ class RunRecord:
     round_samples: tuple[int, ...] = ()  # samples trained in each finished FL round
     round_target_samples: int = 0
     end_s: float | None = None  # when the device's last work ended, if after the horizon
+    # The fluid limit on N cores (dartfl.fluid.FluidTerms): units of device time per second,
+    # and what a GPU device's CPU cores could take off its GPU.
+    fluid_units: float = 1.0
+    offload_per_s: float = 0.0
+    offload_saves_s: float = 0.0
+    cores: int = 1
+    core_switches: int = 0
     # Per request, where the executor tracks it (dartfl.attribution): the training time of its
     # busy period before its service started, and when the latest of those steps started.
     training_delay_s: FloatArray | None = None
@@ -71,9 +82,21 @@ class RunRecord:
         return max(self.horizon_s, self.end_s or 0.0)
 
 
-def fluid_trainable_samples(run_s: float, inference_min_s: float, cheapest_sample_s: float) -> float:
-    """Samples a device trains in `run_s` if inference takes only `inference_min_s` of it."""
-    return max(0.0, run_s - inference_min_s) / cheapest_sample_s
+def fluid_trainable_samples(
+    run_s: float, inference_min_s: float, cheapest_sample_s: float, units: float = 1.0, offload_s: float = 0.0
+) -> float:
+    """Samples a device trains in `run_s` if inference takes only `inference_min_s` of its
+    `units` per second (less `offload_s`, what a GPU device's cores take off its GPU)."""
+    return max(0.0, units * run_s - (inference_min_s - offload_s)) / cheapest_sample_s
+
+
+def run_trainable_samples(run: RunRecord) -> float:
+    """The fluid limit of one run."""
+    run_s = run.run_s
+    offload = min(run.inference_min_s, run.offload_per_s * run_s * run.offload_saves_s)
+    return fluid_trainable_samples(
+        run_s, run.inference_min_s, run.cheapest_sample_s, run.fluid_units, offload
+    )
 
 
 def harvest_efficiency(trained: float, trainable: float) -> float:
@@ -195,7 +218,7 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
         block["train_samples"] = run.trained_per_task[k]
         per_task[name] = block
     total_trained = int(sum(run.trained_per_task))
-    trainable = fluid_trainable_samples(run.run_s, run.inference_min_s, run.cheapest_sample_s)
+    trainable = run_trainable_samples(run)
     result: dict[str, Any] = {"policy": run.policy}
     result.update(
         _latency_block(latency[done], int(in_slo.sum()), int(run.arrival_s.size), int(run.rejected.sum()))
@@ -212,8 +235,14 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
             "decision_us_p50": _pct(run.decision_us, 50),
             "decision_us_p99": _pct(run.decision_us, 99),
             "horizon_s": run.horizon_s,
+            "cores": run.cores,
         }
     )
+    if run.cores > 1:
+        result["core_switches"] = run.core_switches
+        cores = run.periods.get("inference_cores")
+        if cores is not None and cores.size:
+            result["mean_inference_cores"] = float(cores.mean())
     caused = training_caused_misses(run)
     if caused is not None:
         result["training_miss_fraction"] = float(caused.mean()) if caused.size else 0.0

@@ -22,6 +22,17 @@ one and cites its sources. A measured device should get its own TOML file:
     ingress-s = 0.00002         # decoding and admitting it
     egress-s = 0.00006          # encoding and publishing its reply
     per-batch-s = 0.0
+    [cores]                     # optional; without it the device has one core
+    count = 4
+    inference-speedup = [1.0, 1.59, 1.98, 2.26]   # time on 1 core / time on j cores
+    training-speedup = [1.0, 1.59, 1.98, 2.26]
+    inference-interference = 0.15   # inference takes 1.15x as long while training runs
+    training-interference = 0.10
+    switch-s = 0.005                # dead time of a lane whose cores change
+
+The costs above are one core's; `[cores]` says how the device scales and shares them
+(docs/profiles.md, "Cores"). A GPU device sets `gpu = true`: its costs price the GPU, and
+`cpu-batch-fixed-s` / `cpu-per-request-s` price inference on one of its CPU cores.
 
 Unknown keys are accepted so that the format can grow, with a warning that names the nearest
 known key: `per_request_s` for `per-request-s` is a typo that would silently keep the default.
@@ -39,8 +50,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from dartfl.builtin_profiles import BUILTIN_PROFILES
 from dartfl.errors import ConfigError
-from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
+from dartfl.types import CoreModel, DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "BUILTIN_PROFILE_NAMES",
@@ -54,87 +66,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _NO_TASKS: Mapping[str, InferenceCost] = MappingProxyType({})
-
-
-# The request path measured on the reference x86 core (docs/profiles.md, "The request path"):
-# receiving a QoS 1 request, decoding and admitting it (JSON), publishing its reply alone.
-_X86_PATH_S = (58e-6, 22e-6, 57e-6)
-
-
-def _path(dispatch_ratio: float) -> RequestPathCost:
-    """The x86 request path scaled by a device's interpreter-bound speed ratio `Kd`."""
-    receive, ingress, egress = (round(t * dispatch_ratio, 6) for t in _X86_PATH_S)
-    return RequestPathCost(receive_s=receive, ingress_s=ingress, egress_s=egress)
-
-
-def _builtin(
-    name: str,
-    description: str,
-    inference: tuple[float, float, int],
-    training: tuple[float, float, int],
-    request_path: RequestPathCost,
-) -> DeviceProfile:
-    batch_fixed_s, per_request_s, max_batch = inference
-    microbatch_fixed_s, per_sample_s, max_microbatch = training
-    return DeviceProfile(
-        name=name,
-        inference=InferenceCost(batch_fixed_s=batch_fixed_s, per_request_s=per_request_s),
-        max_batch=max_batch,
-        training=TrainingCost(
-            microbatch_fixed_s=microbatch_fixed_s, per_sample_s=per_sample_s, max_microbatch=max_microbatch
-        ),
-        task_inference=_NO_TASKS,
-        description=description,
-        request_path=request_path,
-    )
-
-
-# Estimates, not measurements: docs/profiles.md derives every number (reference model at
-# width multiplier 6, one intra-op thread on CPUs) and cites the benchmarks behind each ratio.
-# Tuples: (batch-fixed-s, per-request-s, max-batch), (microbatch-fixed-s, per-sample-s,
-# max-microbatch); then the request path, scaled by the dispatch ratio Kd of each device.
-_BUILTIN_PROFILES: dict[str, DeviceProfile] = {
-    p.name: p
-    for p in (
-        _builtin(
-            "pi4",
-            "Raspberry Pi 4 (Cortex-A72, 1.8 GHz), one core; ONNX Runtime inference, PyTorch "
-            "training; reference CNN at width 6. Estimate: x86 core figures scaled by public "
-            "benchmark ratios (docs/profiles.md). A full training microbatch (~0.75 s) exceeds "
-            "a 250 ms SLO slack: time sharing alone cannot protect latency here.",
-            (0.0010, 0.0050, 32),
-            (0.012, 0.023, 32),
-            _path(5.5),
-        ),
-        _builtin(
-            "pi5",
-            "Raspberry Pi 5 (Cortex-A76, 2.4 GHz), one core; ONNX Runtime inference, PyTorch "
-            "training; reference CNN at width 6. Estimate: about 3x a Pi 4 on compute "
-            "(docs/profiles.md); a full training microbatch takes ~0.24 s.",
-            (0.00048, 0.0016, 32),
-            (0.0060, 0.0073, 32),
-            _path(2.4),
-        ),
-        _builtin(
-            "jetson-orin-nano",
-            "NVIDIA Jetson Orin Nano 8GB GPU (1024 CUDA cores); ONNX Runtime CUDA inference, "
-            "PyTorch CUDA training; reference CNN at width 6. Estimate: fixed costs dominated by "
-            "the Cortex-A78AE host launching kernels, tiny per-item costs (docs/profiles.md).",
-            (0.00087, 0.00016, 64),
-            (0.0080, 0.00058, 64),
-            _path(3.8),
-        ),
-        _builtin(
-            "x86-1core",
-            "One modern x86-64 core (AVX2/AVX-512), ONNX Runtime and PyTorch on one thread; "
-            "reference CNN at width 6. Scaled from the measured width-1 ONNX Runtime figures "
-            "in docs/profiles.md.",
-            (0.00018, 0.00064, 32),
-            (0.0022, 0.0029, 32),
-            _path(1.0),
-        ),
-    )
-}
+_BUILTIN_PROFILES = BUILTIN_PROFILES
 
 BUILTIN_PROFILE_NAMES: tuple[str, ...] = tuple(_BUILTIN_PROFILES)
 
@@ -166,12 +98,25 @@ def resolve_profile(name: str | None, path: str | Path | None) -> DeviceProfile:
 # ---------------------------------------------------------------------------------------------
 # Reading: TOML document -> DeviceProfile, every check naming the file and the dotted key.
 
-_TOP_KEYS = frozenset({"name", "description", "inference", "training", "request-path"})
+_TOP_KEYS = frozenset({"name", "description", "inference", "training", "request-path", "cores"})
 _PATH_ORDER = ("receive-s", "ingress-s", "egress-s", "per-batch-s")
 _REQUEST_PATH_KEYS = frozenset({"receive-s", "ingress-s", "egress-s", "per-batch-s"})
 _INFERENCE_KEYS = frozenset({"batch-fixed-s", "per-request-s", "max-batch", "tasks"})
 _TRAINING_KEYS = frozenset({"microbatch-fixed-s", "per-sample-s", "max-microbatch"})
 _TASK_KEYS = frozenset({"batch-fixed-s", "per-request-s"})
+_CORES_KEYS = frozenset(
+    {
+        "count",
+        "inference-speedup",
+        "training-speedup",
+        "inference-interference",
+        "training-interference",
+        "switch-s",
+        "gpu",
+        "cpu-batch-fixed-s",
+        "cpu-per-request-s",
+    }
+)
 
 
 def load_profile_toml(path: str | Path) -> DeviceProfile:
@@ -239,6 +184,40 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
         task_inference=MappingProxyType(task_inference) if task_inference else _NO_TASKS,
         description=description,
         request_path=path,
+        cores=_parse_cores(top.table("cores", _CORES_KEYS)) if "cores" in top.values else CoreModel(),
+    )
+
+
+def _parse_cores(cores: _Section) -> CoreModel:
+    """[cores]: how many, how items speed up on them, interference, switch time (docs/profiles.md).
+
+    A file without the table is a one-core device, as every file was before cores were modelled."""
+    count = cores.count("count")
+    gpu = cores.flag("gpu")
+    cpu = None
+    if gpu:
+        cpu = InferenceCost(
+            cores.seconds("cpu-batch-fixed-s", allow_zero=True),
+            cores.seconds("cpu-per-request-s", allow_zero=False),
+        )
+    ones = (1.0,) * count
+    try:
+        return _core_model(cores, count, gpu, cpu, ones)
+    except ConfigError as exc:
+        raise ConfigError(f"{cores.source}: [cores]: {exc}") from None
+
+
+def _core_model(
+    cores: _Section, count: int, gpu: bool, cpu: InferenceCost | None, ones: tuple[float, ...]
+) -> CoreModel:
+    return CoreModel(
+        count=count,
+        inference_speedup=cores.curve("inference-speedup", count, ones if count == 1 else None),
+        training_speedup=cores.curve("training-speedup", count, ones if count == 1 or gpu else None),
+        inference_interference=cores.seconds("inference-interference", allow_zero=True, default=0.0, unit=""),
+        training_interference=cores.seconds("training-interference", allow_zero=True, default=0.0, unit=""),
+        switch_s=cores.seconds("switch-s", allow_zero=True, default=0.0),
+        gpu_inference_on_cpu=cpu,
     )
 
 
@@ -288,8 +267,10 @@ class _Section:
             raise self._fail(key, expected, '"edge-small"')
         return value
 
-    def seconds(self, key: str, *, allow_zero: bool, default: float | None = None) -> float:
-        expected = "a number of seconds " + (">= 0" if allow_zero else "> 0")
+    def seconds(
+        self, key: str, *, allow_zero: bool, default: float | None = None, unit: str = "of seconds "
+    ) -> float:
+        expected = f"a number {unit}" + (">= 0" if allow_zero else "> 0")
         if key not in self.values and default is not None:
             return default
         self._require(key, expected)
@@ -299,6 +280,26 @@ class _Section:
         if number and (value > 0 or (allow_zero and value == 0)):
             return float(value)
         raise self._fail(key, expected, "0.005")
+
+    def flag(self, key: str) -> bool:
+        value = self.values.get(key, False)
+        if isinstance(value, bool):
+            return value
+        raise self._fail(key, "true or false", "true")
+
+    def curve(self, key: str, count: int, default: tuple[float, ...] | None) -> tuple[float, ...]:
+        """Speedups on 1..count cores; a longer list is cut, so lowering `count` runs a measured
+        file on fewer cores."""
+        if key not in self.values and default is not None:
+            return default
+        expected = f"a list of at least {count} speedups starting at 1.0"
+        self._require(key, expected)
+        value = self.values[key]
+        ok = isinstance(value, list) and len(value) >= count
+        ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in value)
+        if not ok or float(value[0]) != 1.0:
+            raise self._fail(key, expected, "[1.0, 1.6, 2.0, 2.3]")
+        return tuple(float(v) for v in value[:count])
 
     def count(self, key: str) -> int:
         expected = "an integer >= 1"
@@ -354,6 +355,7 @@ def profile_to_toml(profile: DeviceProfile) -> str:
         f"per-sample-s = {_toml_float(profile.training.per_sample_s)}",
         f"max-microbatch = {profile.training.max_microbatch}",
     ]
+    lines += _cores_to_toml(profile.cores)
     for task in sorted(profile.task_inference):
         cost = profile.task_inference[task]
         lines += [
@@ -367,3 +369,26 @@ def profile_to_toml(profile: DeviceProfile) -> str:
         lines += ["", "[request-path]"]
         lines += [f"{key} = {_toml_float(getattr(path, key.replace('-', '_')))}" for key in _PATH_ORDER]
     return "\n".join(lines) + "\n"
+
+
+def _cores_to_toml(model: CoreModel) -> list[str]:
+    if model.count == 1 and model == CoreModel():
+        return []  # a one-core device writes the format every older reader knows
+    lines = [
+        "",
+        "[cores]",
+        f"count = {model.count}",
+        f"inference-speedup = [{', '.join(_toml_float(v) for v in model.inference_speedup)}]",
+        f"training-speedup = [{', '.join(_toml_float(v) for v in model.training_speedup)}]",
+        f"inference-interference = {_toml_float(model.inference_interference)}",
+        f"training-interference = {_toml_float(model.training_interference)}",
+        f"switch-s = {_toml_float(model.switch_s)}",
+    ]
+    cpu = model.gpu_inference_on_cpu
+    if cpu is not None:
+        lines += [
+            "gpu = true",
+            f"cpu-batch-fixed-s = {_toml_float(cpu.batch_fixed_s)}",
+            f"cpu-per-request-s = {_toml_float(cpu.per_request_s)}",
+        ]
+    return lines

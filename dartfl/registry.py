@@ -22,7 +22,17 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from dartfl.errors import ConfigError
 
-__all__ = ["Entry", "Knob", "Named", "Registry", "fraction", "non_negative", "positive_int", "unit_interval"]
+__all__ = [
+    "Entry",
+    "Knob",
+    "Named",
+    "Registry",
+    "fraction",
+    "non_negative",
+    "non_negative_int",
+    "positive_int",
+    "unit_interval",
+]
 
 
 class Named(Protocol):
@@ -204,3 +214,7 @@ def non_negative(value: float) -> str | None:
 
 def positive_int(value: int) -> str | None:
     return None if value >= 1 else "must be an integer >= 1"
+
+
+def non_negative_int(value: int) -> str | None:
+    return None if value >= 0 else "must be an integer >= 0"

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from dartfl.decisions import Allocation, CoreCosts, Observation
 from dartfl.errors import ConfigError
 
 __all__ = [
     "Allocation",
+    "CoreCosts",
+    "CoreModel",
     "DeviceProfile",
     "InferenceCost",
     "Observation",
@@ -71,6 +74,77 @@ class TrainingCost:
         return self.per_sample_s + self.microbatch_fixed_s / self.max_microbatch
 
 
+def _speedups(name: str, curve: tuple[float, ...], count: int) -> None:
+    if len(curve) != count:
+        raise ConfigError(f"{name} needs one entry per core count 1..{count}, got {len(curve)}: {curve}")
+    if curve[0] != 1.0:
+        raise ConfigError(
+            f"{name} starts at 1.0 (one core is the unit it is measured against), got {curve[0]!r}"
+        )
+    for j, s in enumerate(curve, start=1):
+        if not (isinstance(s, int | float) and math.isfinite(s) and s > 0):
+            raise ConfigError(f"{name} on {j} cores must be a finite number > 0, got {s!r}")
+
+
+@dataclass(frozen=True)
+class CoreModel:
+    """How a device's CPU cores run work: their number, how one work item speeds up on j of
+    them, how the two sides slow each other when both run, and what a change of split costs.
+
+    `inference_speedup[j - 1]` is an inference batch's time on one core over its time on j
+    cores (fixed and per-request parts alike); `training_speedup` the same for a training
+    microbatch. `*_interference` f: an item of that side takes (1 + f) times as long while the
+    other side runs on the other cores (shared caches, memory bandwidth). `switch_s`: the dead
+    time of a lane whose core count changes (thread pools resized, caches cold).
+    `gpu_inference_on_cpu`: set on a device with a GPU. Its [inference] and [training] costs
+    then price the GPU, training keeps the GPU when the device is split, and an inference
+    batch on j cores costs this one-core cost over `inference_speedup[j - 1]`.
+    A one-core model (the default) is today's time-shared device.
+    """
+
+    count: int = 1
+    inference_speedup: tuple[float, ...] = (1.0,)
+    training_speedup: tuple[float, ...] = (1.0,)
+    inference_interference: float = 0.0
+    training_interference: float = 0.0
+    switch_s: float = 0.0
+    gpu_inference_on_cpu: InferenceCost | None = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.count, int) and not isinstance(self.count, bool) and self.count >= 1):
+            raise ConfigError(f"cores count must be an integer >= 1, got {self.count!r}")
+        object.__setattr__(self, "inference_speedup", tuple(self.inference_speedup))
+        object.__setattr__(self, "training_speedup", tuple(self.training_speedup))
+        _speedups("cores inference-speedup", self.inference_speedup, self.count)
+        _speedups("cores training-speedup", self.training_speedup, self.count)
+        _positive("cores inference-interference", self.inference_interference, allow_zero=True)
+        _positive("cores training-interference", self.training_interference, allow_zero=True)
+        _positive("cores switch-s", self.switch_s, allow_zero=True)
+
+    @property
+    def has_gpu(self) -> bool:
+        return self.gpu_inference_on_cpu is not None
+
+    @property
+    def can_split(self) -> bool:
+        """At least one core for each side (on a GPU device, one hosts the GPU's training)."""
+        return self.count >= 2
+
+    def first(self, count: int) -> CoreModel:
+        """The same device restricted to its first `count` cores."""
+        if not (isinstance(count, int) and 1 <= count <= self.count):
+            raise ConfigError(f"cores must be an integer in 1..{self.count} for this profile, got {count!r}")
+        return CoreModel(
+            count,
+            self.inference_speedup[:count],
+            self.training_speedup[:count],
+            self.inference_interference,
+            self.training_interference,
+            self.switch_s,
+            self.gpu_inference_on_cpu,
+        )
+
+
 @dataclass(frozen=True)
 class RequestPathCost:
     """What a device spends on a request outside the model (docs/profiles.md), per request:
@@ -98,6 +172,9 @@ class DeviceProfile:
     `inference` is the model's default per-request cost; `task_inference` overrides it per task
     name (a bigger head, a larger input). `request_path` is what serving a request costs
     besides the model; `inference_for` adds the two, the end-to-end price everything plans with.
+    The model's costs are those of one work item on one core (on a GPU device: on the GPU);
+    `cores` says how the device's cores scale and share them, and `lane_inference` /
+    `lane_training` price an item on a lane of j cores (the request path does not scale).
     """
 
     name: str
@@ -107,6 +184,7 @@ class DeviceProfile:
     task_inference: Mapping[str, InferenceCost] = field(default_factory=dict)
     description: str = ""
     request_path: RequestPathCost = field(default_factory=RequestPathCost)
+    cores: CoreModel = field(default_factory=CoreModel)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -127,13 +205,72 @@ class DeviceProfile:
             return model
         return InferenceCost(model.batch_fixed_s + path.per_batch_s, model.per_request_s + path.per_request_s)
 
+    def lane_inference(self, task: str, cores: int) -> InferenceCost:
+        """An inference batch of `task`, end to end, on a lane of `cores` cores; all of them is
+        the time-shared device (on a GPU device: the GPU), fewer a split device's serving lane.
+        The model runs `inference_speedup` times faster; the request path does not."""
+        model = self.cores
+        if model.count == 1:
+            return self.inference_for(task)
+        base = self.model_inference_for(task)
+        cpu = model.gpu_inference_on_cpu
+        if cpu is not None:
+            if cores >= model.count:
+                return self.inference_for(task)
+            base = cpu
+        speedup = model.inference_speedup[min(cores, model.count) - 1]
+        path = self.request_path
+        return InferenceCost(
+            base.batch_fixed_s / speedup + path.per_batch_s, base.per_request_s / speedup + path.per_request_s
+        )
+
+    def lane_training(self, cores: int) -> TrainingCost:
+        """A training microbatch on a lane of `cores` cores (on a GPU device: the GPU, hosted
+        by those cores, whatever their number)."""
+        model, base = self.cores, self.training
+        if model.count == 1 or model.has_gpu:
+            return base
+        speedup = model.training_speedup[min(cores, model.count) - 1]
+        return TrainingCost(
+            base.microbatch_fixed_s / speedup, base.per_sample_s / speedup, base.max_microbatch
+        )
+
+    def with_cores(self, count: int) -> DeviceProfile:
+        """This device restricted to its first `count` cores (1: today's one-core time sharing)."""
+        if count == self.cores.count:
+            return self
+        return replace(self, cores=self.cores.first(count))
+
+    def time_shared(self) -> DeviceProfile:
+        """The whole device as one time-shared resource: every item on all of its cores (or on
+        its GPU). This is what a policy that never splits, and the fleet simulator, run on."""
+        n = self.cores.count
+        if n == 1:
+            return self
+        return replace(
+            self,
+            inference=self._shared(self.inference, n),
+            training=self.lane_training(n),
+            task_inference={t: self._shared(c, n) for t, c in self.task_inference.items()},
+            cores=CoreModel(),
+        )
+
+    def _shared(self, cost: InferenceCost, n: int) -> InferenceCost:
+        """A model cost on all n cores (a GPU device's costs are its GPU's already)."""
+        if self.cores.has_gpu:
+            return cost
+        s = self.cores.inference_speedup[n - 1]
+        return InferenceCost(cost.batch_fixed_s / s, cost.per_request_s / s)
+
     def capacity_per_s(self, task_names: tuple[str, ...], task_mix: tuple[float, ...]) -> float:
-        """Requests per second the device serves at its cheapest per-request cost for a task mix."""
+        """Requests per second the device serves at its cheapest per-request cost for a task mix,
+        time-shared on all of its cores (the load a workload is sized by)."""
         total = sum(task_mix)
         if total <= 0:
             raise ConfigError("task mix must have positive total weight")
+        shared = self.time_shared()
         mean_cost = sum(
-            w / total * self.inference_for(t).cheapest_per_request_s(self.max_batch)
+            w / total * shared.inference_for(t).cheapest_per_request_s(self.max_batch)
             for t, w in zip(task_names, task_mix, strict=True)
         )
         return 1.0 / mean_cost
@@ -154,100 +291,4 @@ class TaskSpec:
         if not (isinstance(self.queue_capacity, int) and self.queue_capacity >= 1):
             raise ConfigError(
                 f"queue capacity of task {self.name!r} must be an integer >= 1, got {self.queue_capacity!r}"
-            )
-
-
-@dataclass(frozen=True, slots=True)
-class Observation:
-    """What the allocator sees at the start of a control period.
-
-    Per-task tuples are indexed like the workload's task names. Counts "since last" cover
-    the previous control period. The training fields describe the current FL round: the
-    device owes `round_target_samples` by `round_deadline_s` (absolute time; inf if none).
-    Costs are the executor's current estimates (profiled or configured).
-    `training_misses_since_last` counts the misses of requests that waited while a training
-    step ran (empty: the executor cannot tell, so every miss counts).
-    """
-
-    now_s: float
-    period_s: float
-    backlog: tuple[int, ...]
-    oldest_age_s: tuple[float, ...]
-    arrivals_since_last: tuple[int, ...]
-    slo_misses_since_last: tuple[int, ...]
-    arrival_rate_per_s: tuple[float, ...]
-    slo_s: tuple[float, ...]
-    batch_fixed_s: tuple[float, ...]
-    per_request_s: tuple[float, ...]
-    max_batch: int
-    microbatch_fixed_s: float
-    per_sample_s: float
-    max_microbatch: int
-    training_misses_since_last: tuple[int, ...] = ()  # misses that waited behind a training step
-    round_start_s: float = 0.0
-    round_deadline_s: float = math.inf
-    round_target_samples: int = 0
-    round_trained_samples: int = 0
-
-    def __post_init__(self) -> None:
-        k = len(self.backlog)
-        if k == 0:
-            raise ConfigError("an observation needs at least one task")
-        for name in (
-            "oldest_age_s",
-            "arrivals_since_last",
-            "slo_misses_since_last",
-            "arrival_rate_per_s",
-            "slo_s",
-            "batch_fixed_s",
-            "per_request_s",
-        ):
-            if len(getattr(self, name)) != k:
-                raise ConfigError(
-                    f"observation field {name} has {len(getattr(self, name))} entries, expected {k}"
-                )
-        if self.training_misses_since_last and len(self.training_misses_since_last) != k:
-            raise ConfigError(f"observation field training_misses_since_last must have {k} entries or none")
-        if not self.period_s > 0:
-            raise ConfigError(f"period_s must be > 0, got {self.period_s}")
-        if self.max_batch < 1 or self.max_microbatch < 1:
-            raise ConfigError("max_batch and max_microbatch must be >= 1")
-        if min(self.backlog) < 0 or min(self.arrival_rate_per_s) < 0:
-            raise ConfigError("backlogs and arrival rates must be >= 0")
-
-    @property
-    def num_tasks(self) -> int:
-        return len(self.backlog)
-
-
-@dataclass(frozen=True, slots=True)
-class Allocation:
-    """The allocator's decision for one control period.
-
-    `inference_share` is the fraction of the device inference may claim while both sides have
-    work (the executor is work-conserving). `task_shares` split the training samples among
-    tasks (sum 1), `loss_weights` weight the per-task losses (positive, mean 1).
-    `microbatch` is the training step size m (0: do not train); `max_batch` caps an
-    inference batch.
-    """
-
-    inference_share: float
-    task_shares: tuple[float, ...]
-    loss_weights: tuple[float, ...]
-    microbatch: int
-    max_batch: int
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.inference_share <= 1.0:
-            raise ConfigError(f"inference_share must lie in [0, 1], got {self.inference_share}")
-        k = len(self.task_shares)
-        if k == 0 or len(self.loss_weights) != k:
-            raise ConfigError("task_shares and loss_weights must be non-empty and of equal length")
-        if min(self.task_shares) < 0 or abs(sum(self.task_shares) - 1.0) > 1e-9:
-            raise ConfigError(f"task_shares must be >= 0 and sum to 1, got {self.task_shares}")
-        if min(self.loss_weights) <= 0 or abs(sum(self.loss_weights) / k - 1.0) > 1e-9:
-            raise ConfigError(f"loss_weights must be > 0 with mean 1, got {self.loss_weights}")
-        if self.microbatch < 0 or self.max_batch < 1:
-            raise ConfigError(
-                f"microbatch must be >= 0 and max_batch >= 1, got {self.microbatch}, {self.max_batch}"
             )

@@ -18,13 +18,15 @@ decision", derives it):
 
 `scale` is the value rate the band and the dead time are measured against (a throughput):
 the caller says which one, so a score that mixes throughput with a queue's drift (DART's
-drift-plus-penalty) is still priced in throughput.
+drift-plus-penalty) is still priced in throughput. `choose_split_small` is the same decision
+over plain sequences, for the few splits of an edge device's cores decided every period
+(docs/allocator.md, "Splitting the cores").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -32,7 +34,7 @@ import numpy.typing as npt
 
 from dartfl.errors import ConfigError
 
-__all__ = ["SplitDecision", "SplitRule", "choose_split"]
+__all__ = ["SplitDecision", "SplitRule", "choose_split", "choose_split_small"]
 
 IntArray = npt.NDArray[np.int64]
 FloatArray = npt.NDArray[np.float64]
@@ -83,6 +85,7 @@ def choose_split(
     units: int,
     scale: float,
     rule: SplitRule,
+    band_scale: float | None = None,
 ) -> SplitDecision:
     """The split for the next period (semantics in the module docstring).
 
@@ -90,7 +93,9 @@ def choose_split(
     allowed, e.g. while a side is below its minimum: it is then priced at the nearest allowed
     value); `value`: the value per second of each allowed split, or a function that returns
     it for the array of allowed splits; `units`: the units in all (prices a unit's dead time);
-    `scale`: the value rate the hysteresis band and the dead time are measured against.
+    `scale`: the value rate the hysteresis band and the dead time are measured against;
+    `band_scale`, if given, measures the band instead (a value whose stakes are more than
+    the units' throughput, as misses priced in samples, while a dead unit loses only that).
     """
     ks = np.asarray(allowed, dtype=np.int64)
     if ks.ndim != 1 or ks.size == 0 or np.any(np.diff(ks) <= 0):
@@ -102,18 +107,59 @@ def choose_split(
         raise ConfigError(f"one value per allowed split expected: {ks.size} splits, {values.shape} values")
     # 1. Target: the best split, at most max_step units away.
     best = int(ks[int(np.argmax(values))])
-    target = best
-    if rule.max_step:
-        target = int(np.clip(best, current - rule.max_step, current + rule.max_step))
+    target = _step_limited(best, current, rule)
     here, there = _index(ks, current), _index(ks, target)
-    target = int(ks[there])
-    # 2-3. Gain per second against the value the dead units lose.
     gain = float(values[there] - values[here])
+    return _decide(int(ks[there]), current, gain, units, scale, rule, band_scale)
+
+
+def choose_split_small(
+    allowed: Sequence[int],
+    current: int,
+    values: Sequence[float],
+    *,
+    units: int,
+    scale: float,
+    rule: SplitRule,
+    band_scale: float | None = None,
+) -> SplitDecision:
+    """`choose_split` for a few splits given as plain sequences (an edge device's cores,
+    decided every control period): the same decision, without numpy's per-call overhead.
+    The caller passes ascending splits and one value each."""
+    if units < 1 or len(allowed) != len(values) or not allowed:
+        raise ConfigError(
+            f"one value per allowed split expected: {len(allowed)} splits, {len(values)} values"
+        )
+    best_at = 0
+    for i in range(1, len(values)):
+        if values[i] > values[best_at]:  # the first maximum, as np.argmax
+            best_at = i
+    target = _step_limited(allowed[best_at], current, rule)
+    here, there = _nearest(allowed, current), _nearest(allowed, target)
+    return _decide(allowed[there], current, values[there] - values[here], units, scale, rule, band_scale)
+
+
+def _step_limited(best: int, current: int, rule: SplitRule) -> int:
+    if rule.max_step:
+        return min(max(best, current - rule.max_step), current + rule.max_step)
+    return best
+
+
+def _decide(
+    target: int,
+    current: int,
+    gain: float,
+    units: int,
+    scale: float,
+    rule: SplitRule,
+    band_scale: float | None,
+) -> SplitDecision:
+    # 2-3. Gain per second against the value the dead units lose.
     moved = abs(target - current)
     dead_s = rule.dead_up_s if target > current else rule.dead_down_s
     dead_loss = moved * dead_s * max(scale, 0.0) / units
     # 4. The hysteresis band and the repayment horizon.
-    band = rule.hysteresis * max(scale, 1e-12)
+    band = rule.hysteresis * max(scale if band_scale is None else band_scale, 1e-12)
     if target == current or gain <= band or gain * rule.hold_s <= dead_loss:
         return SplitDecision(current, target, gain, dead_loss)
     return SplitDecision(target, target, gain, dead_loss)
@@ -122,3 +168,12 @@ def choose_split(
 def _index(ks: IntArray, k: int) -> int:
     """Index of the allowed split nearest to k (ties to the lower one)."""
     return int(np.argmin(np.abs(ks - k)))
+
+
+def _nearest(ks: Sequence[int], k: int) -> int:
+    """`_index` for a plain sequence."""
+    best = 0
+    for i in range(1, len(ks)):
+        if abs(ks[i] - k) < abs(ks[best] - k):
+            best = i
+    return best

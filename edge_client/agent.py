@@ -10,6 +10,14 @@ work items it hands out for real. Threads:
   and between periods it runs the inference batches (ONNX Runtime) and training microbatches
   (PyTorch) the executor picks, one at a time;
 - a telemetry thread publishes a snapshot at a fixed rate (QoS 1).
+With `split_cores` and a profile of several cores the executor thread is the serving lane
+and a second thread, the training lane, trains at the same time on the other cores: each
+lane pins itself to its CPUs and resizes its thread pool when the allocator moves cores
+(a `CoreSwitch`, at a work-item boundary: queued requests wait in the executor meanwhile, none
+is dropped), ONNX Runtime with k intra-op threads, PyTorch with N - k (edge_client/core_pinning.py
+says where pinning holds). One model trains one step at a time, so a serving-lane step waits
+for the training lane's (`ExecutorConfig.concurrent_steps`), and a federated round is handed
+over on the training lane's thread, between steps, under the model lock.
 One lock (`_cond`) serialises every call into the executor; work runs outside it.
 SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
 what is left with `shutting-down`, reports the totals and disconnects.
@@ -38,7 +46,9 @@ import numpy as np
 
 from dartfl import protocol
 from dartfl.executor import (
+    TRAINING_LANE,
     Admission,
+    CoreSwitch,
     DeviceExecutor,
     ExecutorConfig,
     InferenceBatch,
@@ -51,6 +61,7 @@ from dartfl.protocol import DeviceStatus, FinalReport, Telemetry
 from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
+from edge_client.agent_lanes import LaneThreads
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
 from edge_client.answered import RecentRequests
@@ -84,13 +95,18 @@ class Agent:
         tasks = [TaskSpec(name, config.slo_s, config.queue_capacity) for name in config.tasks]
         rounds = RoundClock(config.round_s, config.round_target_samples, origin_s=now, periodic=not federated)
         self._costs = ProfiledCosts(profile, config.tasks)  # the executor's, learning as it serves
+        lanes = 2 if config.split_cores and profile.cores.can_split else 1
         self.device: DeviceExecutor[QueuedRequest] = DeviceExecutor(
             tasks,
             policy,
             profile,
             rounds,
             ExecutorConfig(
-                config.period_s, max_decisions=DECISIONS_KEPT, deadline_admission=config.deadline_admission
+                config.period_s,
+                max_decisions=DECISIONS_KEPT,
+                deadline_admission=config.deadline_admission,
+                lanes=lanes,
+                concurrent_steps=False,
             ),
             costs=self._costs,
         )
@@ -106,6 +122,10 @@ class Agent:
         self._rounds = FederatedRounds(config, runtime, self.device, self._cond, self.counters, self._tick)
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._last_tick_s = now  # when the last control period ended
+        self._threads = LaneThreads(runtime, profile.cores.count, config.training_threads)
+        self._training_lane: threading.Thread | None = None
+        # The model: a training step (either lane) and a round's hand-over take it in turn.
+        self._model_lock = threading.Lock()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -213,8 +233,23 @@ class Agent:
         next_tick = self._last_tick_s + period  # the first period is a warm-up without training
         every = self.config.publish_every_s
         next_publish = time.monotonic() + every if every > 0 else math.inf
+        if self.device.lanes is not None:
+            self._training_lane = threading.Thread(target=self._train_lane, name="training-lane", daemon=True)
+            self._training_lane.start()
+        try:
+            self._serve_lane(next_tick, period, every, next_publish)
+        finally:
+            if self._training_lane is not None:
+                self._stop.set()
+                with self._cond:
+                    self._cond.notify_all()
+                self._training_lane.join()
+
+    def _serve_lane(self, next_tick: float, period: float, every: float, next_publish: float) -> None:
+        """The executor thread: ticks, and the serving lane's items (every item when not split)."""
         while not self._stop.is_set():
-            self._rounds.step(time.monotonic())
+            if self.device.lanes is None:
+                self._step_rounds()
             now = time.monotonic()
             if now >= next_tick:
                 self._tick(now)
@@ -229,6 +264,45 @@ class Agent:
                 self._serve(work)
             elif isinstance(work, TrainingStep):
                 self._train(work)
+            elif isinstance(work, CoreSwitch):
+                self._switch(work)
+
+    def _step_rounds(self) -> None:
+        """Begin or end a federated round (the executor thread; the training lane's, when split)."""
+        if self.device.lanes is None:
+            self._rounds.step(time.monotonic())
+        elif self._rounds.due(time.monotonic()):
+            # A hand-over touches the model: no new step on either lane, wait out the step in
+            # flight (it belongs to the round ending and is accounted before the lock is free).
+            with self._cond:
+                self.device.training_enabled = False
+            with self._model_lock:
+                self._rounds.step(time.monotonic())
+
+    def _train_lane(self) -> None:
+        """The training lane of a split device: its steps and its switches, until stopped."""
+        while not self._stop.is_set():
+            self._step_rounds()
+            with self._cond:
+                work = self.device.next_work(time.monotonic(), TRAINING_LANE)
+                if work is None:
+                    self._cond.wait(0.05)
+            if isinstance(work, TrainingStep):
+                self._train(work)
+            elif isinstance(work, CoreSwitch):
+                self._switch(work)
+
+    def _switch(self, switch: CoreSwitch) -> None:
+        t0 = time.monotonic()
+        self._threads.resize(switch)
+        with self._cond:
+            self.device.switch_done(switch, time.monotonic(), time.monotonic() - t0)
+            self._cond.notify_all()
+
+    @property
+    def pinning(self) -> dict[str, str]:
+        """Per lane: "" where its thread is pinned to its CPUs, else why not."""
+        return self._threads.pinning
 
     def _shutdown(self) -> FinalReport:
         with self._cond:
@@ -333,7 +407,7 @@ class Agent:
         task_name = self.config.tasks[task]
         labels, version = self.runtime.classify(task_name, images)
         done = time.monotonic()
-        self.counters.compute_cpu_s += time.thread_time() - cpu0
+        compute_cpu_s = time.thread_time() - cpu0
         started = time.thread_time()
         latencies = [done - r.received_s for r in requests]
         slo = self.config.slo_s
@@ -358,17 +432,23 @@ class Agent:
         # The allocator plans with what a batch really costs the executor: preparing the
         # images and publishing the replies too, not only the model's forward pass.
         with self._cond:
+            self.counters.compute_cpu_s += compute_cpu_s  # the training lane adds to it too
             self.device.batch_done(batch, done, time.monotonic() - t0)
         return len(requests)
 
     def _train(self, step: TrainingStep) -> None:
-        cpu0 = time.thread_time()
-        result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
-        self.counters.compute_cpu_s += time.thread_time() - cpu0
-        for k, ce in enumerate(result.ce_sum_per_task):
-            self.counters.ce_sum_per_task[k] += ce
-        with self._cond:
-            self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
+        if self.device.lanes is not None:  # a split lane trains with its own cores' threads
+            self._threads.torch_threads(max(1, step.cores))
+        with self._model_lock:  # until accounted: a round that ends next counts this step
+            cpu0 = time.thread_time()
+            result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
+            cpu_s = time.thread_time() - cpu0
+            with self._cond:
+                self.counters.compute_cpu_s += cpu_s
+                for k, ce in enumerate(result.ce_sum_per_task):
+                    self.counters.ce_sum_per_task[k] += ce
+                self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
+                self._cond.notify_all()  # the other lane may wait for the model
 
     # -- egress -------------------------------------------------------------------------------
 

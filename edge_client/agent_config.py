@@ -45,6 +45,9 @@ class AgentConfig:
     seed: int = 0
     round_channel: str | None = None  # 127.0.0.1:PORT: serve FL rounds (None: $DARTFL_ROUND_CHANNEL)
     deadline_admission: bool = True  # refuse at once a request that cannot make its SLO
+    # Serve and train concurrently on a split of the cores when the profile has several
+    # (the allocator picks the split); False: one lane, time-shared on every core.
+    split_cores: bool = False
     mqtt_security: MqttSecurity | None = None  # TLS files and login for an mqtts:// broker_url
     # Which reply topics it answers on (docs/protocol.md): "any" only for old requesters.
     reply_topics: ReplyTopicRule = "requester"

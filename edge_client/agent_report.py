@@ -45,7 +45,17 @@ def build_report(
     decisions = device.decision_us()
     tasks = cfg.tasks
     uptime_s = now - c.started_s
-    busy_s = device.inference_busy_s + device.training_busy_s
+    busy_s = device.inference_busy_s + device.training_busy_s  # both lanes': may pass uptime
+    lanes = device.lanes
+    split: dict[str, Any] = {}
+    if lanes is not None:
+        split = {
+            "inference_cores": lanes.held[0],
+            "training_cores": lanes.held[1],
+            "serving_lane_busy_s": lanes.busy_s(0, now),
+            "training_lane_busy_s": lanes.busy_s(1, now),
+            "core_switches": device.switches,
+        }
     return Telemetry(
         device=cfg.device_id,
         t=time.time(),
@@ -86,4 +96,5 @@ def build_report(
         compute_cpu_s=c.compute_cpu_s,
         process_cpu_s=time.process_time(),
         profile=profile,
+        **split,
     )

@@ -246,6 +246,11 @@ class FederatedRounds:
         if job is not None and now_s >= job.started_s + job.duration_s:
             self._end(job)
 
+    def due(self, now_s: float) -> bool:
+        """`step` has work now: a round to begin, or the active one past its deadline."""
+        job = self.slot.active
+        return self.slot.pending is not None or (job is not None and now_s >= job.started_s + job.duration_s)
+
     def count_arrivals(self, arrivals: Sequence[int]) -> None:
         """A control period's arrivals, for the active round's request count (under the lock)."""
         if (job := self.slot.active) is not None:

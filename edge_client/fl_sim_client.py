@@ -20,7 +20,6 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.metrics import summarize
 from dartfl.policies import make_policy
-from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
 from dartfl.types import TaskSpec
 from fltask.config import FlConfig, split_list
@@ -59,7 +58,7 @@ def client_mix(cfg: FlConfig, partition_id: int) -> tuple[float, ...]:
 
 
 def client_rate_per_s(cfg: FlConfig, partition_id: int) -> float:
-    profile = get_profile(cfg.profile)
+    profile = cfg.device_profile()
     load = cfg.loads[partition_id % len(cfg.loads)]
     return load * profile.capacity_per_s(cfg.task_names, client_mix(cfg, partition_id))
 
@@ -139,7 +138,7 @@ def run_sim_round(
         wall[0] += result.duration_s
 
     arrivals = client_arrivals(cfg, partition_id, server_round)
-    profile = get_profile(cfg.profile)
+    profile = cfg.device_profile()
     specs = [TaskSpec(n, cfg.slo_ms / 1e3, QUEUE_CAPACITY) for n in cfg.task_names]
     sim_cfg = SimConfig(
         period_s=cfg.period_s,

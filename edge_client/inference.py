@@ -33,6 +33,7 @@ import os
 import shutil
 import tempfile
 import threading
+import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -245,6 +246,9 @@ class InferenceEngine:
         self._lock = threading.Lock()
         self._swap_lock = threading.Lock()  # one swap at a time; never held while serving
         self._current = self._load(Path(model_dir))
+        # Sessions of the current version by intra-op threads, so a split that comes back to a
+        # core count it had switches without rebuilding; a swap to a new version clears it.
+        self._by_threads: dict[int, _ModelSet] = {threads: self._current}
 
     @property
     def provider(self) -> str:
@@ -295,8 +299,35 @@ class InferenceEngine:
                 )
             with self._lock:
                 self._current = new
+            self._by_threads = {self.threads: new}
         log.info("swapped model version %d -> %d (%s)", old.version, new.version, new.directory)
         return new.version
+
+    def set_threads(self, threads: int) -> float:
+        """Serve with `threads` intra-op threads from now on: the current model's sessions are
+        built (ORT fixes a session's pool when it is created) the first time, kept for the
+        next time, and swapped in whole, so a batch in flight finishes on the old ones. Build
+        them on the thread whose CPUs the new pool should inherit (edge_client/core_pinning.py).
+        Returns the seconds it took."""
+        if not (isinstance(threads, int) and threads >= 1):
+            raise InputError(f"threads must be an integer >= 1, got {threads!r}")
+        t0 = time.perf_counter()
+        with self._swap_lock:
+            if threads != self.threads:
+                current = self._snapshot()
+                new = self._by_threads.get(threads)
+                if new is None or new.version != current.version:
+                    previous, self.threads = self.threads, threads
+                    try:
+                        new = self._load(current.directory)
+                    except BaseException:
+                        self.threads = previous
+                        raise
+                    self._by_threads[threads] = new
+                self.threads = threads
+                with self._lock:
+                    self._current = new
+        return time.perf_counter() - t0
 
     def _snapshot(self) -> _ModelSet:
         with self._lock:

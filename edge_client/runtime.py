@@ -103,6 +103,19 @@ class ModelRuntime:
     def train(self, samples: int, shares: Sequence[float], loss_weights: Sequence[float]) -> MicrobatchResult:
         return self.trainer.train_microbatch(samples, shares, loss_weights)
 
+    def set_inference_threads(self, threads: int) -> float:
+        """Serve with `threads` intra-op threads (sessions rebuilt on the calling thread);
+        returns the seconds the resize took."""
+        return self.engine.set_threads(threads)
+
+    def set_training_threads(self, threads: int) -> float:
+        """Train with `threads` intra-op threads; returns the seconds the resize took."""
+        import torch
+
+        t0 = time.perf_counter()
+        torch.set_num_threads(threads)
+        return time.perf_counter() - t0
+
     def install_weights(self, weights: Mapping[str, np.ndarray]) -> int:
         """Load new global weights into the trainer and hot-swap them into serving."""
         from fltask.model import set_weights

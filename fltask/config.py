@@ -17,6 +17,7 @@ from typing import Any
 from dartfl.errors import ConfigError
 from dartfl.policies import make_policy
 from dartfl.policies.shares import LOSS_WEIGHTINGS
+from dartfl.types import DeviceProfile
 
 __all__ = ["NO_STORE", "FlConfig", "split_list"]
 
@@ -46,6 +47,7 @@ class FlConfig:
     favourite_tasks: str = ""  # client i's most demanded task, [i mod n] ("": rotate by i)
     zipf: float = 1.5  # demand skew of every client's task mix
     profile: str = "pi5"
+    profile_cores: int = 0  # 0: every core of the profile; 1: one-core time sharing (as before cores)
     period_s: float = 0.25
     round_target_samples: int = 0
     max_train_per_task: int = 3000
@@ -126,6 +128,20 @@ class FlConfig:
             raise ConfigError(
                 f"profile {self.profile!r} is unknown; built-in profiles: {', '.join(BUILTIN_PROFILE_NAMES)}"
             )
+        self.device_profile()  # profile-cores within the profile's cores
+
+    def device_profile(self) -> DeviceProfile:
+        """The virtual device: the built-in profile on `profile-cores` of its cores (0: all)."""
+        from dartfl.profiles import get_profile
+
+        profile = get_profile(self.profile)
+        n = profile.cores.count
+        if not 0 <= self.profile_cores <= n:
+            raise ConfigError(
+                f"profile-cores must lie in 0..{n} for profile {self.profile!r} (0: all of them), "
+                f"got {self.profile_cores}"
+            )
+        return profile.with_cores(self.profile_cores) if self.profile_cores else profile
 
     def round_learning_rate(self, server_round: int) -> float:
         """The learning rate of round `server_round` (1-based) under the per-round decay."""

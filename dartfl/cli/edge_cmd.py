@@ -54,6 +54,12 @@ def register(sub: Any) -> None:
     )
     prof.add_argument("--name", default=None, help="profile name (default: this host's name)")
     prof.add_argument("--quick", action="store_true", help="fewer repetitions (a few seconds)")
+    prof.add_argument(
+        "--cores",
+        type=int,
+        default=1,
+        help="also measure the [cores] table on this many CPUs (speedups, interference, switch time)",
+    )
     _model_arguments(prof)
     prof.set_defaults(handler=_profile)
 
@@ -108,6 +114,11 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         "--no-deadline-admission",
         action="store_true",
         help="queue every request there is room for, even one that cannot make its SLO",
+    )
+    p.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="serve and train at once on a split of the cores, when the profile has several",
     )
     p.add_argument("--period-s", type=float, default=0.25, help="control period (default 0.25 s)")
     p.add_argument("--telemetry-s", type=float, default=1.0, help="telemetry interval (default 1 s)")
@@ -188,6 +199,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
         publish_every_s=args.publish_every_s,
         round_channel=getattr(args, "round_channel", None),
         deadline_admission=not args.no_deadline_admission,
+        split_cores=args.split_cores,
         seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
         reply_topics=args.reply_topics,
@@ -249,6 +261,11 @@ def _profile(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         runtime = ModelRuntime.build(config, Path(tmp))
         profile = runtime.calibrate(quick=args.quick, name=name, progress=say)
+        if args.cores > 1:
+            from edge_client.core_profile import measure_core_model
+
+            cores = measure_core_model(runtime, args.cores, quick=args.quick, progress=say)
+            profile = replace(profile, cores=cores)
         runtime.close()
     say("the request path: decode, admit, encode and publish, through a broker on loopback")
     with start_local_broker() as broker:

@@ -73,6 +73,13 @@ def register(sub: Any) -> None:
     d.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
     d.add_argument("--profile-file", help="device profile TOML (see docs/profiles.md)")
     d.add_argument(
+        "--cores",
+        type=int,
+        metavar="N",
+        help="run the profile on its first N cores (1: one-core time sharing; the fleet model "
+        "time-shares all of a device's cores and refuses a policy that splits them)",
+    )
+    d.add_argument(
         "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
     )
     d.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
@@ -126,6 +133,7 @@ def _mix(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dartfl.cli.simulation import on_cores
     from dartfl.profiles import resolve_profile
     from dartfl.sim.fleet import FleetConfig, run_fleet
     from dartfl.sim.fleet_policies import make_fleet_policy
@@ -135,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     _check(args)
     if args.profile is None and args.profile_file is None:
         raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
-    profile = resolve_profile(args.profile, args.profile_file)
+    profile = on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
     specs = args.policies or list(DEFAULT_POLICIES)
     for spec in specs:
         make_fleet_policy(spec)  # a bad name fails before any work

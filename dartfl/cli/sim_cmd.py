@@ -60,6 +60,12 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         "--profile-file", type=Path, metavar="F.toml", help="device profile TOML (see docs/profiles.md)"
     )
     g.add_argument(
+        "--cores",
+        type=int,
+        metavar="N",
+        help="run the profile on its first N cores (1: one-core time sharing, as before cores were modelled)",
+    )
+    g.add_argument(
         "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
     )
     g.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")

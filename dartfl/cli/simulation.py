@@ -18,7 +18,7 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
     """The profile and simulator config from the device flags (tasks come with the workload)."""
     if args.profile is None and args.profile_file is None:
         raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
-    profile = resolve_profile(args.profile, args.profile_file)
+    profile = on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
     if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
         raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
     if args.queue_capacity < 1:
@@ -30,6 +30,17 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
         deadline_admission=not args.no_deadline_admission,
     )
     return profile, config
+
+
+def on_cores(profile: DeviceProfile, cores: int | None) -> DeviceProfile:
+    """`profile` on its first `cores` cores (`--cores`; None: all of them)."""
+    if cores is None:
+        return profile
+    if not 1 <= cores <= profile.cores.count:
+        raise ConfigError(
+            f"--cores must lie in 1..{profile.cores.count} for profile {profile.name!r}, got {cores}"
+        )
+    return profile.with_cores(cores)
 
 
 def run_policies(

@@ -48,6 +48,7 @@ def print_sim_table(summaries: Sequence[dict[str, Any]], arrivals: Arrivals, pro
         title=(
             f"{arrivals.num_requests:,} requests over {arrivals.duration_s:.0f} s "
             f"({arrivals.mean_rate_per_s():.1f} req/s), profile {profile.name}"
+            + (f" ({profile.cores.count} cores)" if profile.cores.count > 1 else "")
         )
     )
     for col in (

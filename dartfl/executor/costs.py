@@ -4,6 +4,12 @@ A simulated device knows its costs (the profile it simulates: `StaticCosts`); a 
 learns them from the work it times (`ProfiledCosts`, an online fit per task and for
 training, starting from a profile as the prior). The executor reports every finished work
 item to its cost model, so the two kinds of device are told the same things.
+
+The plain cost fields price the time-shared device (an item on every core; one core is
+today's device). On a device whose cores can be split, `split` prices the lanes of a split
+(docs/profiles.md, "Cores"): one-core costs and the speedup curves. The executor reports a
+split-lane item with the cores it ran on and its duration with the other lane's interference
+taken out, so the fit learns one-core costs.
 """
 
 from __future__ import annotations
@@ -14,9 +20,9 @@ from dataclasses import replace
 from typing import Protocol
 
 from dartfl.estimators import ServiceTimeProfiler
-from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost
+from dartfl.types import CoreCosts, CoreModel, DeviceProfile, InferenceCost, RequestPathCost
 
-__all__ = ["CostModel", "ProfiledCosts", "StaticCosts"]
+__all__ = ["CostModel", "ProfiledCosts", "StaticCosts", "split_costs"]
 
 
 class CostModel(Protocol):
@@ -34,27 +40,69 @@ class CostModel(Protocol):
     @property
     def per_sample_s(self) -> float: ...
 
-    def observe_batch(self, task: int, size: int, duration_s: float) -> None:
-        """An inference batch of `size` requests of `task` took `duration_s`."""
+    @property
+    def split(self) -> CoreCosts | None: ...
 
-    def observe_step(self, samples: int, duration_s: float) -> None:
-        """A training microbatch of `samples` took `duration_s`."""
+    def observe_batch(self, task: int, size: int, duration_s: float, cores: int | None = None) -> None:
+        """An inference batch of `size` requests of `task` took `duration_s` (on a split lane
+        of `cores` cores, interference removed; None: on the time-shared device)."""
+
+    def observe_step(self, samples: int, duration_s: float, cores: int | None = None) -> None:
+        """A training microbatch of `samples` took `duration_s` (`cores` as for batches)."""
+
+
+def split_costs(
+    profile: DeviceProfile,
+    task_names: Sequence[str],
+    one_core: Sequence[tuple[float, float]] | None = None,
+    training: tuple[float, float] | None = None,
+) -> CoreCosts | None:
+    """The split-lane prices of `profile` for the task order (None: it cannot be split).
+
+    `one_core` / `training` replace the profile's one-core costs with learnt ones."""
+    model = profile.cores
+    if not model.can_split:
+        return None
+    if one_core is None:
+        one_core = [_one_core_inference(profile, name) for name in task_names]
+    if training is None:
+        training = (profile.training.microbatch_fixed_s, profile.training.per_sample_s)
+    return CoreCosts(
+        cores=model.count,
+        batch_fixed_s=tuple(a for a, _ in one_core),
+        per_request_s=tuple(c for _, c in one_core),
+        microbatch_fixed_s=training[0],
+        per_sample_s=training[1],
+        inference_speedup=model.inference_speedup,
+        training_speedup=model.training_speedup,
+        inference_interference=model.inference_interference,
+        training_interference=model.training_interference,
+        switch_s=model.switch_s,
+    )
+
+
+def _one_core_inference(profile: DeviceProfile, task: str) -> tuple[float, float]:
+    cost = profile.lane_inference(task, 1)
+    return cost.batch_fixed_s, cost.per_request_s
 
 
 class StaticCosts:
     """A profile's costs for the given task order; what the executor observes changes nothing."""
 
     def __init__(self, profile: DeviceProfile, task_names: Sequence[str]) -> None:
-        costs = [profile.inference_for(name) for name in task_names]
+        n = profile.cores.count
+        costs = [profile.lane_inference(name, n) for name in task_names]
         self.batch_fixed_s = tuple(c.batch_fixed_s for c in costs)
         self.per_request_s = tuple(c.per_request_s for c in costs)
-        self.microbatch_fixed_s = profile.training.microbatch_fixed_s
-        self.per_sample_s = profile.training.per_sample_s
+        train = profile.lane_training(n)
+        self.microbatch_fixed_s = train.microbatch_fixed_s
+        self.per_sample_s = train.per_sample_s
+        self.split = split_costs(profile, task_names)
 
-    def observe_batch(self, task: int, size: int, duration_s: float) -> None:
+    def observe_batch(self, task: int, size: int, duration_s: float, cores: int | None = None) -> None:
         pass
 
-    def observe_step(self, samples: int, duration_s: float) -> None:
+    def observe_step(self, samples: int, duration_s: float, cores: int | None = None) -> None:
         pass
 
 
@@ -71,21 +119,40 @@ class ProfiledCosts:
     `observe_ingress`; receiving it off the network (paho's thread, which no handler can time)
     stays at the profile's `receive_s`. Both are added to the per-request cost, so the
     Observation prices a request by everything the device spends on it (docs/profiles.md).
+    There is one fit per task and one for training on the time-shared device, and one-core
+    fits of the same for the lanes of a split: a split lane's item is told with its cores,
+    and its duration times the lane's speedup is fitted (the request path's share of it is
+    scaled with the model's, an approximation).
     """
 
     def __init__(self, profile: DeviceProfile, task_names: Sequence[str]) -> None:
         path = profile.request_path
+        shared = profile.time_shared()  # the model's costs on every core; one core: the profile
         # What a batch costs the executor thread: the model, the per-batch work, the replies.
-        executor = [profile.model_inference_for(name) for name in task_names]
+        executor = [shared.model_inference_for(name) for name in task_names]
         self.inference = [
             ServiceTimeProfiler(c.batch_fixed_s + path.per_batch_s, c.per_request_s + path.egress_s)
             for c in executor
         ]
-        train = profile.training
+        train = shared.training
         self.training = ServiceTimeProfiler(train.microbatch_fixed_s, train.per_sample_s)
         self.ingress_s = path.ingress_s  # smoothed CPU seconds to decode and admit a request
         self._ingress_seen = 0
         self.receive_s = path.receive_s
+        self._profile = profile
+        self._task_names = tuple(task_names)
+        self._split_inference: list[ServiceTimeProfiler] = []
+        self._split_training: ServiceTimeProfiler | None = None
+        if profile.cores.can_split:
+            cpu = profile.cores.gpu_inference_on_cpu
+            one = [cpu if cpu is not None else profile.model_inference_for(name) for name in task_names]
+            self._split_inference = [
+                ServiceTimeProfiler(c.batch_fixed_s + path.per_batch_s, c.per_request_s + path.egress_s)
+                for c in one
+            ]
+            self._split_training = ServiceTimeProfiler(
+                profile.training.microbatch_fixed_s, profile.training.per_sample_s
+            )
 
     @property
     def batch_fixed_s(self) -> tuple[float, ...]:
@@ -113,16 +180,34 @@ class ProfiledCosts:
     def per_sample_s(self) -> float:
         return self.training.per_item_s
 
-    def observe_batch(self, task: int, size: int, duration_s: float) -> None:
-        self.inference[task].observe(size, duration_s)
+    @property
+    def split(self) -> CoreCosts | None:
+        train = self._split_training
+        if train is None:
+            return None
+        outside = self.ingress_s + self.receive_s
+        one_core = [(p.fixed_s, p.per_item_s + outside) for p in self._split_inference]
+        return split_costs(self._profile, self._task_names, one_core, (train.fixed_s, train.per_item_s))
 
-    def observe_step(self, samples: int, duration_s: float) -> None:
-        self.training.observe(samples, duration_s)
+    def observe_batch(self, task: int, size: int, duration_s: float, cores: int | None = None) -> None:
+        if cores is None or not self._split_inference:
+            self.inference[task].observe(size, duration_s)
+            return
+        speedup = self._profile.cores.inference_speedup[cores - 1]
+        self._split_inference[task].observe(size, duration_s * speedup)
+
+    def observe_step(self, samples: int, duration_s: float, cores: int | None = None) -> None:
+        train = self._split_training
+        if cores is None or train is None:
+            self.training.observe(samples, duration_s)
+            return
+        train.observe(samples, duration_s * self._profile.cores.training_speedup[cores - 1])
 
     def profile(self, base: DeviceProfile, task_names: Sequence[str]) -> DeviceProfile:
         """The costs believed now, as a profile like `base`: each task's batch cost on the
         executor thread (model and replies), the receive and ingress as the request path,
-        the training cost."""
+        the training cost. On a multi-core `base` they are the time-shared device's, so the
+        profile comes back with one core."""
         fits = [InferenceCost(p.fixed_s, p.per_item_s) for p in self.inference]
         return replace(
             base,
@@ -132,4 +217,5 @@ class ProfiledCosts:
                 base.training, microbatch_fixed_s=self.training.fixed_s, per_sample_s=self.training.per_item_s
             ),
             request_path=RequestPathCost(receive_s=self.receive_s, ingress_s=self.ingress_s),
+            cores=CoreModel(),
         )

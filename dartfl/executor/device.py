@@ -7,13 +7,19 @@ policy observes and which work item runs next cannot differ between them:
   (a refusal counts as a miss of the period);
 - `tick`, once per control period, folds the period's arrivals into the rate estimates,
   builds the Observation, lets the policy update and decide, and starts a new period;
-- `next_work`, whenever the device falls free, applies the Allocation: `ShareGate` picks
-  inference or training, inference serves the most urgent task first, and a training step
-  takes the allocated microbatch; `batch_done` and `step_done` take the finished item back
-  with its duration, which is also what the cost model learns from.
+- `next_work(now, lane)`, whenever a lane falls free, applies the Allocation: on the serving
+  lane `ShareGate` picks inference or training, inference serves the most urgent task first,
+  and a training step takes the allocated microbatch; the training lane of a split device
+  only trains; a lane whose cores the allocation moves first gets a `CoreSwitch`.
+  `batch_done`, `step_done` and `switch_done` take the finished item back with its duration,
+  which is also what the cost model learns from.
 
-Time is passed in on every call (virtual in the simulator, monotonic on the agent). The
-executor takes no locks: a driver with several threads (the agent) serialises its calls.
+Lanes (dartfl.executor.lanes): a device of N cores splits into a serving lane of k cores and
+a training lane of N - k, running concurrently; k = N is time sharing, today's rule on one
+lane. A driver says how many lanes it runs (`ExecutorConfig.lanes`): with one, the device is
+never split, whatever the policy asks. Time is passed in on every call (virtual in the
+simulator, monotonic on the agent). The executor takes no locks: a driver with several
+threads (the agent; one thread per lane) serialises its calls.
 """
 
 from __future__ import annotations
@@ -34,9 +40,10 @@ from dartfl.estimators import EwmaRates
 from dartfl.executor.admission import earliest_finish_s
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
+from dartfl.executor.lanes import CoreLanes, ServingPrices, serving_prices
 from dartfl.executor.rounds import RoundClock
 from dartfl.executor.split import SampleSplitter
-from dartfl.executor.work import InferenceBatch, TrainingStep
+from dartfl.executor.work import INFERENCE_LANE, TRAINING_LANE, CoreSwitch, InferenceBatch, Lane, TrainingStep
 from dartfl.policies.base import Policy
 from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
 
@@ -44,6 +51,9 @@ __all__ = ["Admission", "DeviceExecutor", "ExecutorConfig"]
 
 R = TypeVar("R")
 Admission = Literal["queued", "queue-full", "shutting-down"]
+Work = InferenceBatch[R] | TrainingStep | CoreSwitch
+# The series kept per control period when `record_periods` is set.
+PERIOD_KEYS = ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained", "inference_cores")
 # Plans a training step on an empty queue from what only a simulator knows (the future).
 StepPlanner = Callable[[float], int]
 
@@ -52,17 +62,27 @@ StepPlanner = Callable[[float], int]
 class ExecutorConfig:
     """How the executor accounts. `max_decisions` bounds the decision times it keeps (None:
     all of them, for a finite simulation); `record_periods` keeps a row per control period;
-    `deadline_admission` refuses a request that cannot be answered within its SLO."""
+    `deadline_admission` refuses a request that cannot be answered within its SLO.
+    `lanes`: how many lanes the driver runs, 1 (the serving lane only: the device is always
+    time-shared on all its cores) or 2 (serving and training lanes: its cores can be split).
+    `concurrent_steps`: with two lanes, may the serving lane start a step while the training
+    lane runs one (False for a driver that trains one model, as the agent does)."""
 
     period_s: float = 0.25
     rate_time_constant_s: float = 2.0
     record_periods: bool = False
     max_decisions: int | None = None
     deadline_admission: bool = True  # refuse what cannot make its SLO (dartfl/executor/admission.py)
+    lanes: int = 1
+    concurrent_steps: bool = True
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
             raise ConfigError(f"control period must be > 0 s, got {self.period_s}")
+        if self.lanes not in (1, 2):
+            raise ConfigError(
+                f"an executor drives 1 lane (time sharing) or 2 (split cores), got {self.lanes}"
+            )
         if self.max_decisions is not None and self.max_decisions < 1:
             raise ConfigError(f"max_decisions must be >= 1 or None, got {self.max_decisions}")
 
@@ -90,6 +110,16 @@ class DeviceExecutor(Generic[R]):
         self.capacity = tuple(t.queue_capacity for t in tasks)
         self.policy = policy
         self.profile = profile
+        self.cores = profile.cores.count
+        # Split only where both the device and the driver can: a one-lane driver time-shares.
+        splits = cfg.lanes == 2 and profile.cores.can_split
+        self.lanes = CoreLanes(self.cores) if splits else None
+        self._serving: ServingPrices | None = None
+        # An item's duration over its solo time while the other lane computes (interference).
+        self._slowdown = (
+            1.0 + profile.cores.inference_interference,
+            1.0 + profile.cores.training_interference,
+        )
         self.costs: CostModel = costs if costs is not None else StaticCosts(profile, self.task_names)
         self.rounds = rounds
         self.timer = timer
@@ -107,9 +137,11 @@ class DeviceExecutor(Generic[R]):
         self.trained_per_task = [0] * k
         self.inference_busy_s = 0.0
         self.training_busy_s = 0.0
+        self.switches = 0
+        self.switch_busy_s = 0.0
         # Each step's duration split by its samples per task: where the training time went.
         self.training_busy_s_per_task = [0.0] * k
-        self.last_step_end_s = -math.inf  # when the latest training step ended
+        self.last_step_end_s = -math.inf  # when the latest step on the serving lane ended
         # Which late answers training caused: the training time of each busy period.
         self.training_delay = BusyPeriodDelay()
         self._step_running: tuple[float, float] | None = None  # (start, expected end)
@@ -119,9 +151,7 @@ class DeviceExecutor(Generic[R]):
         self.busy_until_s = -math.inf  # when the work item running now is expected to end
         self.past_deadline = 0  # requests refused because they could not make their SLO
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
-        self.periods: dict[str, list[float]] = {
-            key: [] for key in ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained")
-        }
+        self.periods: dict[str, list[float]] = {key: [] for key in PERIOD_KEYS}
         self.period_shares: list[tuple[float, ...]] = []
         self.training_enabled = True  # False: serve only (a federated agent between rounds)
         self.train_until_s = math.inf  # no training step starts at or after it (a run's horizon)
@@ -153,7 +183,7 @@ class DeviceExecutor(Generic[R]):
     def _in_time(self, now_s: float, task: int) -> bool:
         if not self.config.deadline_admission:
             return True
-        costs = self.costs
+        fixed, per = self._serving_prices()
         finish = earliest_finish_s(
             now_s,
             self.busy_until_s,
@@ -161,8 +191,8 @@ class DeviceExecutor(Generic[R]):
             [len(q) for q in self._times],
             self.head_deadlines_s(),
             self.slo_s[task],
-            costs.batch_fixed_s,
-            costs.per_request_s,
+            fixed,
+            per,
             self.profile.max_batch,
         )
         deadline = now_s + self.slo_s[task]
@@ -173,10 +203,44 @@ class DeviceExecutor(Generic[R]):
         if self._step_running is not None:
             start, end = self._step_running
             delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
+        if self._serving is not None:  # split: the cores given to training are delay too
+            whole = earliest_finish_s(
+                now_s,
+                self.busy_until_s,
+                task,
+                [len(q) for q in self._times],
+                self.head_deadlines_s(),
+                self.slo_s[task],
+                self.costs.batch_fixed_s,
+                self.costs.per_request_s,
+                self.profile.max_batch,
+            )
+            if finish > whole:
+                delay, cause = delay + finish - whole, now_s
         if delay > 0.0 and finish - delay <= deadline:
             self._training_misses[task] += 1
             self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
         return False
+
+    def _refresh_serving(self) -> None:
+        """The serving lane's prices while the device is split (None: the cost model's, the
+        time-shared device's): its one-core costs, sped up and slowed by interference."""
+        lanes = self.lanes
+        split = self.costs.split if lanes is not None and lanes.held[0] < self.cores else None
+        if lanes is None or split is None:
+            self._serving = None
+            return
+        self._serving = serving_prices(split, max(1, lanes.held[0]), self._slowdown)
+
+    def _serving_prices(self) -> tuple[Sequence[float], Sequence[float]]:
+        if self._serving is not None:
+            return self._serving[0], self._serving[1]
+        return self.costs.batch_fixed_s, self.costs.per_request_s
+
+    def _serving_step(self) -> tuple[float, float]:
+        if self._serving is not None:
+            return self._serving[2], self._serving[3]
+        return self.costs.microbatch_fixed_s, self.costs.per_sample_s
 
     def backlog(self) -> tuple[int, ...]:
         return tuple(len(q) for q in self._times)
@@ -229,6 +293,8 @@ class DeviceExecutor(Generic[R]):
             round_deadline_s=rounds.deadline_s,
             round_target_samples=rounds.target,
             round_trained_samples=rounds.trained,
+            inference_cores=self.lanes.target if self.lanes is not None else 1,
+            split=costs.split if self.lanes is not None else None,
         )
 
     def tick(self, now_s: float, elapsed_s: float | None = None) -> Allocation:
@@ -241,6 +307,9 @@ class DeviceExecutor(Generic[R]):
         alloc = self.policy.decide(obs)
         self.decision_ns.append(self.timer() - started)
         self.alloc = alloc
+        if self.lanes is not None:
+            self.lanes.want(alloc.inference_cores or self.cores)
+            self._refresh_serving()  # the cost model may have learnt
         k = len(self._arrivals)
         self._arrivals, self._misses, self._training_misses = [0] * k, [0] * k, [0] * k
         if self.config.record_periods:
@@ -251,6 +320,7 @@ class DeviceExecutor(Generic[R]):
             rec["microbatch"].append(alloc.microbatch)
             rec["max_batch"].append(alloc.max_batch)
             rec["trained"].append(sum(self.trained_per_task))
+            rec["inference_cores"].append(self.lanes.target if self.lanes is not None else self.cores)
             self.period_shares.append(alloc.task_shares)
         return alloc
 
@@ -263,8 +333,30 @@ class DeviceExecutor(Generic[R]):
     def training_open(self, now_s: float) -> bool:
         return self.training_enabled and now_s < self.train_until_s and self.alloc.microbatch > 0
 
-    def next_work(self, now_s: float) -> InferenceBatch[R] | TrainingStep | None:
-        """The work item to run now that the device is free (None: stay idle)."""
+    def next_work(self, now_s: float, lane: Lane = INFERENCE_LANE) -> Work[R] | None:
+        """The work item `lane` runs now that it is free (None: it stays idle)."""
+        lanes = self.lanes
+        if lanes is None:
+            return self._serving_work(now_s, self.cores)
+        i = 0 if lane == INFERENCE_LANE else 1
+        # Work conservation: with no training to do, every core serves.
+        may_train = self.training_enabled and now_s < self.train_until_s
+        lanes.want((self.alloc.inference_cores or self.cores) if may_train else self.cores)
+        held, moved = lanes.held[i], lanes.move(i)
+        if moved is not None:
+            lanes.held[i] = moved
+            if i == 0:
+                self._refresh_serving()
+            return CoreSwitch(lane, held, moved, now_s)
+        if held == 0:
+            return None
+        work = self._serving_work(now_s, held) if i == 0 else self._training_lane_work(now_s, held)
+        if work is not None:
+            lanes.started(i, now_s)
+        return work
+
+    def _serving_work(self, now_s: float, cores: int) -> InferenceBatch[R] | TrainingStep | None:
+        """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""
         alloc = self.alloc
         training_open = self.training_open(now_s)
         if self.backlog_total == 0:
@@ -278,10 +370,29 @@ class DeviceExecutor(Generic[R]):
             m = self.step_planner(now_s)
         if m <= 0:
             return None
-        costs = self.costs
-        self.busy_until_s = now_s + costs.microbatch_fixed_s + costs.per_sample_s * m
+        lanes = self.lanes
+        if not self.config.concurrent_steps and lanes is not None and lanes.busy_since_s[1] >= 0.0:
+            return None  # one model trains one step at a time: the training lane has it
+        a_t, c_t = self._serving_step()
+        self.busy_until_s = now_s + a_t + c_t * m
         self._step_running = (now_s, self.busy_until_s)
-        return TrainingStep(m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s)
+        return TrainingStep(
+            m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s, INFERENCE_LANE, cores
+        )
+
+    def _training_lane_work(self, now_s: float, cores: int) -> TrainingStep | None:
+        """The training lane of a split device trains only, in steps of `split_microbatch`."""
+        alloc = self.alloc
+        if not (self.training_enabled and now_s < self.train_until_s):
+            return None
+        if not self.config.concurrent_steps and self._step_running is not None:
+            return None  # the serving lane's step has the model
+        m = alloc.split_microbatch
+        if m is None:
+            m = self.profile.training.max_microbatch
+        if m <= 0:
+            return None
+        return TrainingStep(m, alloc.task_shares, alloc.loss_weights, 1.0, now_s, TRAINING_LANE, cores)
 
     def take_batch(self, now_s: float, max_batch: int) -> InferenceBatch[R] | None:
         """A batch of at most `max_batch` from the most urgent task's queue (None if all empty)."""
@@ -290,18 +401,24 @@ class DeviceExecutor(Generic[R]):
             return None
         times, items = self._times[task], self._items[task]
         size = min(len(times), max_batch)
+        cores = self.lanes.held[0] if self.lanes is not None else self.cores
+        fixed, per = self._serving_prices()
+        run_s = fixed[task] + per[task] * size
         delay = self.training_delay
+        if self._serving is not None:  # split: what the whole device would have saved is delay
+            costs = self.costs
+            delay.lane_slowed(now_s, run_s - costs.batch_fixed_s[task] - costs.per_request_s[task] * size)
         batch = InferenceBatch(
             task,
             [items.popleft() for _ in range(size)],
             [times.popleft() for _ in range(size)],
             now_s,
+            cores,
             delay.delay_s,
             delay.cause_s,
         )
         self.backlog_total -= size
-        costs = self.costs
-        self.busy_until_s = now_s + costs.batch_fixed_s[task] + costs.per_request_s[task] * size
+        self.busy_until_s = now_s + run_s
         return batch
 
     def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> None:
@@ -315,7 +432,12 @@ class DeviceExecutor(Generic[R]):
                     self._training_misses[k] += 1
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s
-        self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
+        if self.lanes is None:
+            self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
+            return
+        solo_s = self.lanes.solo_s(0, now_s, duration_s, self._slowdown[0])
+        cores = batch.cores if batch.cores < self.cores else None
+        self.costs.observe_batch(k, len(batch.arrivals_s), solo_s, cores)
 
     def step_done(
         self,
@@ -336,13 +458,25 @@ class DeviceExecutor(Generic[R]):
             if total > 0:
                 self.training_busy_s_per_task[k] += duration_s * got / total
         self.rounds.trained += step.samples
-        self.gate.trained(duration_s, step.inference_share)
         self.training_busy_s += duration_s
-        self.last_step_end_s = now_s
-        self.training_delay.step_ended(now_s, step.started_s)
-        self._step_running = None
-        self.costs.observe_step(step.samples, duration_s)
+        if step.lane == INFERENCE_LANE:  # only a step on the serving lane holds requests back
+            self.gate.trained(duration_s, step.inference_share)
+            self.last_step_end_s = now_s
+            self.training_delay.step_ended(now_s, step.started_s)
+            self._step_running = None
+        if self.lanes is None:
+            self.costs.observe_step(step.samples, duration_s)
+            return samples_per_task
+        lane = 0 if step.lane == INFERENCE_LANE else 1
+        solo_s = self.lanes.solo_s(lane, now_s, duration_s, self._slowdown[lane])
+        cores = step.cores if step.cores < self.cores else None
+        self.costs.observe_step(step.samples, solo_s, cores)
         return samples_per_task
+
+    def switch_done(self, switch: CoreSwitch, now_s: float, duration_s: float) -> None:
+        """`switch`'s lane now runs on its new cores; resizing it took `duration_s`."""
+        self.switches += 1
+        self.switch_busy_s += duration_s
 
     # -- reports ----------------------------------------------------------------------------------
 

@@ -2,8 +2,9 @@
 
 Spec grammar (dartfl.registry): `name`, `name:VALUE,...` or `name:key=value,...`, e.g.
 `dart`, `dart:4` (knob V = 4), `dart:budget=0.01`, `static:0.5`, `inference-first:8`,
-`threshold:2,16`. A policy brings its natural loss weighting (`dart`: demand, the
-baselines: uniform); `loss_weighting` overrides it.
+`threshold:2,16`, `cores:2` (a static split of a multi-core device's cores). A policy brings
+its natural loss weighting (`dart`: demand, the baselines: uniform); `loss_weighting`
+overrides it.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from dartfl.errors import ConfigError
 from dartfl.policies.base import FutureAwarePolicy, Policy
 from dartfl.policies.clairvoyant import Clairvoyant
+from dartfl.policies.cores import StaticCores
 from dartfl.policies.dart import DART_KNOBS, DartConfig, DartPolicy
 from dartfl.policies.inference_first import InferenceFirst
 from dartfl.policies.inference_only import InferenceOnly
@@ -18,7 +20,7 @@ from dartfl.policies.proportional import Proportional
 from dartfl.policies.shares import LOSS_WEIGHTINGS
 from dartfl.policies.static import StaticShare
 from dartfl.policies.threshold import Threshold
-from dartfl.registry import Entry, Knob, Registry, positive_int, unit_interval
+from dartfl.registry import Entry, Knob, Registry, non_negative_int, positive_int, unit_interval
 
 __all__ = [
     "EDGE_POLICIES",
@@ -76,6 +78,26 @@ EDGE_POLICIES: Registry[Policy] = Registry.of(
             positional=2,
         ),
         Entry("proportional", "proportional", "inference share proportional to estimated load", Proportional),
+        Entry(
+            "cores",
+            "cores:<k>[,m]",
+            "static core split: inference on k cores, training on the rest; the serving lane "
+            "trains steps of m in its idle time (default 0: it only serves)",
+            StaticCores,
+            (
+                Knob("k", int, "cores serving inference", positive_int, field="inference_cores"),
+                Knob(
+                    "m",
+                    int,
+                    "serving lane's training microbatch, samples",
+                    non_negative_int,
+                    field="microbatch",
+                ),
+            ),
+            positional=2,
+            required=1,
+            needs="needs its inference cores, e.g. cores:2",
+        ),
         Entry("clairvoyant", "clairvoyant", "knows future arrivals (simulator only reference)", Clairvoyant),
     ],
 )

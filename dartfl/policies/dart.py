@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.policies.burst import SurpriseEnvelope
+from dartfl.policies.core_split import CoreSplit
 from dartfl.policies.miss_debt import MissDebt, StepRisk
 from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
 from dartfl.registry import Knob
@@ -52,6 +53,9 @@ class DartConfig:
     # label-skewed data, where demand shares bias each head (docs/experiments.md).
     task_shares: str = "demand"
     loss_weighting: str = "demand"
+    # `on`: on a device of several cores, choose every period how many serve inference
+    # (dartfl/policies/core_split.py); `off`: time-share all of them, as on one core.
+    core_split: str = "on"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.v) and self.v >= 0):
@@ -81,6 +85,8 @@ class DartConfig:
             raise ConfigError(
                 f"unknown dart task shares {self.task_shares!r}; valid: {', '.join(TASK_SHARES)}"
             )
+        if self.core_split not in ("on", "off"):
+            raise ConfigError(f"dart split must be on or off, got {self.core_split!r}")
         if self.loss_weighting not in LOSS_WEIGHTINGS:
             raise ConfigError(
                 f"unknown loss weighting {self.loss_weighting!r}; valid: {', '.join(LOSS_WEIGHTINGS)}"
@@ -95,6 +101,7 @@ DART_KNOBS = (
     Knob("debt", float, "H_max / sqrt(arrivals): the miss debt that stops training"),
     Knob("memory", float, "seconds a past burst's rate is remembered", field="burst_memory_s"),
     Knob("shares", str, "training shares: demand or uniform", field="task_shares"),
+    Knob("split", str, "split a multi-core device's cores: on or off", field="core_split"),
 )
 
 
@@ -130,6 +137,7 @@ class DartPolicy(Policy):
         self._ring_pos = 0
         self._decay = 0.0
         self._decay_period_s = -1.0
+        self.cores = CoreSplit()
         self.envelope = SurpriseEnvelope(self.config.surprise_quantile, 0.0)
         # The step size `decide` chose last, the one thing it remembers: `update` prices the
         # exposure of the steps that ran with it.
@@ -146,6 +154,7 @@ class DartPolicy(Policy):
         self.debt.queue = value
 
     def reset(self) -> None:
+        self.cores.reset()
         self.debt.reset()
         self.risk.reset()
         self._last_m = 0
@@ -198,6 +207,7 @@ class DartPolicy(Policy):
         self._ring_pos = (pos + 1) % cfg.rate_window
         self.envelope.update(work, forecast, tau)
         self.debt.update(misses, sum(obs.arrivals_since_last), work, tau)
+        self.cores.update(obs, decay)  # the busiest period a split must carry (core_split.py)
 
     def decide(self, obs: Observation) -> Allocation:
         cfg = self.config
@@ -285,7 +295,19 @@ class DartPolicy(Policy):
             shares = demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
         else:
             shares = uniform_shares(len(backlog))
-        return Allocation(share, shares, loss_weights(cfg.loss_weighting, shares), m, batch)
+        alloc = Allocation(share, shares, loss_weights(cfg.loss_weighting, shares), m, batch)
+        if obs.split is None or cfg.core_split == "off" or price == math.inf:
+            return alloc  # past the debt limit no voluntary training runs, on either lane
+        # 7. A device of several cores: how many serve (core_split.py). Each serving lane is
+        #    decided by this same rule on the lane's costs (its observation has no split). A
+        #    split's misses are training's (docs/allocator.md), so the debt prices them too.
+        peak = [max(r, p) for r, p in zip(lam, peaks, strict=True)]
+        split_price = max(price, 1.0 + self.debt.queue) if deficit <= 0.0 else 1.0
+        chosen = self.cores.choose(
+            obs, alloc, self.decide, lam, peak, split_price / max(gain, 1e-9), budget_s
+        )
+        self._last_m = chosen.microbatch  # the lane's own decision set its step's length
+        return chosen
 
 
 def _best_microbatch(

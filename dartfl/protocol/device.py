@@ -29,7 +29,7 @@ from dartfl.protocol.jsonwire import (
     unix_s,
 )
 from dartfl.protocol.topics import PROTOCOL_VERSION, check_name, status_topic, telemetry_topic
-from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
+from dartfl.types import CoreModel, DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
 __all__ = [
     "MAX_DEVICE_MESSAGE_BYTES",
@@ -159,6 +159,13 @@ class Telemetry:
     compute_cpu_s: float | None = None
     process_cpu_s: float | None = None
     profile: DeviceProfile | None = None
+    # A device split into lanes (docs/architecture.md): the cores each holds now, each lane's
+    # compute seconds so far, and the changes of split made.
+    inference_cores: int | None = None
+    training_cores: int | None = None
+    serving_lane_busy_s: float | None = None
+    training_lane_busy_s: float | None = None
+    core_switches: int | None = None
 
     def __post_init__(self) -> None:
         check_name("device", self.device)
@@ -171,8 +178,10 @@ class Telemetry:
         _text("policy", self.policy)
         for name in ("microbatch", "max_batch", "requests", "replies", "rejected", "errors"):
             _count(name, getattr(self, name))
-        for name in ("train_samples", "model_version"):
+        for name in ("train_samples", "model_version", "inference_cores", "training_cores", "core_switches"):
             _count(name, getattr(self, name))
+        for name in ("serving_lane_busy_s", "training_lane_busy_s"):
+            _seconds(name, getattr(self, name))
         for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "idle_s"):
             _seconds(name, getattr(self, name))
         for name in ("decision_us_p50", "overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
@@ -270,7 +279,40 @@ def profile_to_json(profile: DeviceProfile) -> dict[str, Any]:
             "egress_s": profile.request_path.egress_s,
             "per_batch_s": profile.request_path.per_batch_s,
         },
+        **({"cores": _cores_to_json(profile.cores)} if profile.cores != CoreModel() else {}),
     }
+
+
+def _cores_to_json(model: CoreModel) -> dict[str, Any]:
+    cpu = model.gpu_inference_on_cpu
+    return {
+        "count": model.count,
+        "inference_speedup": list(model.inference_speedup),
+        "training_speedup": list(model.training_speedup),
+        "inference_interference": model.inference_interference,
+        "training_interference": model.training_interference,
+        "switch_s": model.switch_s,
+        "cpu_inference": None
+        if cpu is None
+        else {"batch_fixed_s": cpu.batch_fixed_s, "per_request_s": cpu.per_request_s},
+    }
+
+
+def _cores_from_json(obj: Any) -> CoreModel:
+    if obj is None:
+        return CoreModel()
+    cpu = obj.get("cpu_inference")
+    return CoreModel(
+        count=obj["count"],
+        inference_speedup=tuple(obj["inference_speedup"]),
+        training_speedup=tuple(obj["training_speedup"]),
+        inference_interference=obj["inference_interference"],
+        training_interference=obj["training_interference"],
+        switch_s=obj["switch_s"],
+        gpu_inference_on_cpu=None
+        if cpu is None
+        else InferenceCost(cpu["batch_fixed_s"], cpu["per_request_s"]),
+    )
 
 
 def profile_from_json(obj: object) -> DeviceProfile:
@@ -289,6 +331,7 @@ def profile_from_json(obj: object) -> DeviceProfile:
             },
             description=str(obj.get("description") or ""),
             request_path=RequestPathCost(**(obj.get("request_path") or {})),
+            cores=_cores_from_json(obj.get("cores")),
         )
     except (KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"a cost profile lacks or mistypes {exc}") from None

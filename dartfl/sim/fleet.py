@@ -28,6 +28,7 @@ import numpy as np
 
 from dartfl.errors import ConfigError
 from dartfl.executor.rounds import next_round_end, rounds_ended_by
+from dartfl.fluid import fluid_prices
 from dartfl.metrics import fluid_trainable_samples
 from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
@@ -47,17 +48,24 @@ CountSource = Callable[[int, int], "FleetArrivals"]
 
 
 def _device_arrays(
-    profiles: Sequence[DeviceProfile], tasks: Sequence[TaskSpec], deadline_admission: bool = True
+    devices: Sequence[DeviceProfile], tasks: Sequence[TaskSpec], deadline_admission: bool = True
 ) -> DeviceArrays:
+    """Every device time-shared on all its cores (the fleet model has one lane), its harvest
+    priced by the same fluid limit as the exact simulator's (dartfl.fluid)."""
     names = [t.name for t in tasks]
-    n = len(profiles)
+    n = len(devices)
+    profiles = [p.time_shared() for p in devices]
     costs = [[p.inference_for(name) for p in profiles] for name in names]
-    cheapest = [
+    prices = [fluid_prices(p, names) for p in devices]
+    # The fluid limit's price of a request (core-seconds), and the whole device's cheapest
+    # time per request, which bounds what a queue may hold and still make its SLO.
+    cheapest = [[f.request_s[k] for f in prices] for k in range(len(names))]
+    fastest = [
         [c.cheapest_per_request_s(p.max_batch) for c, p in zip(row, profiles, strict=True)] for row in costs
     ]
     capacity = np.repeat(np.array([[float(t.queue_capacity)] for t in tasks]), n, axis=1)
     if deadline_admission:
-        in_time = np.array([[t.slo_s] for t in tasks]) / np.asarray(cheapest, dtype=np.float64)
+        in_time = np.array([[t.slo_s] for t in tasks]) / np.asarray(fastest, dtype=np.float64)
         capacity = np.minimum(capacity, np.maximum(1.0, np.floor(in_time)))
     return DeviceArrays(
         fixed=np.array([[c.batch_fixed_s for c in row] for row in costs], dtype=np.float64),
@@ -69,7 +77,9 @@ def _device_arrays(
         a_t=np.array([p.training.microbatch_fixed_s for p in profiles], dtype=np.float64),
         c_t=np.array([p.training.per_sample_s for p in profiles], dtype=np.float64),
         max_microbatch=np.array([p.training.max_microbatch for p in profiles], dtype=np.int64),
-        cheapest_sample=np.array([p.training.cheapest_per_sample_s() for p in profiles], dtype=np.float64),
+        cheapest_sample=np.array([f.sample_s for f in prices], dtype=np.float64),
+        fluid_units=np.array([f.units for f in prices], dtype=np.float64),
+        offload_s_per_s=np.array([f.offload_per_s * f.offload_saves_s for f in prices], dtype=np.float64),
     )
 
 
@@ -130,6 +140,15 @@ def simulate_fleet(
     profiles = [profile] * n_dev if isinstance(profile, DeviceProfile) else list(profile)
     if len(profiles) != n_dev:
         raise ConfigError(f"got {len(profiles)} device profiles for {n_dev} devices")
+    spatial = [p for p in profiles if p.cores.can_split]
+    if policy.splits_cores and spatial:
+        device = spatial[0]
+        raise ConfigError(
+            f"policy {policy.name!r} splits the {device.cores.count} cores of profile {device.name!r} "
+            "between serving and training, which the fleet simulator does not model: run it time-shared "
+            f"on every core ({policy.name.partition(':')[0]}:split=off), on one core (--cores 1), or in "
+            "the exact simulator (dartfl sim)"
+        )
     dev = _device_arrays(profiles, tasks, cfg.deadline_admission)
     tau = cfg.period_s
     state = FleetState.start(dev, tau, arrivals.horizon_s)
@@ -197,8 +216,15 @@ def simulate_fleet(
     # The fluid limit counts the device's time up to its last work (dartfl.metrics).
     trainable = np.array(
         [
-            fluid_trainable_samples(horizon + float(extra), float(i), float(c))
-            for extra, i, c in zip(overrun, inference_min, dev.cheapest_sample, strict=True)
+            fluid_trainable_samples(run, float(i), float(c), float(u), min(float(i), float(off) * run))
+            for run, i, c, u, off in zip(
+                (horizon + float(extra) for extra in overrun),
+                inference_min,
+                dev.cheapest_sample,
+                dev.fluid_units,
+                dev.offload_s_per_s,
+                strict=False,
+            )
         ]
     )
     requests = totals.sum(axis=0)

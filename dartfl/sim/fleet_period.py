@@ -53,7 +53,7 @@ class DeviceArrays:
 
     fixed: FloatArray  # a_k, batch-fixed seconds
     per: FloatArray  # c_k, per-request seconds
-    cheapest: FloatArray  # c_k + a_k / b_max, the fluid limit's price of a request
+    cheapest: FloatArray  # the fluid limit's price of a request (dartfl.fluid; c_k + a_k / b_max on one core)
     slo: FloatArray
     capacity: FloatArray  # queue bound per task
     max_batch: IntArray
@@ -61,6 +61,8 @@ class DeviceArrays:
     c_t: FloatArray  # training seconds per sample
     max_microbatch: IntArray
     cheapest_sample: FloatArray  # the fluid limit's price of a sample
+    fluid_units: FloatArray  # the fluid limit's device time per second: N cores, or one GPU
+    offload_s_per_s: FloatArray  # GPU-seconds per second a GPU device's cores can take off its GPU
 
 
 @dataclass(eq=False)

@@ -164,6 +164,7 @@ class FleetPolicy(ABC):
     """A policy over a fleet: `update` folds in the last period, `decide` allocates."""
 
     name: str = "policy"
+    splits_cores: bool = False  # it would split a multi-core device's cores (not modelled here)
 
     def reset(self) -> None:  # noqa: B027 - stateless policies need nothing
         """Forget all state (the fleet simulator calls it before each run)."""
@@ -216,6 +217,9 @@ class FleetDart(FleetPolicy):
     def __init__(self, config: DartConfig | None = None) -> None:
         self.config = config or DartConfig()
         self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
+        # This port is DART's time-shared decision: on a multi-core device the exact DART
+        # would split the cores, so the fleet runs it only with split=off (or on one core).
+        self.splits_cores = self.config.core_split == "on"
         self.reset()
 
     @property

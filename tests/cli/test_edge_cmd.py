@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -42,6 +43,24 @@ def test_profile_writes_a_toml_that_sim_accepts(tmp_path: Path, capsys: pytest.C
     args = ["sim", "--workload", "poisson", "--duration-s", "20", "--target-load", "0.5"]
     assert main([*args, "--profile-file", str(out), "--no-store", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"]
+
+
+TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
+
+
+@pytest.mark.skipif(not TWO_CPUS, reason="needs two CPUs it may pin to")
+def test_profile_with_cores_writes_a_cores_table_the_simulator_splits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "edge.toml"
+    argv = ["edge", "profile", "--quick", "--max-train", "200", "--width", "0.5", "--cores", "2"]
+    assert main([*argv, "-o", str(out)]) == 0
+    profile = load_profile_toml(out)
+    assert profile.cores.count == 2 and profile.cores.can_split
+    capsys.readouterr()
+    args = ["sim", "--workload", "poisson", "--duration-s", "20", "--target-load", "0.5"]
+    assert main([*args, "--policy", "cores:1", "--profile-file", str(out), "--no-store", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0]["cores"] == 2
 
 
 def test_profile_help_shows_where_it_writes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -207,3 +207,17 @@ def test_the_fleet_table_shows_an_undefined_harvest_as_a_dash(capsys: pytest.Cap
     assert main([*argv, "--policy", "static:0.5", "--no-store"]) == 0
     row = next(line for line in capsys.readouterr().out.splitlines() if "static:0.5" in line)
     assert "- / - / -" in row  # the harvest percentiles of devices without a fluid limit
+
+
+def test_cores_runs_a_profile_on_fewer_cores_and_a_bad_count_is_bad_input(
+    trace: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["sim", "--trace", str(trace), "--target-load", "0.5", "--profile", "pi4", "--slo-ms", "250"]
+    args += ["--policy", "dart", "--policy", "cores:2", "--json", "--no-store"]
+    whole = {r["policy"]: r for r in run_json(capsys, args)["results"]}
+    one = {r["policy"]: r for r in run_json(capsys, [*args, "--cores", "1"])["results"]}
+    assert whole["dart"]["cores"] == 4 and one["dart"]["cores"] == 1
+    assert whole["cores:2"]["mean_inference_cores"] == 2.0 and whole["cores:2"]["train_samples"] > 0
+    assert "core_switches" not in one["dart"]  # one core: nothing to split, today's output
+    assert main([*args, "--cores", "5"]) == 2
+    assert "--cores must lie in 1..4 for profile 'pi4', got 5" in capsys.readouterr().err

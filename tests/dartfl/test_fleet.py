@@ -29,6 +29,9 @@ NO_ADMISSION = {"deadline_admission": False}
 EXACT = SimConfig(**NO_ADMISSION)
 
 NAMES = ("a", "b", "c")
+# The one-core devices these equivalences were written for: the fleet model has one lane.
+PI4 = get_profile("pi4").with_cores(1)
+PI5 = get_profile("pi5").with_cores(1)
 
 
 # -- the vectorised policies decide exactly as the scalar ones ---------------------------------
@@ -207,7 +210,7 @@ def test_policies_without_a_fleet_port_are_refused_with_the_ported_names() -> No
 
 
 def _poisson_device(load: float, duration_s: float, seed: int) -> Arrivals:
-    profile = get_profile("pi4")
+    profile = PI4
     rate = load * profile.capacity_per_s(NAMES, (1.0, 1.0, 1.0))
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(rate * duration_s))
@@ -224,7 +227,7 @@ def _poisson_device(load: float, duration_s: float, seed: int) -> Arrivals:
 def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
     arrivals = _poisson_device(0.5, 300.0, seed=3)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
@@ -235,12 +238,43 @@ def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
     assert fleet.harvest_efficiency[0] == pytest.approx(exact["harvest_efficiency"], rel=0.15)
 
 
+@pytest.mark.parametrize("spec", ["dart:split=off", "inference-first:4"])
+def test_a_multicore_device_is_time_shared_on_all_its_cores_as_in_the_event_simulator(spec: str) -> None:
+    # Without the whole device's speedup the fleet would serve and train at one core's speed:
+    # a third of the samples, and an SLO it cannot keep at this load.
+    profile = get_profile("pi4")
+    rate = 0.5 * profile.capacity_per_s(NAMES, (1.0, 1.0, 1.0))
+    rng = np.random.default_rng(5)
+    n = int(rng.poisson(rate * 300.0))
+    arrivals = Arrivals(
+        np.sort(rng.uniform(0.0, 300.0, n)), rng.integers(0, 3, n).astype(np.int64), NAMES, 300.0
+    )
+    tasks = [TaskSpec(n, 0.25) for n in NAMES]
+    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
+    fleet = simulate_fleet(
+        FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
+    )
+    assert exact["train_samples"] > 1000
+    assert fleet.trained_samples[0] == pytest.approx(exact["train_samples"], rel=0.15)
+    assert abs(fleet.slo_attainment[0] - exact["slo_attainment"]) <= 0.04
+    assert fleet.harvest_efficiency[0] == pytest.approx(exact["harvest_efficiency"], rel=0.15)
+
+
+def test_a_policy_that_splits_cores_is_refused_on_a_multicore_profile_with_the_fix() -> None:
+    counts = FleetArrivals(np.zeros((4, 3, 1), dtype=np.int64), NAMES, 0.25)
+    tasks = [TaskSpec(n, 0.25) for n in NAMES]
+    with pytest.raises(ConfigError, match=r"dart:split=off.*--cores 1"):
+        simulate_fleet(counts, get_profile("pi4"), tasks, make_fleet_policy("dart"))
+    # The same policy is fine on one core.
+    simulate_fleet(counts, PI4, tasks, make_fleet_policy("dart"))
+    with pytest.raises(ConfigError, match="no fleet port"):
+        make_fleet_policy("cores:2")
+
+
 def test_a_device_without_requests_trains_at_the_fluid_limit_and_meets_every_slo() -> None:
     empty = Arrivals(np.zeros(0), np.zeros(0, dtype=np.int64), NAMES, 60.0)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    result = simulate_fleet(
-        FleetArrivals.from_arrivals([empty], 0.25), get_profile("pi4"), tasks, make_fleet_policy("dart")
-    )
+    result = simulate_fleet(FleetArrivals.from_arrivals([empty], 0.25), PI4, tasks, make_fleet_policy("dart"))
     assert result.slo_attainment[0] == 1.0
     assert result.harvest_efficiency[0] == pytest.approx(1.0, abs=0.02)  # less the warm-up period
 
@@ -260,7 +294,7 @@ def _bursty_counts(devices: int, periods: int, seed: int) -> FleetArrivals:
 def test_every_request_is_completed_rejected_or_still_queued(spec: str) -> None:
     counts = _bursty_counts(40, 400, seed=1)
     tasks = [TaskSpec(n, 0.25, queue_capacity=64) for n in NAMES]
-    result = simulate_fleet(counts, get_profile("pi4"), tasks, make_fleet_policy(spec))
+    result = simulate_fleet(counts, PI4, tasks, make_fleet_policy(spec))
     np.testing.assert_allclose(
         result.completed + result.rejected + result.queued_end, result.requests, rtol=1e-9
     )
@@ -295,7 +329,7 @@ def _same(a: FleetResult, b: FleetResult) -> None:
 
 def test_a_fleet_run_is_deterministic_and_independent_of_its_chunking() -> None:
     tasks = [TaskSpec(n, 0.25, 256) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     specs = ["dart", "inference-first:4"]
     one = run_fleet(partial(_source, 9), 12, profile, tasks, specs, FleetConfig(), chunk_devices=12)
     again = run_fleet(partial(_source, 9), 12, profile, tasks, specs, FleetConfig(), chunk_devices=12)
@@ -309,7 +343,7 @@ def test_a_fleet_run_is_deterministic_and_independent_of_its_chunking() -> None:
 
 def test_worker_processes_give_the_same_fleet_and_report_progress() -> None:
     tasks = [TaskSpec(n, 0.25, 256) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     seen: list[float] = []
     local = run_fleet(partial(_source, 9), 12, profile, tasks, ["dart"], chunk_devices=6)
     pooled = run_fleet(
@@ -323,7 +357,7 @@ def test_a_fleet_of_mixed_profiles_runs_each_device_on_its_own_costs() -> None:
     counts = _bursty_counts(2, 200, seed=2)
     same = FleetArrivals(np.repeat(counts.counts[:, :, :1], 2, axis=2), NAMES, 0.25)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    mixed = simulate_fleet(same, [get_profile("pi4"), get_profile("pi5")], tasks, make_fleet_policy("dart"))
+    mixed = simulate_fleet(same, [PI4, PI5], tasks, make_fleet_policy("dart"))
     assert mixed.trained_samples[1] > 2 * mixed.trained_samples[0]  # a pi5 trains ~3x faster
 
 
@@ -331,11 +365,9 @@ def test_bad_fleet_input_is_refused() -> None:
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
     counts = _bursty_counts(2, 10, seed=2)
     with pytest.raises(ConfigError, match="control period"):
-        simulate_fleet(
-            counts, get_profile("pi4"), tasks, make_fleet_policy("dart"), FleetConfig(period_s=0.5)
-        )
+        simulate_fleet(counts, PI4, tasks, make_fleet_policy("dart"), FleetConfig(period_s=0.5))
     with pytest.raises(ConfigError, match="must match"):
-        simulate_fleet(counts, get_profile("pi4"), tasks[:2], make_fleet_policy("dart"))
+        simulate_fleet(counts, PI4, tasks[:2], make_fleet_policy("dart"))
     with pytest.raises(ConfigError, match="shape"):
         FleetArrivals(np.zeros((3, 3), dtype=np.int32), NAMES, 0.25)
 
@@ -364,6 +396,8 @@ FLEET_ARGS = [
     "30",
     "--profile",
     "pi4",
+    "--cores",
+    "1",
     "--workers",
     "1",
     "--seed",
@@ -405,6 +439,8 @@ def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[st
         ["--workload-mix", "poisson,bogus"],
         ["--devices", "0"],
         ["--load-jitter", "1.5"],
+        ["--cores", "4", "--policy", "dart"],  # DART would split the cores: not modelled
+        ["--cores", "5"],
     ],
 )
 def test_fleet_bad_input_exits_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -417,7 +453,7 @@ def test_both_simulators_close_the_same_rounds_and_meet_the_same(target: int) ->
     # 120 s in 60 s rounds: both rounds close, the last one at the horizon.
     arrivals = _poisson_device(0.5, 120.0, seed=5)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     exact = summarize(
         simulate(
             arrivals,
@@ -447,7 +483,7 @@ def test_harvest_counts_the_drain_and_the_last_step_after_the_horizon_as_the_exa
     # to count only the horizon and report 1.145 (dart); the run lasts until the queue drains.
     late = Arrivals.build(np.full(300, 9.8), np.arange(300) % 3, NAMES, 10.0)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     exact = summarize(simulate(late, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(FleetArrivals.from_arrivals([late], 0.25), profile, tasks, make_fleet_policy(spec))
     assert fleet.queued_end[0] > 200
@@ -460,9 +496,7 @@ def test_a_device_whose_requests_need_the_whole_run_has_no_harvest() -> None:
     counts = np.zeros((8, 3, 2), dtype=np.int32)
     counts[:, :, 1] = 1000
     tasks = [TaskSpec(n, 0.25, queue_capacity=64) for n in NAMES]
-    result = simulate_fleet(
-        FleetArrivals(counts, NAMES, 0.25), get_profile("pi4"), tasks, make_fleet_policy("static:0.5")
-    )
+    result = simulate_fleet(FleetArrivals(counts, NAMES, 0.25), PI4, tasks, make_fleet_policy("static:0.5"))
     assert result.fluid_trainable[1] == 0.0 and result.trained_samples[1] > 0
     assert math.isnan(result.harvest_efficiency[1])  # was 0.0
     assert math.isnan(result.device(1)["harvest_efficiency"])
@@ -473,7 +507,7 @@ def test_a_device_whose_requests_need_the_whole_run_has_no_harvest() -> None:
     assert agg["harvest_efficiency_p5"] == agg["harvest_efficiency_p95"] == result.harvest_efficiency[0]
     alone = simulate_fleet(
         FleetArrivals(counts[:, :, 1:], NAMES, 0.25),
-        get_profile("pi4"),
+        PI4,
         tasks,
         make_fleet_policy("static:0.5"),
     )
@@ -496,7 +530,7 @@ def test_an_inference_share_of_zero_gives_finite_estimates_close_to_the_exact_si
     # drains after the horizon, as in the exact simulator.
     arrivals = _poisson_device(load, duration_s, seed=3)
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     config = SimConfig(round_target_samples=target, **NO_ADMISSION)
     exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), config))
     fleet = simulate_fleet(
@@ -560,7 +594,7 @@ def test_an_overload_that_starts_from_an_empty_queue_misses_its_slo_as_in_the_ex
     # A pi4 serves ~200 requests/s. Bursts of 2x and 5x that start with no queue used to count
     # 100 % within SLO (exact: 0.71, 0.18), since the drain rounds grew from a queue of 0.
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     exact = summarize(simulate(arrivals, profile, tasks, make_policy("inference-only"), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy("inference-only")
@@ -573,7 +607,7 @@ def test_with_small_queues_a_wait_stays_within_a_full_round_as_in_the_exact_simu
     # full queues. Without that bound the fleet's mean latency came out ~5x the exact one.
     arrivals = _poisson_device(1.5, 10.0, seed=3)
     tasks = [TaskSpec(n, 0.25, queue_capacity=16) for n in NAMES]
-    profile = get_profile("pi4")
+    profile = PI4
     record = simulate(arrivals, profile, tasks, make_policy("static:0.1"), EXACT)
     done = ~np.isnan(record.finish_s)
     exact_mean = float((record.finish_s - record.arrival_s)[done].mean())  # 1.14 s

@@ -281,3 +281,76 @@ def test_a_value_where_a_table_belongs_is_a_config_error(tmp_path: Path, text: s
     with pytest.raises(ConfigError, match="table") as excinfo:
         load_profile_toml(_write(tmp_path, text))
     assert f"{key} must be a table" in str(excinfo.value)
+
+
+# --- cores ----------------------------------------------------------------------------------
+
+CORES_TOML = (
+    CONTRACT_EXAMPLE
+    + """
+[cores]
+count = 2
+inference-speedup = [1.0, 1.8, 2.5]
+training-speedup = [1, 1.5]
+inference-interference = 0.2
+switch-s = 0.01
+"""
+)
+
+
+def test_builtin_devices_are_whole_devices_whose_one_core_points_are_the_old_profiles() -> None:
+    counts = {name: get_profile(name).cores.count for name in BUILTIN_PROFILE_NAMES}
+    assert counts == {"pi4": 4, "pi5": 4, "jetson-orin-nano": 6, "x86-1core": 1}
+    assert get_profile("jetson-orin-nano").cores.has_gpu
+    pi4 = get_profile("pi4")
+    # The costs of one core are today's one-core figures (docs/profiles.md's first table).
+    assert (pi4.inference.batch_fixed_s, pi4.inference.per_request_s) == (0.0010, 0.0050)
+    assert pi4.with_cores(1).lane_inference("x", 1) == pi4.inference_for("x")
+    whole = pi4.time_shared()
+    assert whole.training.microbatch_s(32) == pytest.approx(pi4.training.microbatch_s(32) / 2.26, rel=1e-3)
+    # On all four cores the model runs 2.26x faster; the request path (MQTT, JSON) does not.
+    per_request = pi4.inference.cheapest_per_request_s(32) / 2.26 + pi4.request_path.per_request_s
+    assert pi4.capacity_per_s(("x",), (1.0,)) == pytest.approx(1.0 / per_request, rel=1e-3)
+
+
+def test_a_file_without_cores_is_a_one_core_device_and_cores_round_trip(tmp_path: Path) -> None:
+    old = load_profile_toml(_write(tmp_path, CONTRACT_EXAMPLE))
+    assert old.cores.count == 1 and old.time_shared() is old
+    assert "[cores]" not in profile_to_toml(old)  # it writes what older readers know
+    new = load_profile_toml(_write(tmp_path, CORES_TOML, "cores.toml"))
+    assert new.cores.count == 2 and new.cores.inference_speedup == (1.0, 1.8)  # cut to count
+    assert new.cores.training_interference == 0.0 and new.cores.switch_s == 0.01
+    again = load_profile_toml(_write(tmp_path, profile_to_toml(new), "again.toml"))
+    assert again == new
+    for name in BUILTIN_PROFILE_NAMES:
+        text = profile_to_toml(get_profile(name))
+        assert load_profile_toml(_write(tmp_path, text, f"{name}.toml")) == get_profile(name)
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        (
+            "count = 2\ninference-speedup = [1.0]\ntraining-speedup = [1.0, 2.0]",
+            "inference-speedup must be a list of at least 2",
+        ),
+        ("count = 2\ninference-speedup = [1.2, 2.0]\ntraining-speedup = [1.0, 2.0]", "starting at 1.0"),
+        ("count = 2\ntraining-speedup = [1.0, 2.0]", "missing required key cores.inference-speedup"),
+        ("count = 0", "cores.count must be an integer >= 1"),
+        ("count = 2\ninference-speedup = [1, 2]\ngpu = true", "missing required key cores.cpu-batch-fixed-s"),
+        ("count = 2\ninference-speedup = [1, 2]\ntraining-speedup = [1, 2]\nswitch-s = -1", "cores.switch-s"),
+    ],
+)
+def test_bad_cores_tables_name_the_file_and_key(tmp_path: Path, table: str, message: str) -> None:
+    path = _write(tmp_path, CONTRACT_EXAMPLE + "\n[cores]\n" + table + "\n")
+    with pytest.raises(ConfigError, match=message) as err:
+        load_profile_toml(path)
+    assert str(path) in str(err.value)
+
+
+def test_any_profile_runs_on_fewer_cores_but_not_more() -> None:
+    pi5 = get_profile("pi5")
+    two = pi5.with_cores(2)
+    assert two.cores.count == 2 and two.cores.inference_speedup == pi5.cores.inference_speedup[:2]
+    with pytest.raises(ConfigError, match=r"1\.\.4"):
+        pi5.with_cores(5)

@@ -201,3 +201,16 @@ def test_cap_threads_sets_torch_and_env_defaults_in_a_fresh_process() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["2", "1", "True", "1", "False", "2", "3"]
+
+
+def test_a_thread_resize_keeps_serving_the_same_model_and_reuses_sessions_it_built(tmp_path: Path) -> None:
+    export_onnx(build_model({"digits": 4}), tmp_path / "v1", version=1)
+    engine = InferenceEngine(tmp_path / "v1", threads=1)
+    images = np.zeros((2, 1, 28, 28), np.float32)
+    before = engine.infer("digits", images)
+    engine.set_threads(2)
+    assert engine.threads == 2 and engine.version == 1
+    np.testing.assert_allclose(engine.infer("digits", images), before, rtol=1e-5, atol=1e-6)
+    one = engine._by_threads[1]
+    engine.set_threads(1)
+    assert engine._snapshot() is one  # the sessions built for one thread, not rebuilt

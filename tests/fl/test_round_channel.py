@@ -3,12 +3,14 @@ its loopback round channel (no Flower processes; a private Mosquitto)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import io
 import struct
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,12 +20,14 @@ from flwr.supercore.task_identity import TaskIdentity
 
 from dartfl.errors import ConfigError
 from dartfl.profiles import get_profile
+from dartfl.types import CoreModel
 from edge_client.agent import Agent, AgentConfig
 from edge_client.client_app import app
 from edge_client.round_channel import RoundChannelError, check_local_address, pack, request_round
 from fltask.config import FlConfig
 from fltask.model import build_model, get_weights
 from fltask.records import arrays_to_weights, weights_to_arrays
+from messaging.brokers import start_mosquitto
 
 pytestmark = pytest.mark.integration
 
@@ -32,22 +36,35 @@ CFG = FlConfig(
 )
 
 
-@pytest.fixture(scope="module")
-def agent() -> Iterator[Agent]:
-    config = AgentConfig(
-        device_id="fl-dev", max_train_per_task=300, round_channel="127.0.0.1:0", publish_every_s=0.0
-    )
-    agent = Agent.create(config, get_profile("x86-1core"))
-    agent.start()
-    report: dict[str, Any] = {}
-    thread = threading.Thread(target=lambda: report.update(agent.run().to_json()), daemon=True)
-    thread.start()
-    try:
-        yield agent
-    finally:
-        agent.request_stop()
-        thread.join(timeout=60)
-        assert not thread.is_alive()
+@pytest.fixture(scope="module", params=["time-shared", "split"])
+def agent(request: pytest.FixtureRequest) -> Iterator[Agent]:
+    split = request.param == "split"
+    profile = get_profile("x86-1core")
+    with contextlib.ExitStack() as stack:
+        broker_url = None  # the embedded broker
+        if split:  # two cores: serving on one while the round trains on the other (Mosquitto)
+            profile = replace(profile, cores=CoreModel(2, (1.0, 1.8), (1.0, 1.8), 0.05, 0.05, 0.01))
+            broker_url = stack.enter_context(start_mosquitto()).url
+        config = AgentConfig(
+            device_id=f"fl-dev-{request.param}",
+            broker_url=broker_url,
+            max_train_per_task=300,
+            round_channel="127.0.0.1:0",
+            publish_every_s=0.0,
+            split_cores=split,
+        )
+        agent = Agent.create(config, profile)
+        assert (agent.device.lanes is not None) == split
+        agent.start()
+        report: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: report.update(agent.run().to_json()), daemon=True)
+        thread.start()
+        try:
+            yield agent
+        finally:
+            agent.request_stop()
+            thread.join(timeout=60)
+            assert not thread.is_alive()
 
 
 def _message(server_round: int) -> Message:

@@ -7,6 +7,9 @@ import tomllib
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
+from dartfl.errors import ConfigError
 from fltask.config import FlConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,3 +30,10 @@ def test_every_run_config_key_is_documented_with_its_default() -> None:
             assert documented == (value or '""'), key
         else:
             assert float(documented) == float(value), key
+
+
+def test_profile_cores_runs_the_virtual_device_on_fewer_cores() -> None:
+    assert FlConfig(profile="pi4").device_profile().cores.count == 4
+    assert FlConfig(profile="pi4", profile_cores=1).device_profile().cores.count == 1
+    with pytest.raises(ConfigError, match=r"profile-cores must lie in 0\.\.4"):
+        FlConfig(profile="pi4", profile_cores=5)

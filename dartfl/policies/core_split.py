@@ -1,0 +1,344 @@
+"""DART's core split: how many of a device's N cores serve inference, chosen every period.
+
+docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `choose`:
+
+1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
+   interference, and a training lane of N - k; k = N is time sharing. For each, the load the
+   serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k), the load a burst
+   brings is rho'_k (DART's planning rates, its remembered peak, and the busiest period of
+   the burst memory, `CoreSplit.update`), and its backlog drains in
+   D_k = sum_i Q_i c_i(k) / (1 - rho_k).
+2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
+   lane's costs): its share, batch cap and the step size m_k it trains in its idle time.
+   Training there is a bonus on top of the training lane's, not worth a miss, so m_k is
+   also capped where a step is safe against any rate the lane can serve at all: with
+   Lambda_c -> 1 the safe step of docs/allocator.md is s <= (B - A) / 2.
+3. The training lane trains in steps the serving lane can wait for: in a burst the serving
+   lane falls behind by rho'_k - 1 seconds of work per second until the training lane
+   hands its cores back (one step, one period, one switch), so the step is capped where that
+   delay reaches B. The burst is rho'_k, or at least one the whole device, time-shared,
+   could still carry (rho_N = 1): time sharing survives it, so a split must too. Where not
+   even a one-sample step fits (a tight SLO), steps are full: a cap would only waste their
+   fixed cost.
+4. Value per second, in trained samples: the training lane's rate, plus the serving lane's
+   (1 - rho_k) of idle time at its step rate, less the misses the split risks, priced as
+   DART prices a miss against a sample: the arrivals whose wait exceeds B less their own
+   service (Kingman's heavy-traffic tail at rho_k); those a burst makes late (falling
+   rho'_k - 1 behind for BURST_S seconds); all of them and the excess again when rho_k >= 1;
+   the share of the backlog that cannot drain within B; and, time-shared, those its steps
+   hold back (time sharing without training is the k = N candidate where that is better).
+5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k
+   only if the gain clears the hysteresis band and repays the moved cores' switch time. It
+   moves to fewer serving cores only once they would carry the burst (rho'_k < 1): up at
+   once, down slowly, since on/off sources come back.
+
+O(K + N) per period plus one lane decision: every serving-lane price is the one-core price
+scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per split.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dartfl.errors import ConfigError
+from dartfl.types import Allocation, CoreCosts, Observation
+from dartfl.unit_split import SplitRule, choose_split_small
+
+__all__ = ["CoreSplit", "CoreSplitConfig"]
+
+# How long a burst that overloads a serving lane is taken to last (step 4): the smoothing of
+# the arrival rates (2 s) catches up with it by then, and the lane is judged at its rate.
+BURST_S = 2.5
+
+
+@dataclass(frozen=True)
+class CoreSplitConfig:
+    """How reluctant the split is to move: the least gain worth a move (a share of the best
+    training rate), and the horizon in seconds a move must repay its switch time in."""
+
+    hysteresis: float = 0.05
+    hold_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.hysteresis) and 0.0 <= self.hysteresis < 1.0):
+            raise ConfigError(f"core split hysteresis must lie in [0, 1), got {self.hysteresis}")
+        if not (math.isfinite(self.hold_s) and self.hold_s > 0):
+            raise ConfigError(f"core split hold_s must be a finite number > 0, got {self.hold_s}")
+
+
+@dataclass(frozen=True)
+class _Prices:
+    """One split's costs: per task on the serving lane (interfered), steps on both lanes."""
+
+    scale: float  # serving-lane price over the one-core price: (1 + f_inference) / S(k)
+    fixed: tuple[float, ...]
+    per: tuple[float, ...]
+    serve_step: tuple[float, float]  # (a_T, c_T) of a step on the serving lane, interfered
+    train_step: tuple[float, float]  # the same on the training lane
+
+
+def _prices(split: CoreCosts) -> list[_Prices]:
+    """Index k - 1 for k = 1..N-1 serving cores."""
+    n, f_i, f_t = split.cores, 1.0 + split.inference_interference, 1.0 + split.training_interference
+    a_t, c_t = split.microbatch_fixed_s, split.per_sample_s
+    out = []
+    for k in range(1, n):
+        scale = f_i / split.inference_speedup[k - 1]
+        serve, lane = f_t / split.training_speedup[k - 1], f_t / split.training_speedup[n - k - 1]
+        out.append(
+            _Prices(
+                scale,
+                tuple(a * scale for a in split.batch_fixed_s),
+                tuple(c * scale for c in split.per_request_s),
+                (a_t * serve, c_t * serve),
+                (a_t * lane, c_t * lane),
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    """What the serving lane must carry now, priced at some per-task costs (step 1)."""
+
+    busy: float  # sum_i r_i c_i: the busy fraction of the arrivals (rho)
+    active_s: float  # sum_i a_i over active tasks: A
+    alone_s: float  # the rate-weighted time of a batch of one: how long one request is served
+    each_s: float  # the rate-weighted per-request cost: how fast a queue drains in batches
+    queued_s: float  # sum_i Q_i c_i: the backlog's work
+    peak: float  # sum_i peak_i c_i: the busy fraction at the remembered burst rate
+    now: float  # sum_i max(lambda_i, peak_i) c_i: the busy fraction a burst needs
+    mean_per_s: float  # the plain mean per-request cost (prices a mix with no arrivals)
+
+
+def _demand(
+    obs: Observation,
+    rates: Sequence[float],
+    planned: Sequence[float],
+    peak: Sequence[float],
+    fixed: Sequence[float],
+    per: Sequence[float],
+) -> _Demand:
+    busy = active = alone = each = queued = at_peak = now = 0.0
+    for rate, q, a, c, top, plan in zip(rates, obs.backlog, fixed, per, peak, planned, strict=True):
+        now += max(plan, top) * c
+        if rate > 0.0 or q > 0:
+            busy += rate * c
+            active += a
+            alone += rate * (a + c)
+            each += rate * c
+            queued += q * c
+        at_peak += top * c
+    arrivals = sum(rates)
+    mean = sum(per) / len(per)
+    if arrivals <= 0:
+        return _Demand(busy, active, 0.0, 0.0, queued, at_peak, now, mean)
+    return _Demand(busy, active, alone / arrivals, each / arrivals, queued, at_peak, now, mean)
+
+
+def _late_per_s(rho: float, d: _Demand, scale: float, arrivals: float, budget_s: float) -> float:
+    """The arrivals per second a lane whose prices are `scale` times `d`'s serves late (step 4).
+
+    Below capacity, a request's wait is near exponential in heavy traffic (Kingman): with
+    Poisson arrivals and deterministic service, P(W > x) ~ rho exp(-2 (1 - rho) x / s). A
+    queue drains in batches at s = the per-request cost, and a request is late when it
+    waits more than B less a batch of one. Where a burst (DART's planning rates and the
+    remembered peak) overloads the lane, rho' > 1, it falls behind by rho' - 1 seconds of
+    work per second while the burst lasts, and arrivals are late once it is B behind: over
+    a burst of BURST_S seconds, a share 1 - B / ((rho' - 1) BURST_S) of them. Overloaded at
+    the smoothed rates, every arrival counts as late and the excess past capacity once more,
+    so that more capacity is always worth more (continuous with rho -> 1)."""
+    if rho >= 1.0:
+        return arrivals * (2.0 - 1.0 / rho)
+    late = 0.0
+    if d.each_s > 0:
+        slack = budget_s - d.alone_s * scale
+        late = rho * math.exp(-2.0 * (1.0 - rho) * slack / (d.each_s * scale)) if slack > 0 else 1.0
+    burst = d.now * scale
+    if burst > 1.0:
+        late = max(late, 1.0 - budget_s / ((burst - 1.0) * BURST_S))
+    return arrivals * late
+
+
+def _backlog_late(
+    rho: float, d: _Demand, scale: float, backlog: int, horizon_s: float, budget_s: float
+) -> float:
+    """The share of the backlog that cannot drain within B, spread over the horizon a move is
+    judged on (all of it when the lane cannot keep up)."""
+    if rho >= 1.0:
+        return backlog / horizon_s
+    drain = d.queued_s * scale / (1.0 - rho)
+    return backlog * (drain - budget_s) / drain / horizon_s if drain > budget_s else 0.0
+
+
+def _held_late(m: int, step: tuple[float, float], d: _Demand, budget_s: float) -> float:
+    """The share of arrivals during a step of m samples on a time-shared lane that finish
+    late. One arriving with r of the step left waits r, then the batches of what arrived
+    meanwhile, r (1 + rho) + A, and a queueing tail on top (Kingman, as in `_late_per_s`):
+    rho exp(-2 (1 - rho) (B - A - r (1 + rho)) / c), averaged over r uniform in [0, s]."""
+    rho, c = d.busy, d.each_s
+    if m <= 0 or c <= 0 or rho >= 1.0:
+        return 0.0 if m <= 0 else 1.0
+    held_s = step[0] + step[1] * m
+    decay = 2.0 * (1.0 - rho) / c
+    full, empty = budget_s - d.active_s - held_s * (1.0 + rho), budget_s - d.active_s
+    if full <= 0:  # the arrivals in the step's first -full / (1 + rho) seconds are late for sure
+        sure = min(1.0, -full / ((1.0 + rho) * held_s))
+        return sure + (1.0 - sure) * rho * (1.0 - math.exp(-decay * empty)) / (decay * empty)
+    return rho * (math.exp(-decay * full) - math.exp(-decay * empty)) / (decay * (1.0 + rho) * held_s)
+
+
+def _steps_within(span_s: float, step: tuple[float, float], m_max: int) -> int:
+    """The largest step (0..m_max samples) that takes at most `span_s`."""
+    a_t, c_t = step
+    return max(0, min(m_max, int((span_s - a_t) / c_t))) if span_s > a_t else 0
+
+
+def _rate(m: int, step: tuple[float, float]) -> float:
+    return m / (step[0] + step[1] * m) if m > 0 else 0.0
+
+
+class CoreSplit:
+    """Chooses the split every period (module docstring); stateless but for a price cache."""
+
+    def __init__(self, config: CoreSplitConfig | None = None) -> None:
+        self.config = config or CoreSplitConfig()
+        self._split: CoreCosts | None = None
+        self._prices: list[_Prices] = []
+        self._rule = SplitRule(0.0, 0.0, self.config.hold_s, self.config.hysteresis)
+        self.burst_work = 0.0  # remembered busiest period: one-core seconds of arrivals per second
+
+    def reset(self) -> None:
+        self.burst_work = 0.0
+
+    def update(self, obs: Observation, decay: float) -> None:
+        """Remember the busiest period's work, decaying by `decay` a period (DART's burst
+        memory). Per-task rates smooth a short burst away and per-task maxima of separate
+        periods add up to more than any period held; the total work of each period is what a
+        serving lane had to carry."""
+        split = obs.split
+        if split is None:
+            return
+        work = sum(n * c for n, c in zip(obs.arrivals_since_last, split.per_request_s, strict=True))
+        self.burst_work = max(work / obs.period_s, self.burst_work * decay)
+
+    def _cached(self, split: CoreCosts) -> tuple[list[_Prices], SplitRule]:
+        if split is not self._split:  # static costs hand over the same object every period
+            self._split, self._prices = split, _prices(split)
+            cfg = self.config
+            self._rule = SplitRule(split.switch_s, split.switch_s, cfg.hold_s, cfg.hysteresis)
+        return self._prices, self._rule
+
+    def choose(
+        self,
+        obs: Observation,
+        shared: Allocation,
+        lane_decision: Callable[[Observation], Allocation],
+        planned: Sequence[float],
+        peak: Sequence[float],
+        miss_price: float,
+        budget_s: float,
+    ) -> Allocation:
+        """The allocation for the period: `shared` (time sharing) or a split of the cores.
+
+        `planned`: DART's planning rates per task (step 1 of dart.py); `peak`: per task, the
+        burst rate the training lane's step must survive;
+        `miss_price`: a miss in trained samples; `budget_s`: the latency budget B."""
+        split = obs.split
+        if split is None:
+            return shared
+        (prices, rule), n = self._cached(split), split.cores
+        tau, m_max, hold_s = obs.period_s, obs.max_microbatch, self.config.hold_s
+        # Smoothed rates: the tail model below accounts for the arrivals' own noise, and a
+        # burst the smoothing has not caught up with shows in the backlog.
+        rates = obs.arrival_rate_per_s
+        arrivals, backlog = sum(rates), sum(obs.backlog)
+        # Per split k = 1..N: training rate, misses per second, and misses of the backlog.
+        rate, late, queued = [0.0] * n, [0.0] * n, [0.0] * n
+        # 1. The demand on the whole device and on one core (scaled to each serving lane).
+        d = _demand(obs, rates, planned, peak, obs.batch_fixed_s, obs.per_request_s)
+        one = _demand(obs, rates, planned, peak, split.batch_fixed_s, split.per_request_s)
+        # A one-core request's price over a time-shared one's: the serving lane's load (per
+        # unit of scale) when arrivals fill the whole device.
+        carried = one.each_s / d.each_s if d.each_s > 0 else one.mean_per_s / d.mean_per_s
+        # The burst a split must carry: the planning rates, or the busiest period remembered.
+        one = dataclasses.replace(one, now=max(one.now, self.burst_work))
+        d = dataclasses.replace(d, now=max(d.now, self.burst_work / carried))
+        # k = N: time sharing, as DART decided it for the whole device; or, if every way to
+        # train costs more in misses than it trains, serving alone on every core.
+        step = (obs.microbatch_fixed_s, obs.per_sample_s)
+        idle = max(0.0, 1.0 - d.busy)
+        rate[n - 1] = idle * _rate(shared.microbatch, step)
+        serving_late = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
+        # Its steps hold requests back: an arrival during one waits out the rest of it.
+        late[n - 1] = serving_late + idle * arrivals * _held_late(shared.microbatch, step, d, budget_s)
+        if rate[n - 1] - miss_price * late[n - 1] < -miss_price * serving_late:
+            shared = dataclasses.replace(shared, microbatch=0)
+            rate[n - 1], late[n - 1] = 0.0, serving_late
+        queued[n - 1] = _backlog_late(d.busy, d, 1.0, backlog, hold_s, budget_s)
+        current = min(obs.inference_cores, n)
+        steps: list[tuple[int, int]] = []
+        in_time: list[bool] = []
+        for k in range(1, n):
+            p = prices[k - 1]
+            rho, active = one.busy * p.scale, one.active_s * p.scale
+            late[k - 1] = _late_per_s(rho, one, p.scale, arrivals, budget_s)
+            queued[k - 1] = _backlog_late(rho, one, p.scale, backlog, hold_s, budget_s)
+            # 2. Its idle-time steps, valued at their cap (DART's own rule, below, may pick
+            #    smaller ones for the split it settles on).
+            m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
+            # 3. The training lane's step, capped so that a burst can reclaim cores:
+            #    (rho_burst - 1) (step + period + switch) <= B, for the remembered burst rate
+            #    or one that the whole device, time-shared, could still carry.
+            m_split = m_max
+            rho_peak = max(one.peak * p.scale, carried * p.scale)
+            if rho_peak > 1.0:
+                # No step at all may be short enough (a tight SLO): then capping one only
+                # wastes its fixed cost, and a burst is the value's business (step 4).
+                m_fit = _steps_within(budget_s / (rho_peak - 1.0) - tau - split.switch_s, p.train_step, m_max)
+                m_split = m_fit if m_fit > 0 else m_max
+            steps.append((m_lane, m_split))
+            held_s = p.train_step[0] + p.train_step[1] * m_split
+            in_time.append(rho_peak <= 1.0 or (rho_peak - 1.0) * (held_s + tau + split.switch_s) <= budget_s)
+            # 4. Trained samples per second.
+            rate[k - 1] = _rate(m_split, p.train_step) + max(0.0, 1.0 - rho) * _rate(m_lane, p.serve_step)
+        # A backlog is helped by more serving cores only if they come in time: taken from a
+        # training lane, they come when its step ends, in time only if the step keeps within
+        # the reclaim bound of step 3 (a step of one sample may not, where the SLO is tight).
+        if current < n and not in_time[current - 1]:
+            for k in range(current + 1, n + 1):
+                queued[k - 1] = queued[current - 1]
+        values = [r - miss_price * (m + q) for r, m, q in zip(rate, late, queued, strict=True)]
+        # Fewer serving cores only once they would carry the remembered burst: on/off sources
+        # come back, and each way down and up again costs two switches and a reclaim.
+        for k in range(1, current):
+            if one.now * prices[k - 1].scale >= 1.0:
+                values[k - 1] = -math.inf
+        # 5. Move only for a gain past the band that repays the switch. A moving core's dead
+        #    time loses training (the best rate on offer); the band is measured against all
+        #    that is at stake, the current split's priced misses too (a noisy estimate where
+        #    the SLO is tight: the band keeps the split from following its noise).
+        trains = max(max(rate), 1e-9)
+        stakes = trains + miss_price * (late[current - 1] + queued[current - 1])
+        k = choose_split_small(
+            range(1, n + 1), current, values, units=n, scale=trains, rule=rule, band_scale=stakes
+        ).split
+        if k >= n:
+            return shared
+        # The serving lane of the split chosen, decided by DART on its costs.
+        p, (m_cap, m_split) = prices[k - 1], steps[k - 1]
+        lane = lane_decision(
+            obs.with_costs(p.fixed, p.per, p.serve_step[0], p.serve_step[1], round_target_samples=0)
+        )
+        return Allocation(
+            lane.inference_share,
+            lane.task_shares,
+            lane.loss_weights,
+            min(lane.microbatch, m_cap),
+            lane.max_batch,
+            inference_cores=k,
+            split_microbatch=m_split,
+        )

@@ -1,0 +1,170 @@
+"""DART's core split (dartfl/policies/core_split.py): how many cores serve, every period."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from dartfl.arrivals import Arrivals
+from dartfl.errors import ConfigError
+from dartfl.executor import StaticCosts
+from dartfl.metrics import summarize
+from dartfl.policies import DartPolicy, make_policy
+from dartfl.policies.core_split import CoreSplit, CoreSplitConfig
+from dartfl.profiles import get_profile
+from dartfl.sim import SimConfig, simulate
+from dartfl.types import Observation, TaskSpec
+from dartfl.unit_split import SplitRule, choose_split, choose_split_small
+
+NAMES = ("a", "b", "c")
+
+
+def observation(profile_name: str, load: float, backlog: int = 0, current: int | None = None) -> Observation:
+    """Three equal tasks arriving at `load` of the whole device's capacity."""
+    profile = get_profile(profile_name)
+    costs = StaticCosts(profile, NAMES)  # what the executor tells a policy
+    rate = load * profile.capacity_per_s(NAMES, (1.0, 1.0, 1.0)) / 3
+    return Observation(
+        now_s=30.0,
+        period_s=0.25,
+        backlog=(backlog,) * 3,
+        oldest_age_s=(0.0,) * 3,
+        arrival_rate_per_s=(rate,) * 3,
+        arrivals_since_last=(round(rate * 0.25),) * 3,
+        slo_misses_since_last=(0,) * 3,
+        slo_s=(0.25,) * 3,
+        batch_fixed_s=costs.batch_fixed_s,
+        per_request_s=costs.per_request_s,
+        max_batch=profile.max_batch,
+        microbatch_fixed_s=costs.microbatch_fixed_s,
+        per_sample_s=costs.per_sample_s,
+        max_microbatch=profile.training.max_microbatch,
+        inference_cores=current or profile.cores.count,
+        split=costs.split,
+    )
+
+
+def dart(hysteresis: float = 0.05, **knobs: object) -> DartPolicy:
+    policy = DartPolicy(dataclasses.replace(DartPolicy().config, **knobs))  # type: ignore[arg-type]
+    policy.cores = CoreSplit(CoreSplitConfig(hysteresis=hysteresis))
+    return policy
+
+
+def cores_of(policy: DartPolicy, obs: Observation) -> int:
+    policy.update(obs)
+    alloc = policy.decide(obs)
+    return alloc.inference_cores or obs.cores
+
+
+@pytest.mark.parametrize("name", ["pi4", "pi5", "jetson-orin-nano"])
+def test_more_arrivals_or_backlog_never_give_inference_fewer_cores(name: str) -> None:
+    for current in (1, get_profile(name).cores.count):
+        by_load = [
+            cores_of(dart(0.0), observation(name, load, current=current)) for load in np.linspace(0, 1.2, 25)
+        ]
+        by_backlog = [cores_of(dart(0.0), observation(name, 0.3, q, current)) for q in range(0, 200, 10)]
+        assert by_load == sorted(by_load) and by_backlog == sorted(by_backlog)
+
+
+def test_an_idle_device_splits_and_an_overloaded_one_serves_on_every_core() -> None:
+    assert cores_of(dart(), observation("pi4", 0.0)) < 4
+    assert cores_of(dart(), observation("pi4", 1.1)) == 4
+    # split=off is today's time-shared DART on the whole device.
+    assert make_policy("dart:split=off").decide(observation("pi4", 0.0)).inference_cores is None
+
+
+def test_a_split_trains_on_the_training_lane_in_steps_a_burst_can_wait_for() -> None:
+    policy = dart()
+    obs = observation("pi4", 0.3)
+    policy.update(obs)
+    alloc = policy.decide(obs)
+    # A burst the whole device could carry overloads two serving cores: the training lane's
+    # steps end soon enough for them to get cores back within the SLO.
+    assert alloc.inference_cores == 2 and alloc.split_microbatch is not None
+    assert 1 <= alloc.split_microbatch < 32
+    # A remembered burst past what two cores could ever carry takes the cores back.
+    policy.peak_rates = [3 * r for r in obs.arrival_rate_per_s]
+    assert (policy.decide(obs).inference_cores or 4) > 2
+    # Where no step can be that short (a tight SLO), steps are full: a cap would only waste.
+    tight = dataclasses.replace(obs, slo_s=(0.03,) * 3)
+    policy.update(tight)
+    assert policy.decide(tight).split_microbatch in (None, 32)
+
+
+def test_the_split_moves_only_for_a_gain_past_the_band_and_the_switch_cost() -> None:
+    obs = observation("pi4", 0.0, current=1)  # at 1 core; 2 serve a little better idle
+    assert cores_of(dart(hysteresis=0.0), obs) == 2
+    assert cores_of(dart(hysteresis=0.5), obs) == 1
+    slow_switch = dataclasses.replace(obs, split=dataclasses.replace(obs.split, switch_s=100.0))  # type: ignore[arg-type]
+    assert cores_of(dart(hysteresis=0.0), slow_switch) == 1
+
+
+def test_every_decision_is_a_valid_allocation_and_deterministic() -> None:
+    rng = np.random.default_rng(3)
+    for name in ("pi4", "pi5", "jetson-orin-nano"):
+        n = get_profile(name).cores.count
+        for _ in range(200):
+            obs = dataclasses.replace(
+                observation(
+                    name, float(rng.uniform(0, 1.5)), int(rng.integers(0, 60)), int(rng.integers(1, n + 1))
+                ),
+                oldest_age_s=tuple(rng.uniform(0, 0.3, 3).tolist()),
+            )
+            a, b = dart(), dart()
+            first, second = (cores_of(p, obs) for p in (a, b))
+            assert first == second and 1 <= first <= n
+            alloc = a.decide(obs)
+            assert alloc == b.decide(obs)
+            assert alloc.split_microbatch is None or 1 <= alloc.split_microbatch <= obs.max_microbatch
+
+
+def test_bad_core_split_settings_are_refused() -> None:
+    with pytest.raises(ConfigError, match="hysteresis"):
+        CoreSplitConfig(hysteresis=1.5)
+    with pytest.raises(ConfigError, match="split must be on or off"):
+        make_policy("dart:split=maybe")
+    with pytest.raises(ConfigError, match="needs its inference cores"):
+        make_policy("cores")
+    with pytest.raises(ConfigError, match="k must be an integer >= 1"):
+        make_policy("cores:0")
+
+
+def test_the_small_split_decision_is_the_shared_one() -> None:
+    rng = np.random.default_rng(7)
+    for _ in range(500):
+        n = int(rng.integers(1, 8))
+        allowed = sorted(rng.choice(np.arange(0, 12), n, replace=False).tolist())
+        values = rng.normal(0, 1, n).round(1).tolist()  # ties happen
+        current = int(rng.integers(0, 12))
+        rule = SplitRule(
+            float(rng.uniform(0, 2)),
+            float(rng.uniform(0, 2)),
+            1.0,
+            float(rng.uniform(0, 0.3)),
+            int(rng.integers(0, 3)),
+        )
+        band = float(rng.uniform(0.1, 30)) if rng.uniform() < 0.5 else None
+        kwargs = {"units": 8, "scale": float(rng.uniform(0.1, 3)), "rule": rule, "band_scale": band}
+        assert choose_split_small(allowed, current, values, **kwargs) == choose_split(
+            allowed, current, values, **kwargs
+        )
+
+
+def test_in_the_tight_slo_regime_dart_trains_on_spare_cores_at_inference_only_slo() -> None:
+    # pi4 with a 30 ms SLO: a one-sample step takes 35 ms on one core, 15 ms on all four, so
+    # time sharing trains only in one-sample steps that delay whoever arrives during them
+    # (docs/benchmarks.md, "The hopeless regime"). Spare cores train without delaying anyone.
+    profile = get_profile("pi4")
+    rng = np.random.default_rng(1)
+    rate = 0.5 * profile.capacity_per_s(NAMES, (1.0, 1.0, 1.0))
+    n = int(rng.poisson(rate * 60.0))
+    arrivals = Arrivals(np.sort(rng.uniform(0, 60.0, n)), rng.integers(0, 3, n).astype(np.int64), NAMES, 60.0)
+    tasks = [TaskSpec(t, 0.030) for t in NAMES]
+    runs = {
+        s: summarize(simulate(arrivals, profile, tasks, make_policy(s), SimConfig()))
+        for s in ("dart", "dart:split=off", "inference-only")
+    }
+    assert runs["dart"]["train_samples"] > 0
+    assert runs["dart"]["slo_attainment"] >= runs["inference-only"]["slo_attainment"] - 0.01
