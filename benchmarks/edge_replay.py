@@ -9,7 +9,12 @@ For each model width (default: 1, where the request path dominates, and 24, a Pi
 4. `dartfl sim` runs the same trace on the measured profile; its p99 latency and trained
    samples are compared with the replay's.
 
+With `--split-cores` the profile also measures the [cores] table on two CPUs and a third
+replay runs DART on a split of the cores (`edge run --split-cores`), beside the time-shared
+agent (issue 15's real-agent comparison).
+
     .venv/bin/python benchmarks/edge_replay.py [--duration-s 120] [--widths 1,24] [--slo-ms 150]
+        [--load 0.5] [--split-cores]
 """
 
 from __future__ import annotations
@@ -48,6 +53,8 @@ def main() -> None:
     parser.add_argument("--slo-ms", type=float, default=150.0)
     parser.add_argument("--workload", default="pareto-onoff")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--load", type=float, default=0.5, help="mean offered load of the profile")
+    parser.add_argument("--split-cores", action="store_true", help="also replay DART on split cores")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     reports = []
@@ -64,13 +71,14 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
     """Profile the model, make the trace, replay it on real agents and simulate it."""
     profile_path = tmp / "profile.toml"
     model = ["--width", f"{width:g}"]
+    cores = ["--cores", "2"] if args.split_cores else []
     subprocess.run(
-        [DARTFL, "edge", "profile", *model, "-o", str(profile_path)], check=True, capture_output=True
+        [DARTFL, "edge", "profile", *model, *cores, "-o", str(profile_path)], check=True, capture_output=True
     )
     profile = load_profile_toml(profile_path)
 
     # The tasks cost about the same on this model, so the mix hardly moves the load.
-    rate = workloads.rate_for_load(profile, TASKS, [1.0] * len(TASKS), 0.5)
+    rate = workloads.rate_for_load(profile, TASKS, [1.0] * len(TASKS), args.load)
     arrivals = workloads.generate(
         args.workload,
         duration_s=args.duration_s,
@@ -84,9 +92,16 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
 
     common = ["--trace", str(trace), "--profile-file", str(profile_path), "--slo-ms", f"{args.slo_ms:g}"]
     replays = {}
-    for policy in ("dart", "inference-only"):
-        agent = [f"--agent-arg={a}" for a in (*model, "--publish-every-s", "0", "--max-train", "3000")]
-        replays[policy] = run_json(
+    runs: list[tuple[str, str, tuple[str, ...]]] = [
+        ("dart", "dart", ()),
+        ("inference-only", "inference-only", ()),
+    ]
+    if args.split_cores:
+        runs.append(("dart --split-cores", "dart", ("--split-cores",)))
+    for name, policy, extra in runs:
+        flags = (*model, "--publish-every-s", "0", "--max-train", "3000", *extra)
+        agent = [f"--agent-arg={a}" for a in flags]
+        replays[name] = run_json(
             ["edge", "replay", "--spawn-agent", "--policy", policy, *common, *agent, "--json", "--no-store"]
         )
     sim = run_json(["sim", *common, "--policy", "dart", "--policy", "inference-only", "--json", "--no-store"])
@@ -97,6 +112,7 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
         "profile": {"width": width, "file": profile_path.read_text()},
         "workload": {
             "name": args.workload,
+            "load": args.load,
             "requests": arrivals.num_requests,
             "duration_s": arrivals.duration_s,
         },
@@ -115,6 +131,14 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
         "dart_slo_points_below_inference_only": 100 * (io_real["slo_attainment"] - d_real["slo_attainment"]),
         "dart_harvest": d_real["harvest_efficiency"],
     }
+    if args.split_cores:
+        split = replays["dart --split-cores"]
+        report["targets"]["split_slo_points_below_inference_only"] = 100 * (
+            io_real["slo_attainment"] - split["slo_attainment"]
+        )
+        report["targets"]["split_over_time_shared_samples"] = split["train_samples"] / max(
+            1, d_real["train_samples"]
+        )
     return report
 
 
