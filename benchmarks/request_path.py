@@ -30,6 +30,7 @@ import numpy as np
 
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
+from dartfl.errors import DartflError
 from dartfl.profiles import get_profile
 from fltask.data import load_tasks
 from messaging.brokers import start_mosquitto
@@ -136,10 +137,19 @@ def ramp(kind: str, rates: list[float], step_s: float) -> list[dict[str, Any]]:
         under_test = _Device(kind, broker.url, device, Path(tmp) / f"{kind}.log")
         try:
             wait_for_status(broker.url, device, "online", timeout_s=120)
+            failed = 0
             for i, rate in enumerate(rates):
-                row = _step(broker.url, device, rate, step_s, images, seed=i)
+                try:
+                    row = _step(broker.url, device, rate, step_s, images, seed=i)
+                except DartflError as exc:  # still swamped by the last step: its probe went unanswered
+                    print(kind, f"{rate:g}/s: {exc}", file=sys.stderr)
+                    break
                 rows.append(row)
                 print(kind, json.dumps(row), file=sys.stderr)
+                # Past the knee a device only falls further behind: two lossy steps end the ramp.
+                failed = failed + 1 if row["lost"] else 0
+                if failed == 2:
+                    break
         finally:
             under_test.stop()
     return rows
