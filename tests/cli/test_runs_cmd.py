@@ -245,43 +245,34 @@ def test_a_recorded_run_lasts_from_its_start_not_from_when_it_was_recorded(tmp_p
     assert run.duration_s is not None and run.duration_s >= 62.0
 
 
-def test_dartfl_sim_records_the_time_the_simulation_took(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("module", "argv", "kind"),
+    [
+        (
+            "sim_cmd",
+            ["sim", "--workload", "poisson", "--duration-s", "5", "--profile", "pi4", "--policy", "dart"],
+            "sim",
+        ),
+        # `dc sim` started its run in the store once the simulation was over: 0.02 s for 62 s.
+        ("dc_cmd", ["dc", "sim", "--gpus", "8", "--steps", "2", "--policy", "static:0.5"], "dc"),
+    ],
+)
+def test_a_simulation_records_the_time_it_took(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, module: str, argv: list[str], kind: str
 ) -> None:
-    from dartfl.cli import sim_cmd
+    import importlib
 
     class SlowClock:  # the simulation "began" 62 s before it was recorded
         @staticmethod
         def time() -> float:
             return time.time() - 62.0
 
-    monkeypatch.setattr(sim_cmd, "time", SlowClock)
+    monkeypatch.setattr(importlib.import_module(f"dartfl.cli.{module}"), "time", SlowClock)
     store = tmp_path / "runs.sqlite"
-    argv = ["sim", "--workload", "poisson", "--duration-s", "5", "--profile", "pi4", "--policy", "dart"]
     assert main([*argv, "--no-plot", "--json", "--store", str(store)]) == 0
     with RunStore(store) as runs:
         (run,) = runs.list_runs()
-    assert run.duration_s is not None and run.duration_s >= 62.0
-
-
-def test_dartfl_dc_sim_records_the_time_the_simulation_took(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # `dc sim` started its run in the store once the simulation was over: 0.02 s for 62 s.
-    from dartfl.cli import dc_cmd
-
-    class SlowClock:  # the simulation "began" 62 s before it was recorded
-        @staticmethod
-        def time() -> float:
-            return time.time() - 62.0
-
-    monkeypatch.setattr(dc_cmd, "time", SlowClock)
-    store = tmp_path / "runs.sqlite"
-    argv = ["dc", "sim", "--gpus", "8", "--steps", "2", "--policy", "static:0.5"]
-    assert main([*argv, "--no-plot", "--json", "--store", str(store)]) == 0
-    with RunStore(store) as runs:
-        (run,) = runs.list_runs()
-    assert run.kind == "dc"
+    assert run.kind == kind
     assert run.duration_s is not None and run.duration_s >= 62.0
 
 
