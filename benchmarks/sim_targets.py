@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
 from scenarios import Scenario, arrivals_for, scenarios
-from verdict import bench_parser, run_rows, simulate_all, verdict
+from verdict import bench_parser, run_rows, simulate_all, verdict, verdict_cells, verdict_counts
 
 
 def evaluate(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
@@ -47,19 +47,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        rival = f"{r['best_rival']} {r['best_rival_slo']:.4f} / {r['best_rival_harvest']:.3f}"
-        lines.append(
-            f"| {r['scenario']} | {r['requests']} | {r['io_slo']:.4f} "
-            f"| {r['dart_slo']:.4f} / {r['dart_harvest']:.3f} "
-            f"| {r['base_slo']:.4f} / {r['base_harvest']:.3f} "
-            f"| {r['training_miss_fraction']:.4f} ({r['miss_bound']:.4f}) "
-            f"| {rival if r['best_rival'] != '-' else '-'} | {r['verdict']} |"
-        )
-    met = {k: sum(r[k] for r in rows) for k in ("slo_ok", "undominated", "promise_kept", "foundation_ok")}
-    lines.append(
-        f"\n{len(rows)} scenarios: SLO within 1 point {met['slo_ok']}, not dominated {met['undominated']}, "
-        f"promise kept {met['promise_kept']}; the foundation's 1.2x harvest target {met['foundation_ok']}."
-    )
+        lines.append(f"| {r['scenario']} | {r['requests']} {verdict_cells(r)}")
+    foundation = sum(r["foundation_ok"] for r in rows)
+    lines.append(f"{verdict_counts(rows, 'scenarios')}; the foundation's 1.2x harvest target {foundation}.")
     return "\n".join(lines)
 
 

@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
-from verdict import bench_parser, run_rows, simulate_all, verdict
+from verdict import bench_parser, run_rows, simulate_all, verdict, verdict_cells, verdict_counts
 
 import workloads
 from dartfl.arrivals import Arrivals
@@ -161,19 +161,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     )
     lines = [head]
     for r in rows:
-        lines.append(
-            f"| {r['scenario']} | {r['requests']} | {r['cv_1s']:.2f} | {r['peak_to_mean_10s']:.1f} "
-            f"| {r['io_slo']:.4f} | {r['dart_slo']:.4f} / {r['dart_harvest']:.3f} "
-            f"| {r['base_slo']:.4f} / {r['base_harvest']:.3f} "
-            f"| {r['training_miss_fraction']:.4f} ({r['miss_bound']:.4f}) "
-            f"| {r['best_rival']} {r['best_rival_slo']:.4f} / {r['best_rival_harvest']:.3f} "
-            f"| {r['verdict']} |"
-        )
-    met = {k: sum(r[k] for r in rows) for k in ("slo_ok", "undominated", "promise_kept")}
-    lines.append(
-        f"\n{len(rows)} runs: SLO within 1 point {met['slo_ok']}, not dominated {met['undominated']}, "
-        f"promise kept {met['promise_kept']}."
-    )
+        burstiness = f"{r['cv_1s']:.2f} | {r['peak_to_mean_10s']:.1f}"
+        lines.append(f"| {r['scenario']} | {r['requests']} | {burstiness} {verdict_cells(r)}")
+    lines.append(f"{verdict_counts(rows, 'runs')}.")
     return "\n".join(lines)
 
 

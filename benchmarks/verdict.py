@@ -138,3 +138,24 @@ def run_rows(
         print(markdown(rows).splitlines()[-1].strip())
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def verdict_cells(r: dict[str, Any]) -> str:
+    """The columns a verdict row shares in every table, from inference-only's SLO to the verdict."""
+    rival = f"{r['best_rival']} {r['best_rival_slo']:.4f} / {r['best_rival_harvest']:.3f}"
+    if r["best_rival"] == "-":
+        rival = "-"
+    return (
+        f"| {r['io_slo']:.4f} | {r['dart_slo']:.4f} / {r['dart_harvest']:.3f} "
+        f"| {r['base_slo']:.4f} / {r['base_harvest']:.3f} "
+        f"| {r['training_miss_fraction']:.4f} ({r['miss_bound']:.4f}) | {rival} | {r['verdict']} |"
+    )
+
+
+def verdict_counts(rows: Rows, noun: str) -> str:
+    """The line under a verdict table: how many rows meet each target."""
+    met = {k: sum(r[k] for r in rows) for k in ("slo_ok", "undominated", "promise_kept")}
+    return (
+        f"\n{len(rows)} {noun}: SLO within 1 point {met['slo_ok']}, not dominated {met['undominated']}, "
+        f"promise kept {met['promise_kept']}"
+    )
