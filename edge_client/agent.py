@@ -65,7 +65,9 @@ from edge_client.agent_lanes import LaneThreads
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
 from edge_client.answered import RecentRequests
+from edge_client.path_meter import NetworkThreadMeter
 from edge_client.telemetry import RequestStats
+from edge_client.transit import TransitClock
 
 if TYPE_CHECKING:
     from edge_client.agent_link import DeviceLink
@@ -79,6 +81,8 @@ __all__ = ["Agent", "AgentConfig"]
 
 DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
 PAYLOADS = ("json", "binary")  # the request forms the agent decodes, advertised in its status
+REPRICE = 0.1  # a change of a request's price that is worth a new status
+ADMITTED_LATE = 0.05  # admission steers its margin until this share of admitted requests miss
 
 
 class Agent:
@@ -105,6 +109,7 @@ class Agent:
                 config.period_s,
                 max_decisions=DECISIONS_KEPT,
                 deadline_admission=config.deadline_admission,
+                admission_miss_target=ADMITTED_LATE,
                 lanes=lanes,
                 concurrent_steps=False,
             ),
@@ -112,6 +117,9 @@ class Agent:
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
         self._cond = threading.Condition()  # serialises the executor; notified on every request
+        self._path_meter = NetworkThreadMeter(self._observe_path)  # prices the network thread's work
+        self._transit = TransitClock()  # how long each request waited on its way here
+        self._status_price: tuple[float, ...] | None = None  # per-request costs the status last said
         self.stats = RequestStats()
         self.recent = RecentRequests()  # a request delivered twice is answered once
         self.counters = Counters(ce_sum_per_task=[0.0] * len(config.tasks), started_s=now)
@@ -362,7 +370,7 @@ class Agent:
     # -- ingress (paho's thread) --------------------------------------------------------------
 
     def _on_message(self, message: Message) -> None:
-        started = time.thread_time()
+        entered = self._path_meter.entered()
         admit_request(
             message,
             self.task_index,
@@ -372,12 +380,17 @@ class Agent:
             self._reply,
             reply_rule=self.config.reply_topics,
             recent=self.recent,
+            transit=self._transit,
         )
-        self._add_overhead(time.thread_time() - started)
+        self._add_overhead(self._path_meter.left(entered))
 
-    def _admit(self, received_s: float, task: int, request: QueuedRequest) -> Admission:
+    def _observe_path(self, requests: int, receive_cpu_s: float, ingress_cpu_s: float) -> None:
         with self._cond:
-            outcome = self.device.admit(received_s, task, request)
+            self._costs.observe_request_path(requests, receive_cpu_s, ingress_cpu_s)
+
+    def _admit(self, received_s: float, task: int, request: QueuedRequest, waited_s: float) -> Admission:
+        with self._cond:
+            outcome = self.device.admit(received_s, task, request, waited_s)
             if outcome == "queued":
                 self._cond.notify()
             return outcome
@@ -482,6 +495,8 @@ class Agent:
     ) -> None:
         """The retained status: online/offline, the cost profile (and the final report)."""
         if self._link is not None:
+            with self._cond:
+                self._status_price = self._costs.per_request_s
             self._link.status(
                 DeviceStatus(
                     self.config.device_id, online, time.time(), self.cost_profile(), report, error, PAYLOADS
@@ -492,5 +507,15 @@ class Agent:
         while not self._stop.wait(self.config.telemetry_period_s):
             try:
                 self._publish_telemetry()
+                self._republish_if_repriced()
             except Exception:  # a broken link must not kill the device; paho reconnects
                 log.exception("telemetry publish failed")
+
+    def _republish_if_repriced(self) -> None:
+        """A new retained status when what a request costs has moved by REPRICE since the last:
+        a replayer sizes `--target-load` from the status, so it must not keep the start's guess."""
+        with self._cond:
+            price = self._costs.per_request_s
+        last = self._status_price
+        if last is None or any(abs(p - q) > REPRICE * q for p, q in zip(price, last, strict=True)):
+            self._republish_online()

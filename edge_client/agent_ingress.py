@@ -23,6 +23,7 @@ from dartfl.executor import Admission
 from dartfl.protocol import ReplyTopicRule
 from edge_client.answered import RecentRequests
 from edge_client.telemetry import RequestStats
+from edge_client.transit import TransitClock
 from messaging.link import Message
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,8 @@ __all__ = ["Admit", "QueuedRequest", "admit_request"]
 
 @dataclass(frozen=True, slots=True, eq=False)
 class QueuedRequest:
-    """A decoded request waiting for service; `received_s` is the agent's monotonic clock."""
+    """A decoded request waiting for service. `received_s` is on the agent's monotonic clock:
+    when it was received, less what it had waited on its way (edge_client/transit.py)."""
 
     id: str
     task: int
@@ -46,7 +48,8 @@ class QueuedRequest:
 # Publishes a reply: (reply topic, (payload, content type), MQTT 5 correlation data).
 Reply = Callable[[str, protocol.Encoded, bytes | None], None]
 # Hands a request to the device executor (under the agent's lock): queued or refused, and why.
-Admit = Callable[[float, int, QueuedRequest], Admission]
+# Its arguments: when it was received, its task, the request, how long it had waited on its way.
+Admit = Callable[[float, int, QueuedRequest, float], Admission]
 
 
 def admit_request(
@@ -59,11 +62,14 @@ def admit_request(
     *,
     reply_rule: ReplyTopicRule = "requester",
     recent: RecentRequests | None = None,
+    transit: TransitClock | None = None,
 ) -> None:
     """Decode one request message (messaging.link.Message) and queue it, or answer it now.
     A copy of a request in `recent` is not a request: it gets the answer already sent, or
-    nothing while the first is still pending (edge_client.answered)."""
+    nothing while the first is still pending (edge_client.answered). With `transit`, a
+    request's SLO runs from when it was sent (edge_client/transit.py)."""
     received = time.monotonic()
+    received_at = time.time()
     try:
         _, task = protocol.parse_request_topic(message.topic)
         request = protocol.decode_any_request(
@@ -100,16 +106,17 @@ def admit_request(
                 return
         stats.count(requests=1)
         task_id = task_index[request.task]
+        waited = 0.0 if transit is None else transit.waited_s(request.reply_to, request.sent_at, received_at)
         queued = QueuedRequest(
             request.id,
             task_id,
             request.reply_to,
             request.image,
-            received,
+            received - waited,
             request.correlation_data,
             request.binary,
         )
-        reason = admit(received, task_id, queued)
+        reason = admit(received, task_id, queued, waited)
         if reason != "queued":
             stats.rejected_now(received)
             refused = protocol.refusal(request.binary, request.id, reason, request.task)

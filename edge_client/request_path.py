@@ -26,6 +26,7 @@ from dartfl.policies import make_policy
 from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.telemetry import RequestStats
+from edge_client.transit import TransitClock
 from messaging.link import Message, MqttLink, connect
 
 __all__ = ["ingress_cost_s", "measure_request_path", "publish_cost_s", "receive_cost_s"]
@@ -43,9 +44,9 @@ def ingress_cost_s(profile: DeviceProfile, tasks: Sequence[str], reps: int = ING
     )
     lock = threading.Condition()
 
-    def admit(received_s: float, task: int, request: QueuedRequest) -> Admission:
+    def admit(received_s: float, task: int, request: QueuedRequest, waited_s: float) -> Admission:
         with lock:
-            outcome = device.admit(received_s, task, request)
+            outcome = device.admit(received_s, task, request, waited_s)
             lock.notify()
             return outcome
 
@@ -56,10 +57,12 @@ def ingress_cost_s(profile: DeviceProfile, tasks: Sequence[str], reps: int = ING
         Message(topic, protocol.encode_request(f"c{i}", IMAGE, reply, sent_at=time.time()), 1, False)
         for i in range(reps)
     ]
-    stats = RequestStats()
+    stats, transit = RequestStats(), TransitClock()
     started = time.thread_time()
     for message in messages:
-        admit_request(message, task_index, protocol.MAX_REQUEST_BYTES, admit, stats, lambda *_: None)
+        admit_request(
+            message, task_index, protocol.MAX_REQUEST_BYTES, admit, stats, lambda *_: None, transit=transit
+        )
     return (time.thread_time() - started) / reps
 
 

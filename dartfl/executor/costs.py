@@ -106,19 +106,19 @@ class StaticCosts:
         pass
 
 
-# How fast the ingress cost follows new measurements: about the last 1,000 requests.
-INGRESS_WEIGHT = 1e-3
+# How fast the network thread's costs follow new measurements: about the last 1,000 requests.
+PATH_WEIGHT = 1e-3
 
 
 class ProfiledCosts:
     """Online fits of every work item's duration, with `profile` (end to end) as the prior.
 
     A batch's measured duration covers what the executor thread spends on it: preparing the
-    inputs, the model, encoding and publishing the replies. What a request costs before it is
-    queued (decoding, admission, on the ingress thread) is told per request through
-    `observe_ingress`; receiving it off the network (paho's thread, which no handler can time)
-    stays at the profile's `receive_s`. Both are added to the per-request cost, so the
-    Observation prices a request by everything the device spends on it (docs/profiles.md).
+    inputs, the model, encoding and publishing the replies. What a request costs the network
+    thread (receiving it, decoding and admitting it, the acknowledgements) is told in sums
+    through `observe_request_path` (edge_client/path_meter.py measures it). Both are added to
+    the per-request cost, so the Observation prices a request by everything the device spends
+    on it (docs/profiles.md).
     There is one fit per task and one for training on the time-shared device, and one-core
     fits of the same for the lanes of a split: a split lane's item is told with its cores,
     and its duration times the lane's speedup is fitted (the request path's share of it is
@@ -136,9 +136,11 @@ class ProfiledCosts:
         ]
         train = shared.training
         self.training = ServiceTimeProfiler(train.microbatch_fixed_s, train.per_sample_s)
-        self.ingress_s = path.ingress_s  # smoothed CPU seconds to decode and admit a request
-        self._ingress_seen = 0
+        # Smoothed CPU seconds of the network thread per request: decoding and admitting it
+        # (ingress), and the rest of the thread's work for it (receive); the profile's until told.
+        self.ingress_s = path.ingress_s
         self.receive_s = path.receive_s
+        self._path_seen = 0
         self._profile = profile
         self._task_names = tuple(task_names)
         self._split_inference: list[ServiceTimeProfiler] = []
@@ -163,14 +165,17 @@ class ProfiledCosts:
         extra = self.ingress_s + self.receive_s
         return tuple(p.per_item_s + extra for p in self.inference)
 
-    def observe_ingress(self, cpu_s: float) -> None:
-        """One request's decode and admission took `cpu_s` of CPU time."""
-        if not (cpu_s >= 0.0 and math.isfinite(cpu_s)):
+    def observe_request_path(self, requests: int, receive_cpu_s: float, ingress_cpu_s: float) -> None:
+        """The network thread spent `receive_cpu_s` receiving and `ingress_cpu_s` decoding and
+        admitting `requests` requests (CPU time, summed)."""
+        if requests <= 0 or not (0.0 <= receive_cpu_s < math.inf and 0.0 <= ingress_cpu_s < math.inf):
             return
-        self._ingress_seen += 1
-        # A plain mean over the first requests, then an exponential one (no slow ramp from 0).
-        weight = max(INGRESS_WEIGHT, 1.0 / self._ingress_seen)
-        self.ingress_s += weight * (cpu_s - self.ingress_s)
+        self._path_seen += requests
+        # A plain mean over the first requests, then an exponential one over about the last
+        # 1 / PATH_WEIGHT (no slow ramp from the prior, no lag behind a lasting change).
+        weight = max(1.0 - (1.0 - PATH_WEIGHT) ** requests, requests / self._path_seen)
+        self.receive_s += weight * (receive_cpu_s / requests - self.receive_s)
+        self.ingress_s += weight * (ingress_cpu_s / requests - self.ingress_s)
 
     @property
     def microbatch_fixed_s(self) -> float:

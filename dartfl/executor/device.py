@@ -37,7 +37,7 @@ import numpy.typing as npt
 from dartfl.attribution import BusyPeriodDelay, is_training_miss
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
-from dartfl.executor.admission import earliest_finish_s
+from dartfl.executor.admission import AdmissionMargin, earliest_finish_s
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
 from dartfl.executor.lanes import CoreLanes, ServingPrices, serving_prices
@@ -73,6 +73,9 @@ class ExecutorConfig:
     record_periods: bool = False
     max_decisions: int | None = None
     deadline_admission: bool = True  # refuse what cannot make its SLO (dartfl/executor/admission.py)
+    # With deadline admission: the share of admitted requests that may miss, steered by a
+    # margin on the bound (AdmissionMargin; None: the bound alone, as the simulator plans).
+    admission_miss_target: float | None = None
     lanes: int = 1
     concurrent_steps: bool = True
 
@@ -85,6 +88,9 @@ class ExecutorConfig:
             )
         if self.max_decisions is not None and self.max_decisions < 1:
             raise ConfigError(f"max_decisions must be >= 1 or None, got {self.max_decisions}")
+        target = self.admission_miss_target
+        if target is not None and not 0.0 < target < 1.0:
+            raise ConfigError(f"admission_miss_target must be in (0, 1) or None, got {target}")
 
 
 class DeviceExecutor(Generic[R]):
@@ -150,6 +156,8 @@ class DeviceExecutor(Generic[R]):
         self.refusal_delay_cause_s = math.nan
         self.busy_until_s = -math.inf  # when the work item running now is expected to end
         self.past_deadline = 0  # requests refused because they could not make their SLO
+        target = cfg.admission_miss_target
+        self.margin = AdmissionMargin(target) if target is not None and cfg.deadline_admission else None
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
         self.periods: dict[str, list[float]] = {key: [] for key in PERIOD_KEYS}
         self.period_shares: list[tuple[float, ...]] = []
@@ -162,41 +170,43 @@ class DeviceExecutor(Generic[R]):
 
     # -- requests ---------------------------------------------------------------------------------
 
-    def admit(self, arrival_s: float, task: int, request: R) -> Admission:
-        """Queue `request` of `task`, or refuse it (the caller answers the refusal)."""
+    def admit(self, now_s: float, task: int, request: R, waited_s: float = 0.0) -> Admission:
+        """Queue `request` of `task`, or refuse it (the caller answers the refusal).
+
+        `waited_s`: how long it had already waited on its way here (edge_client/transit.py);
+        its SLO runs from then, so its latency and its deadline count that wait."""
         self._arrivals[task] += 1
         self.refusal_training_delay_s, self.refusal_delay_cause_s = 0.0, math.nan
         if self.closed:
             self._misses[task] += 1
             return "shutting-down"
-        if len(self._times[task]) >= self.capacity[task] or not self._in_time(arrival_s, task):
+        arrival_s = now_s - waited_s
+        if len(self._times[task]) >= self.capacity[task] or not self._in_time(now_s, arrival_s, task):
             self._misses[task] += 1  # a rejection counts as a miss
             return "queue-full"
         self._times[task].append(arrival_s)
         self._items[task].append(request)
-        self.training_delay.request_queued(arrival_s)
+        self.training_delay.request_queued(now_s)  # training can hold it back from now on
         self.backlog_total += 1
         if self.backlog_total > self.max_backlog:
             self.max_backlog = self.backlog_total
         return "queued"
 
-    def _in_time(self, now_s: float, task: int) -> bool:
+    def _in_time(self, now_s: float, arrival_s: float, task: int) -> bool:
         if not self.config.deadline_admission:
             return True
-        fixed, per = self._serving_prices()
-        finish = earliest_finish_s(
-            now_s,
-            self.busy_until_s,
-            task,
-            [len(q) for q in self._times],
-            self.head_deadlines_s(),
-            self.slo_s[task],
-            fixed,
-            per,
-            self.profile.max_batch,
-        )
-        deadline = now_s + self.slo_s[task]
-        if finish <= deadline:
+        deadline = arrival_s + self.slo_s[task]
+        backlog, heads = [len(q) for q in self._times], self.head_deadlines_s()
+        planned = deadline if self.margin is None else arrival_s + self.margin.fraction * self.slo_s[task]
+
+        def earliest(fixed: Sequence[float], per: Sequence[float]) -> float:
+            left_s = deadline - now_s  # of its SLO, after its wait on the way here
+            return earliest_finish_s(
+                now_s, self.busy_until_s, task, backlog, heads, left_s, fixed, per, self.profile.max_batch
+            )
+
+        finish = earliest(*self._serving_prices())
+        if finish <= planned:
             return True
         self.past_deadline += 1
         delay, cause = self.training_delay.delay_s, self.training_delay.cause_s
@@ -204,17 +214,7 @@ class DeviceExecutor(Generic[R]):
             start, end = self._step_running
             delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
         if self._serving is not None:  # split: the cores given to training are delay too
-            whole = earliest_finish_s(
-                now_s,
-                self.busy_until_s,
-                task,
-                [len(q) for q in self._times],
-                self.head_deadlines_s(),
-                self.slo_s[task],
-                self.costs.batch_fixed_s,
-                self.costs.per_request_s,
-                self.profile.max_batch,
-            )
+            whole = earliest(self.costs.batch_fixed_s, self.costs.per_request_s)
             if finish > whole:
                 delay, cause = delay + finish - whole, now_s
         if delay > 0.0 and finish - delay <= deadline:
@@ -425,11 +425,15 @@ class DeviceExecutor(Generic[R]):
         """The batch was answered at `now_s` after running `duration_s`."""
         k = batch.task
         slo, delay = self.slo_s[k], batch.training_delay_s
+        late = 0
         for arrived in batch.arrivals_s:
             if now_s - arrived > slo:
-                self._misses[k] += 1
+                late += 1
                 if is_training_miss(now_s - arrived, slo, delay):
                     self._training_misses[k] += 1
+        self._misses[k] += late
+        if self.margin is not None:
+            self.margin.answered(late, len(batch.arrivals_s) - late)
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s
         if self.lanes is None:

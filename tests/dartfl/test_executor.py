@@ -136,9 +136,18 @@ def test_the_cost_model_prices_a_request_end_to_end_and_publishes_what_it_plans_
     end_to_end = profile.inference_for("a")
     assert costs.per_request_s[0] == pytest.approx(end_to_end.per_request_s)
     assert costs.batch_fixed_s[0] == pytest.approx(end_to_end.batch_fixed_s)
-    for _ in range(2000):  # decoding turns out dearer than the profile said
-        costs.observe_ingress(1e-4)
-    assert costs.per_request_s[0] == pytest.approx(end_to_end.per_request_s + 8e-5, rel=1e-3)
+    # The network thread costs what the calibration said, then a burst makes it dearer:
+    # receiving 3x, decoding 5x. Told in sums of 64 requests, the price follows the change.
+    for _ in range(1000 // 64):
+        costs.observe_request_path(64, 64 * 6e-5, 64 * 2e-5)
+    assert costs.per_request_s[0] == pytest.approx(end_to_end.per_request_s)
+    for _ in range(6000 // 64):
+        costs.observe_request_path(64, 64 * 1.8e-4, 64 * 1e-4)
+    assert costs.per_request_s[0] == pytest.approx(end_to_end.per_request_s + 2e-4, rel=1e-2)
+    before = costs.per_request_s[0]
+    costs.observe_request_path(0, 1.0, 1.0)  # nothing to learn from: no request, no change
+    costs.observe_request_path(64, -1.0, 1e-3)  # a clock that went backwards: ignored
+    assert costs.per_request_s[0] == before
     published = costs.profile(profile, names)
     assert published.inference_for("a").per_request_s == pytest.approx(costs.per_request_s[0])
     assert published.inference_for("b").batch_fixed_s == pytest.approx(costs.batch_fixed_s[1])

@@ -4,6 +4,7 @@ message is answered with, and how rejections count."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 
@@ -15,6 +16,7 @@ from dartfl.types import TaskSpec
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.answered import RecentRequests
 from edge_client.telemetry import RequestStats
+from edge_client.transit import TransitClock
 from messaging.link import Message
 
 TASKS = {"digits": 0, "fashion": 1}
@@ -31,6 +33,8 @@ def _admit(
     device: DeviceExecutor[QueuedRequest],
     stats: RequestStats,
     reply_rule: protocol.ReplyTopicRule = "requester",
+    recent: RecentRequests | None = None,
+    transit: TransitClock | None = None,
 ) -> list[tuple[str, dict]]:
     sent: list[tuple[str, dict]] = []
     admit_request(
@@ -41,6 +45,8 @@ def _admit(
         stats,
         lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
         reply_rule=reply_rule,
+        recent=recent,
+        transit=transit,
     )
     return sent
 
@@ -52,9 +58,9 @@ def _reflecting(reply_to: str, task: str = "digits") -> Message:
     return Message(f"dartfl/v1/dev1/req/{task}", json.dumps(obj).encode(), 1, False)
 
 
-def _request(task: str, request_id: str = "r1") -> Message:
+def _request(task: str, request_id: str = "r1", sent_at: float | None = None) -> Message:
     image = np.zeros((28, 28), dtype=np.uint8)
-    payload = protocol.encode_request(request_id, image, REPLY)
+    payload = protocol.encode_request(request_id, image, REPLY, sent_at=sent_at)
     return Message(f"dartfl/v1/dev1/req/{task}", payload, 1, False)
 
 
@@ -127,15 +133,7 @@ def test_a_request_delivered_twice_is_taken_once_and_a_copy_of_an_answered_one_g
     sent: list[tuple[str, dict]] = []
 
     def admit(message: Message) -> None:
-        admit_request(
-            message,
-            TASKS,
-            1 << 20,
-            device.admit,
-            stats,
-            lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
-            recent=recent,
-        )
+        sent.extend(_admit(message, device, stats, recent=recent))
 
     admit(_request("digits", "a"))
     admit(_request("digits", "a"))  # still queued: dropped, its reply is on its way
@@ -153,3 +151,22 @@ def test_the_request_record_is_bounded_and_forgets_the_oldest_first() -> None:
     assert recent.take(REPLY, "a") == (True, None)  # forgotten: served again
     assert recent.take(REPLY, "c") == (False, None)
     assert recent.take("dartfl/v1/_reply/other", "c")[0]  # another requester's id is its own
+
+
+def test_a_request_that_waited_past_its_slo_on_its_way_is_refused_at_once() -> None:
+    # Issue 13: requests that queued in the broker behind a flooded network thread looked fresh
+    # when read, were admitted, and were answered seconds late. The requester's clock is 500 s
+    # off the agent's: only the transit beyond its fastest one counts.
+    device, stats, transit = _device(8), RequestStats(), TransitClock()
+    now = time.time()
+    skew = -500.0
+    fresh = _admit(_request("digits", "a", sent_at=now + skew), device, stats, transit=transit)
+    assert fresh == [] and device.backlog() == (1, 0)  # sets the floor; queued
+    late = _request("digits", "b", sent_at=now + skew - 1.0)  # sent 1 s before the fresh one
+    (topic, body), *rest = _admit(late, device, stats, transit=transit)
+    assert not rest and topic == REPLY and body["status"] == "rejected" and body["id"] == "b"
+    assert device.backlog() == (1, 0) and stats.rejected == 1
+    # Without sent_at, or without the clock, the same request is timed from when it was read.
+    assert _admit(_request("digits", "c", sent_at=now + skew - 1.0), device, stats) == []
+    assert _admit(_request("digits", "d"), device, stats, transit=transit) == []
+    assert device.backlog() == (3, 0)
