@@ -346,7 +346,8 @@ def test_at_1_5x_capacity_admitted_requests_meet_twice_the_slo_and_the_rest_are_
     growth = float(mb[len(mb) // 4 :].max()) - warm
     log.info(
         "%.1fx capacity (%.0f req/s) for %.0f s: %d requests, %d served, %d rejected, %d lost, %d resent; "
-        "served p50 %.0f ms, p99 %.0f ms; agent RSS %.0f MB warm, then %+.1f MB at most, %.0f MB at the end",
+        "served p50 %.0f ms, p99 %.0f ms; trained %d samples in %.1f s; "
+        "agent RSS %.0f MB warm, then %+.1f MB at most, %.0f MB at the end",
         OVERLOAD,
         rate,
         OVERLOAD_S,
@@ -357,6 +358,8 @@ def test_at_1_5x_capacity_admitted_requests_meet_twice_the_slo_and_the_rest_are_
         outcome.resent,
         s["p50_latency_s"] * 1e3,
         s["p99_latency_s"] * 1e3,
+        report["train_samples"],
+        report["training_busy_s"],
         warm,
         growth,
         mb[-1],
