@@ -34,7 +34,7 @@ import math
 
 import numpy as np
 
-from dartfl.sim.fleet_policies import FleetAllocation
+from dartfl.sim.fleet_policy_api import FleetAllocation
 from dartfl.sim.fleet_queueing import (
     blurred_uniform_cdf,
     busy_round,
