@@ -12,23 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dartfl.decisions import PER_TASK_FIELDS
 from dartfl.errors import ConfigError
 from dartfl.sim.fleet_types import FloatArray, IntArray
 from dartfl.types import Observation
 
 __all__ = ["FleetAllocation", "FleetObservation", "FleetPolicy"]
 
-# The observation's arrays, by shape: (devices, tasks) and (devices,).
-_PER_TASK = (
-    "backlog",
-    "oldest_age_s",
-    "arrivals_since_last",
-    "slo_misses_since_last",
-    "arrival_rate_per_s",
-    "slo_s",
-    "batch_fixed_s",
-    "per_request_s",
-)
+# The observation's per-device arrays, shape (devices,); the per-task ones, besides the
+# backlog, are the scalar Observation's (`PER_TASK_FIELDS`), shape (devices, tasks).
 _PER_DEVICE = ("max_batch", "microbatch_fixed_s", "per_sample_s", "max_microbatch")
 
 
@@ -66,7 +58,7 @@ class FleetObservation:
         if self.backlog.ndim != 2 or self.backlog.shape[1] == 0:
             raise ConfigError(f"fleet backlog must have shape (devices, tasks), got {self.backlog.shape}")
         shape = self.backlog.shape
-        for names, expected in ((_PER_TASK, shape), (_PER_DEVICE, shape[:1])):
+        for names, expected in ((PER_TASK_FIELDS, shape), (_PER_DEVICE, shape[:1])):
             for name in names:
                 if getattr(self, name).shape != expected:
                     raise ConfigError(
