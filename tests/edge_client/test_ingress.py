@@ -31,7 +31,9 @@ def _admit(
     device: DeviceExecutor[QueuedRequest],
     stats: RequestStats,
     reply_rule: protocol.ReplyTopicRule = "requester",
+    recent: RecentRequests | None = None,
 ) -> list[tuple[str, dict]]:
+    """The replies sent at once, as (topic, decoded reply)."""
     sent: list[tuple[str, dict]] = []
     admit_request(
         message,
@@ -41,6 +43,7 @@ def _admit(
         stats,
         lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
         reply_rule=reply_rule,
+        recent=recent,
     )
     return sent
 
@@ -127,15 +130,7 @@ def test_a_request_delivered_twice_is_taken_once_and_a_copy_of_an_answered_one_g
     sent: list[tuple[str, dict]] = []
 
     def admit(message: Message) -> None:
-        admit_request(
-            message,
-            TASKS,
-            1 << 20,
-            device.admit,
-            stats,
-            lambda topic, reply, _corr: sent.append((topic, json.loads(reply[0]))),
-            recent=recent,
-        )
+        sent.extend(_admit(message, device, stats, recent=recent))
 
     admit(_request("digits", "a"))
     admit(_request("digits", "a"))  # still queued: dropped, its reply is on its way
