@@ -12,7 +12,18 @@ from dataclasses import dataclass
 
 from dartfl.errors import ConfigError
 
-__all__ = ["Allocation", "CoreCosts", "Observation"]
+__all__ = ["PER_TASK_FIELDS", "Allocation", "CoreCosts", "Observation"]
+
+# The Observation's fields with one entry per task, besides `backlog` (which sets the count).
+PER_TASK_FIELDS = (
+    "oldest_age_s",
+    "arrivals_since_last",
+    "slo_misses_since_last",
+    "arrival_rate_per_s",
+    "slo_s",
+    "batch_fixed_s",
+    "per_request_s",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +97,7 @@ class Observation:
         k = len(self.backlog)
         if k == 0:
             raise ConfigError("an observation needs at least one task")
-        for name in (
-            "oldest_age_s",
-            "arrivals_since_last",
-            "slo_misses_since_last",
-            "arrival_rate_per_s",
-            "slo_s",
-            "batch_fixed_s",
-            "per_request_s",
-        ):
+        for name in PER_TASK_FIELDS:
             if len(getattr(self, name)) != k:
                 raise ConfigError(
                     f"observation field {name} has {len(getattr(self, name))} entries, expected {k}"

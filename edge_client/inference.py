@@ -1,20 +1,8 @@
-"""ONNX export of the multitask model and an ONNX Runtime engine with atomic hot swap.
+"""An ONNX Runtime engine for the exported multitask model, with atomic hot swap.
 
-A model directory holds one ONNX file per task (the trunk plus that task's head, dynamic
-batch dimension, weights inside the file), the PyTorch weights (`weights.npz`, so training
-can resume from this version after a restart) and `manifest.json`:
-
-    {"format": "dartfl-edge-model", "format_version": 1, "version": 3,
-     "input": {"name": "x", "shape": [null, 1, 28, 28], "dtype": "float32"},
-     "output": {"name": "logits"},
-     "tasks": {"digits": {"file": "digits.onnx", "num_classes": 10}, ...},
-     "weights": "weights.npz", "sha256": {"digits.onnx": "9f2c...", "weights.npz": "...", ...}}
-
-Export writes into a hidden temporary directory next to the target, fsyncs every file and the
-directory, and renames it into place, so a reader sees either no model directory or a
-complete one; the checksums let a reader tell a complete one from a damaged one
-(edge_client/model_versions.py). The engine swaps model sets
-whole: a new set is loaded and warmed up off to the side, then replaces the old one in one
+The engine serves a model directory (edge_client/model_dir.py: one ONNX file per task and a
+checked manifest, written atomically by `export_onnx`, which this module re-exports). It swaps
+model sets whole: a new set is loaded and warmed up off to the side, then replaces the old one in one
 assignment under a lock; a batch already running finishes on the set it started with.
 
 The engine runs on one ONNX Runtime execution provider, chosen by name (`ORT_PROVIDERS`: cpu,
@@ -25,29 +13,31 @@ back to CPU with one warning; with `strict_provider` it is a ProviderError inste
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
 import logging
-import os
-import shutil
-import tempfile
 import threading
 import time
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import torch
-from torch import nn
 
 from dartfl.errors import ConfigError, InputError
+from edge_client.model_dir import (
+    INPUT_NAME,
+    MANIFEST,
+    OUTPUT_NAME,
+    WEIGHTS,
+    ModelLoadError,
+    export_onnx,
+    file_sha256,
+    read_manifest,
+)
 from fltask.data import IMAGE_SHAPE
-from fltask.model import MultitaskCNN, get_weights
+from fltask.model import MultitaskCNN
 
 __all__ = [
     "MANIFEST",
@@ -64,12 +54,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-WEIGHTS = "weights.npz"  # the PyTorch state dict as numpy arrays (no pickle to load)
-FORMAT = "dartfl-edge-model"
-FORMAT_VERSION = 1
 MAX_BATCH = 4096
-_INPUT, _OUTPUT = "x", "logits"
 _CPU = "CPUExecutionProvider"
 # `--ort-provider NAME` -> the providers a session is given, most wanted first. TensorRT falls
 # back to CUDA for the nodes it cannot take, as ONNX Runtime documents.
@@ -80,116 +65,8 @@ ORT_PROVIDERS: dict[str, tuple[str, ...]] = {
 }
 
 
-class ModelLoadError(InputError):
-    """A model directory cannot be served (missing or bad manifest, unreadable ONNX file)."""
-
-
 class ProviderError(ConfigError):
     """The execution provider asked for strictly cannot serve here."""
-
-
-class _OneTask(nn.Module):
-    """The trunk and one head as a single-input module, the shape torch.onnx.export wants."""
-
-    def __init__(self, model: MultitaskCNN, task: str) -> None:
-        super().__init__()
-        self.model = model
-        self.task = task
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        logits: torch.Tensor = self.model(x, self.task)
-        return logits
-
-
-def export_onnx(
-    model: MultitaskCNN, directory: str | Path, *, version: int, overwrite: bool = False
-) -> dict[str, Path]:
-    """Write one ONNX file per task, the weights and the manifest into `directory`, atomically.
-
-    Call it between microbatches (it copies the weights first). Returns {task: path of its
-    ONNX file}. `directory` must not exist unless `overwrite`
-    (then the old one is moved aside and removed: export each version to a new directory to
-    keep a reader from ever finding none).
-    """
-    if not (isinstance(version, int) and version >= 0):
-        raise InputError(f"model version must be an integer >= 0, got {version!r}")
-    target = Path(directory)
-    if target.exists() and not overwrite:
-        raise InputError(f"{target} already exists; export each model version to a new directory")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # A private eval-mode copy: the caller's model keeps its mode and may train on afterwards.
-    frozen = copy.deepcopy(model).eval()
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    tasks: dict[str, dict[str, Any]] = {}
-    try:
-        for task, classes in frozen.task_classes.items():
-            path = tmp / f"{task}.onnx"
-            _export_one(frozen, task, path)
-            tasks[task] = {"file": path.name, "num_classes": classes}
-        with (tmp / WEIGHTS).open("wb") as out:
-            np.savez(out, allow_pickle=False, **get_weights(frozen))
-        manifest = {
-            "format": FORMAT,
-            "format_version": FORMAT_VERSION,
-            "version": version,
-            "input": {"name": _INPUT, "shape": [None, *IMAGE_SHAPE], "dtype": "float32"},
-            "output": {"name": _OUTPUT},
-            "tasks": tasks,
-            "weights": WEIGHTS,
-            "sha256": {path.name: file_sha256(path) for path in sorted(tmp.iterdir())},
-        }
-        (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        for path in tmp.iterdir():
-            _fsync(path)
-        _fsync(tmp)  # the entries themselves, before the rename publishes them
-        if target.exists():
-            aside = Path(tempfile.mkdtemp(prefix=f".{target.name}.old.", dir=target.parent))
-            target.rename(aside / target.name)
-            shutil.rmtree(aside)
-        tmp.rename(target)
-        _fsync(target.parent)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    log.info("exported model version %d for tasks %s to %s", version, ", ".join(tasks), target)
-    return {task: target / info["file"] for task, info in tasks.items()}
-
-
-def _export_one(model: MultitaskCNN, task: str, path: Path) -> None:
-    # The TorchScript exporter (dynamo=False): for this plain conv/linear graph it writes the
-    # same model as the dynamo exporter (outputs agree to 1e-7) about 40x faster (~20 ms
-    # against ~600 ms per task here), and a hot swap's export competes with serving for the
-    # CPU and the GIL, so its length is latency.
-    wrapper = _OneTask(model, task).eval()
-    example = torch.zeros(2, *IMAGE_SHAPE)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", (FutureWarning, DeprecationWarning, UserWarning))
-        torch.onnx.export(
-            wrapper,
-            (example,),
-            str(path),
-            input_names=[_INPUT],
-            output_names=[_OUTPUT],
-            dynamic_axes={_INPUT: {0: "batch"}, _OUTPUT: {0: "batch"}},
-            dynamo=False,
-            verbose=False,
-        )
-
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def torch_infer(model: MultitaskCNN, task: str, images: np.ndarray) -> np.ndarray:
@@ -281,7 +158,7 @@ class InferenceEngine:
         session = current.sessions.get(task)
         if session is None:
             raise InputError(f"unknown task {task!r}; the model serves: {', '.join(current.sessions)}")
-        return session.run([_OUTPUT], {_INPUT: batch})[0], current.version
+        return session.run([OUTPUT_NAME], {INPUT_NAME: batch})[0], current.version
 
     def swap(self, model_dir: str | Path) -> int:
         """Load, check and warm up the model in `model_dir`, then serve it; returns its version.
@@ -348,7 +225,7 @@ class InferenceEngine:
                 # Warm up at two batch sizes: the first run allocates; a model that cannot
                 # produce [b, classes] is caught here, before it serves anyone.
                 for b in (1, 2):
-                    out = session.run([_OUTPUT], {_INPUT: np.zeros((b, *IMAGE_SHAPE), np.float32)})[0]
+                    out = session.run([OUTPUT_NAME], {INPUT_NAME: np.zeros((b, *IMAGE_SHAPE), np.float32)})[0]
                     if out.shape != (b, info["num_classes"]):
                         raise ModelLoadError(
                             f"{path}: output shape {out.shape} for a batch of {b}, "
@@ -393,37 +270,3 @@ def _fallback(provider: str, reason: str, strict: bool) -> tuple[str, ...]:
         raise ProviderError(f"--ort-provider {provider} --ort-strict: {reason}; {hint}, or drop --ort-strict")
     log.warning("--ort-provider %s: %s; serving on CPU (%s)", provider, reason, hint)
     return (_CPU,)
-
-
-def read_manifest(directory: Path) -> dict[str, Any]:
-    """The checked manifest of a model directory, or ModelLoadError saying what is wrong."""
-    path = directory / MANIFEST
-    try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise ModelLoadError(f"{path}: no manifest; is {directory} a model exported by export_onnx?") from exc
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{path}: unreadable manifest: {exc}") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ModelLoadError(f"{path}: not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise ModelLoadError(
-            f"{path}: manifest format_version {manifest.get('format_version')!r}, "
-            f"this engine reads {FORMAT_VERSION}"
-        )
-    version, tasks = manifest.get("version"), manifest.get("tasks")
-    if not (isinstance(version, int) and version >= 0):
-        raise ModelLoadError(f"{path}: version must be an integer >= 0, got {version!r}")
-    if not isinstance(tasks, dict) or not tasks:
-        raise ModelLoadError(f"{path}: 'tasks' must map at least one task to its file")
-    for task, info in tasks.items():
-        ok = (
-            isinstance(info, dict)
-            and isinstance(info.get("file"), str)
-            and isinstance(info.get("num_classes"), int)
-        )
-        if not ok or "/" in info["file"] or info["file"].startswith("."):
-            raise ModelLoadError(
-                f"{path}: task {task!r} needs a plain 'file' name and an integer 'num_classes'"
-            )
-    return manifest

@@ -31,7 +31,7 @@ from typing import Final, Generic, TypeVar
 import numpy as np
 
 from dartfl.errors import ConfigError, InputError
-from edge_client.inference import WEIGHTS, ModelLoadError, file_sha256, read_manifest
+from edge_client.model_dir import WEIGHTS, ModelLoadError, file_sha256, read_manifest
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,8 @@
 """A thin paho-mqtt wrapper shared by the device agent and the replayer.
 
-One `MqttLink` = one paho client with its network loop on a background thread
-(`loop_start`), automatic reconnect with re-subscription, and incoming messages converted at
-this edge into `Message` values. Always paho's VERSION2 callback API (a bare `Client()`
-silently selects the old VERSION1 signatures).
+One `MqttLink` = one paho client (set up by messaging.paho_client) with its network loop on a
+background thread (`loop_start`), automatic reconnect with re-subscription, and incoming
+messages converted at this edge into `Message` values.
 
 `on_message` runs on paho's network thread: keep it short (decode and enqueue). An exception
 in it is logged and the link keeps running.
@@ -11,11 +10,10 @@ in it is logged and the link keeps running.
 `mqtts://` URLs use TLS (messaging.tls) with an `MqttSecurity`'s files and login. A TLS
 failure that retrying cannot fix (wrong CA, host name mismatch, no client certificate) or a
 refused login ends `connect()` at once with an `MqttSecurityError` naming the likely cause; a
-subscription the broker refuses, with an `MqttAclError` naming the topic; a CONNACK saying the
-broker does not speak the MQTT version, or a broker that takes the connection and stays silent
-after an MQTT 5 CONNECT (CONNACK_WAIT_S) or closes it twice before answering, with an
-`MqttVersionError`. Under MQTT 5 a publish
-the broker refuses is logged and kept as `MqttLink.refusal` (messaging.refusals).
+subscription the broker refuses, with an `MqttAclError` naming the topic; a broker that does
+not speak the MQTT version (it says so, or stays silent, messaging.handshake), with an
+`MqttVersionError`. Under MQTT 5 a publish the broker refuses is logged and kept as
+`MqttLink.refusal` (messaging.refusals).
 
 A broker that is not up (connection refused, unreachable, "server unavailable") is retried,
 after 1 s and then every 2 s (paho's reconnect), first connection included: `connect(...,
@@ -31,7 +29,6 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import sys
 import threading
 import time
@@ -40,11 +37,7 @@ from types import TracebackType
 from typing import Any, Final
 
 import paho.mqtt.client as paho
-from paho.mqtt.enums import CallbackAPIVersion
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
 
-from dartfl.errors import ConfigError
 from messaging.brokers import parse_broker_address
 from messaging.errors import (
     MqttAclError,
@@ -53,10 +46,12 @@ from messaging.errors import (
     MqttVersionError,
     MqttWaitStoppedError,
 )
-from messaging.messages import Message, Will, message_from_paho
+from messaging.handshake import UnansweredConnects, is_transient, refused_connection
+from messaging.messages import Message, Will, message_from_paho, publish_properties
+from messaging.paho_client import MQTT_V5, MQTT_V311, RECONNECT_MAX_S, paho_client, set_nodelay
 from messaging.refusals import Drops, PublishRefusals, Refusal, refused_subscription
 from messaging.security import MqttSecurity
-from messaging.tls import FailedAttempts, apply_security
+from messaging.tls import FailedAttempts
 
 log = logging.getLogger(__name__)
 
@@ -74,38 +69,7 @@ __all__ = [
     "connect",
 ]
 
-MQTT_V311: Final = "3.1.1"
-MQTT_V5: Final = "5"
-_PROTOCOLS: Final = {
-    MQTT_V311: paho.MQTTv311,
-    MQTT_V5: paho.MQTTv5,
-    paho.MQTTv311: paho.MQTTv311,
-    paho.MQTTv5: paho.MQTTv5,
-}
-# Outgoing QoS>0 messages paho keeps while the broker is away: bounded memory on a device.
-# Messages paho may hold while the broker has not acknowledged them: beyond it `publish` fails
-# (it returns False) instead of growing memory; a sender must count that, not ignore it.
-MAX_QUEUED_OUTGOING: Final = 10_000
-# Reconnect delays (paho doubles from the first to the last): a broker that comes back is
-# found within 2 s. A retry is one TCP SYN; a fleet of a thousand devices retrying every 2 s
-# costs a broker nothing next to the gap a 10 s delay left in their telemetry.
-RECONNECT_MIN_S: Final = 1
-RECONNECT_MAX_S: Final = 2
 _WAIT_SLICE_S: Final = 0.25  # how often a wait looks at its stop event
-_CLOSES_MEAN_NO_V5: Final = 2  # MQTT 5 connections closed before a CONNACK, in a row
-CONNACK_WAIT_S: Final = 5.0  # a broker silent this long after an MQTT 5 CONNECT does not speak it
-
-# What the broker says when it refuses a login (MQTT 3.1.1 and 5 wording).
-_AUTH_REFUSALS = ("not authorized", "bad user name or password")
-# Refusals of a broker that is up but cannot take the client now: paho retries, and so do we.
-_TRANSIENT_REFUSALS = ("server unavailable", "server busy", "quota exceeded", "connection rate exceeded")
-
-
-def _set_nodelay(client: paho.Client, userdata: Any, sock: Any) -> None:
-    """Requests and replies are single small packets: with Nagle's algorithm against the
-    peer's delayed ACK each hop would wait ~40 ms. paho leaves Nagle on, so turn it off."""
-    if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
 class MqttLink:
@@ -132,8 +96,7 @@ class MqttLink:
         self._failure: str | None = None
         self._failure_kind: type[MqttConnectError] = MqttConnectError
         self._ever_ready = False
-        self._opened_at: float | None = None  # when this attempt's socket opened, until its CONNACK
-        self._closed_unanswered = 0  # attempts in a row the broker closed before a CONNACK
+        self._unanswered = UnansweredConnects(label, v5=protocol == paho.MQTTv5)
         self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
         self._initial_mid: int | None = None
         self._initial_topics: list[str] = []
@@ -176,22 +139,13 @@ class MqttLink:
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
         with self._cond:
-            self._opened_at, self._closed_unanswered = None, 0
+            self._unanswered.answered()
         if reason.is_failure:
-            said = str(reason).lower()
-            if said in _TRANSIENT_REFUSALS:  # up but busy: paho tries again, as for a broker not up
+            if is_transient(reason):  # up but busy: paho tries again, as for a broker not up
                 self._note_failed_attempt(f"the broker refused the connection for now: {reason}")
                 return
-            hint, kind = "", MqttConnectError
-            if "protocol version" in said:
-                hint = " (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
-                kind = MqttVersionError
-            elif said in _AUTH_REFUSALS:
-                hint = " (check --mqtt-username and $DARTFL_MQTT_PASSWORD against the broker's accounts)"
-                kind = MqttSecurityError
             with self._cond:
-                self._failure = f"broker refused the connection: {reason}{hint}"
-                self._failure_kind = kind
+                self._failure, self._failure_kind = refused_connection(reason)
                 self._cond.notify_all()
             log.warning("%s: connection refused: %s", self._label, reason)
             return
@@ -212,9 +166,7 @@ class MqttLink:
         with self._cond:
             self._connected = False
             self._ready = False
-            if self._opened_at is not None and not self._ever_ready:  # no CONNACK came
-                self._closed_unanswered += 1
-            self._opened_at = None
+            self._unanswered.closed(self._ever_ready)
             self._cond.notify_all()
         if not self._closed and not self._drops.lost(reason):
             log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
@@ -239,32 +191,9 @@ class MqttLink:
             self._cond.notify_all()
 
     def _handle_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        _set_nodelay(client, userdata, sock)
+        set_nodelay(client, userdata, sock)
         with self._cond:
-            self._opened_at = time.monotonic()
-
-    def _unanswered_v5(self, deadline_passed: bool) -> MqttVersionError | None:
-        """A broker that took the TCP connection and then closed it before any CONNACK, twice
-        in a row, or that has not answered an MQTT 5 CONNECT in CONNACK_WAIT_S, does not speak
-        MQTT 5: some 3.1.1-only brokers do that instead of refusing (amqtt stays silent on a
-        CONNECT with a will). With `_cond` held. A broker that is not up refuses the TCP
-        connection and never gets here."""
-        if self._protocol != paho.MQTTv5:
-            return None
-        if self._closed_unanswered >= _CLOSES_MEAN_NO_V5:
-            return MqttVersionError(
-                f"{self._label}: the broker closed {self._closed_unanswered} MQTT 5 connections in a "
-                "row before answering (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
-            )
-        if self._opened_at is None:
-            return None
-        silent_s = time.monotonic() - self._opened_at
-        if silent_s < CONNACK_WAIT_S and not (deadline_passed and silent_s > 1.0):
-            return None
-        return MqttVersionError(
-            f"{self._label}: the broker took the connection but did not answer an MQTT 5 CONNECT "
-            f"within {silent_s:.0f} s (this broker speaks MQTT 3.1.1 only: use protocol=MQTT_V311)"
-        )
+            self._unanswered.opened(time.monotonic())
 
     def _mark_ready(self) -> None:
         with self._cond:
@@ -328,7 +257,11 @@ class MqttLink:
                 )
                 ready, failure, last = self._ready, self._failure, self._attempts.last
                 over = time.monotonic() >= deadline
-                silent = None if ready or failure is not None else self._unanswered_v5(over)
+                silent = (
+                    None
+                    if ready or failure is not None
+                    else self._unanswered.version_error(time.monotonic(), over)
+                )
             if silent is not None:
                 raise silent
             if failure is not None:
@@ -368,16 +301,8 @@ class MqttLink:
         QoS 0 while disconnected, or the outgoing queue is full. The MQTT 5 properties are
         ignored under 3.1.1."""
         props = None
-        if self._protocol == paho.MQTTv5 and (
-            response_topic is not None or correlation_data is not None or content_type is not None
-        ):
-            props = Properties(PacketTypes.PUBLISH)
-            if response_topic is not None:
-                props.ResponseTopic = response_topic
-            if correlation_data is not None:
-                props.CorrelationData = correlation_data
-            if content_type is not None:
-                props.ContentType = content_type
+        if self._protocol == paho.MQTTv5:
+            props = publish_properties(response_topic, correlation_data, content_type)
         info = self._client.publish(topic, payload, qos=qos, retain=retain, properties=props)
         if info.rc == paho.MQTT_ERR_SUCCESS or (info.rc == paho.MQTT_ERR_NO_CONN and qos > 0):
             if qos > 0:
@@ -468,26 +393,11 @@ def connect(
     address = parse_broker_address(url)
     security = security or MqttSecurity()
     security.check(url, tls=address.tls)
-    if protocol not in _PROTOCOLS:
-        raise ConfigError(
-            f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
-        )
-    version = _PROTOCOLS[protocol]
     # The shipped broker names a logged-in client after its account, so that no account can
     # take over another's connection: so do we, and two processes on one account behave
     # alike on every broker (each closes the other's connection, see _handle_disconnect).
     client_id = security.username or client_id
-    client = paho.Client(
-        CallbackAPIVersion.VERSION2,
-        client_id=client_id,
-        protocol=version,
-        clean_session=True if version == paho.MQTTv311 else None,
-    )
-    client.max_queued_messages_set(MAX_QUEUED_OUTGOING)
-    client.reconnect_delay_set(RECONNECT_MIN_S, RECONNECT_MAX_S)
-    apply_security(client, security, tls=address.tls)
-    if will is not None:
-        client.will_set(will.topic, will.payload, qos=will.qos, retain=will.retain)
+    client, version = paho_client(client_id, protocol, security, tls=address.tls, will=will)
     scheme = "mqtts" if address.tls else "mqtt"
     label = f"{scheme} {client_id}@{address.host}:{address.port}"
     attempts = FailedAttempts(f"{address.host}:{address.port}", security, tls=address.tls)

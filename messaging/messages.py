@@ -1,13 +1,15 @@
-"""The values that cross the paho edge: a received `Message` (MQTT 5 properties included) and
-the last `Will` a client leaves with the broker."""
+"""The values that cross the paho edge: a received `Message` (MQTT 5 properties included),
+the MQTT 5 properties of a publish, and the last `Will` a client leaves with the broker."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 import paho.mqtt.client as paho
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
-__all__ = ["Message", "Will", "message_from_paho"]
+__all__ = ["Message", "Will", "message_from_paho", "publish_properties"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +49,19 @@ def message_from_paho(msg: paho.MQTTMessage) -> Message:
         correlation_data=bytes(correlation) if isinstance(correlation, bytes | bytearray) else None,
         content_type=content_type if isinstance(content_type, str) else None,
     )
+
+
+def publish_properties(
+    response_topic: str | None, correlation_data: bytes | None, content_type: str | None
+) -> Properties | None:
+    """The MQTT 5 properties of a publish; None when it sets none."""
+    if response_topic is None and correlation_data is None and content_type is None:
+        return None
+    props = Properties(PacketTypes.PUBLISH)
+    if response_topic is not None:
+        props.ResponseTopic = response_topic
+    if correlation_data is not None:
+        props.CorrelationData = correlation_data
+    if content_type is not None:
+        props.ContentType = content_type
+    return props

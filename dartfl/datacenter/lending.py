@@ -24,12 +24,64 @@ from dartfl.datacenter.roles import GpuRoles
 from dartfl.datacenter.trainer import Trainer
 from dartfl.datacenter.types import DcConfig, StepReport
 
-__all__ = ["RECLAIM_OVER_LEND", "HybridLending"]
+__all__ = ["RECLAIM_OVER_LEND", "HybridLending", "LendingBooks"]
 
 RECLAIM_OVER_LEND = 3.3 / 9.1  # verl-omni PR 575: switch_to_trainer 3.3 s, switch_to_rollout 9.1 s
 
 
-class HybridLending:
+class LendingBooks:
+    """What a lending policy's step report counts since the last one: how long the trainer,
+    holding its GPUs, waited for data (and how many groups short it was), and the dead time of
+    the last switch each way. The simulator's lending and the Ray engine's keep the same books."""
+
+    def __init__(self) -> None:
+        self.last_lend_s = self.last_reclaim_s = 0.0  # switches since the last step report
+        self.wait_since = -1.0  # the trainer holds its GPUs and waits for data since then
+        self.step_wait_s = 0.0
+        self.step_wait_groups = 0
+
+    def _wait_starts(self, now: float, started: bool) -> bool:
+        """Books the trainer's wait for data (verl's sample wait); True when a wait begins now,
+        for the caller to add the groups it is short."""
+        if started:
+            if self.wait_since >= 0:
+                self.step_wait_s += now - self.wait_since
+            self.wait_since = -1.0
+        elif self.wait_since < 0:
+            self.wait_since = now
+            return True
+        return False
+
+    def _step_report(
+        self,
+        version: int,
+        steps_left: int,
+        batch_groups: int,
+        minibatches: int,
+        sampleable_groups: int,
+        standalone_gpus: int,
+        trainer_gpus: int,
+    ) -> StepReport:
+        """The report of the step that ended, with the books; they start again."""
+        report = StepReport(
+            version=version,
+            steps_left=steps_left,
+            batch_groups=batch_groups,
+            minibatches=minibatches,
+            sampleable_groups=sampleable_groups,
+            wait_s=self.step_wait_s,
+            wait_groups=self.step_wait_groups,
+            lend_s=self.last_lend_s,
+            reclaim_s=self.last_reclaim_s,
+            standalone_gpus=standalone_gpus,
+            trainer_gpus=trainer_gpus,
+        )
+        self.step_wait_s, self.step_wait_groups = 0.0, 0
+        self.last_lend_s = self.last_reclaim_s = 0.0
+        return report
+
+
+class HybridLending(LendingBooks):
     def __init__(
         self,
         config: DcConfig,
@@ -39,6 +91,7 @@ class HybridLending:
         engine: RolloutEngine,
         run: DcRun,
     ) -> None:
+        super().__init__()
         self.c, self.policy, self.roles, self.trainer, self.engine, self.run = (
             config,
             policy,
@@ -53,10 +106,6 @@ class HybridLending:
         self.ready_at = -1.0  # end of the dead time of the switch in flight
         self.lend_at = -1.0  # a decided lend starts then (end of the weight send); <0: none
         self.lent_gpus = 0
-        self.last_lend_s = self.last_reclaim_s = 0.0  # switches since the last step report
-        self.wait_since = -1.0  # the trainer holds its GPUs and waits for data since then
-        self.step_wait_s = 0.0
-        self.step_wait_groups = 0
 
     def next_event(self) -> float:
         return max(self.lend_at, self.ready_at)
@@ -64,21 +113,10 @@ class HybridLending:
     def step_ended(self, now: float) -> None:
         """Called when a step's compute ends (the trainer's weight send follows)."""
         t, c = self.trainer, self.c
-        report = StepReport(
-            version=t.version,
-            steps_left=c.steps - t.version,
-            batch_groups=c.batch_groups,
-            minibatches=c.minibatches,
-            sampleable_groups=t.sampleable(),
-            wait_s=self.step_wait_s,
-            wait_groups=self.step_wait_groups,
-            lend_s=self.last_lend_s,
-            reclaim_s=self.last_reclaim_s,
-            standalone_gpus=self.roles.rollout,
-            trainer_gpus=self.roles.train,
+        left, roles = c.steps - t.version, self.roles
+        report = self._step_report(
+            t.version, left, c.batch_groups, c.minibatches, t.sampleable(), roles.rollout, roles.train
         )
-        self.step_wait_s, self.step_wait_groups = 0.0, 0
-        self.last_lend_s = self.last_reclaim_s = 0.0
         if self.policy.step_end(report):
             self.lend_at = t.train_until
 
@@ -109,12 +147,7 @@ class HybridLending:
 
     def waiting(self, now: float, started: bool) -> None:
         """Books the trainer's wait for data while it holds its GPUs (verl's sample wait)."""
-        if started:
-            if self.wait_since >= 0:
-                self.step_wait_s += now - self.wait_since
-            self.wait_since = -1.0
-        elif self.wait_since < 0:
-            self.wait_since = now
+        if self._wait_starts(now, started):
             self.step_wait_groups += max(0, self.c.batch_groups - self.trainer.sampleable())
 
     def _count_switch(self) -> None:

@@ -33,10 +33,9 @@ from dartfl.protocol.device import (
     decode_telemetry,
     encode_status,
     encode_telemetry,
-    profile_from_json,
-    profile_to_json,
 )
 from dartfl.protocol.jsonwire import RequestError
+from dartfl.protocol.profile_json import profile_from_json, profile_to_json
 from dartfl.protocol.replies import Reply, decode_reply, encode_error, encode_rejection, encode_reply
 from dartfl.protocol.requests import Request, decode_request, encode_request
 from dartfl.protocol.topics import (

@@ -30,8 +30,9 @@ from dartfl.errors import ConfigError
 from dartfl.executor.rounds import next_round_end, rounds_ended_by
 from dartfl.fluid import fluid_prices
 from dartfl.metrics import fluid_trainable_samples
-from dartfl.sim.fleet_period import DeviceArrays, FleetState, run_period
+from dartfl.sim.fleet_period import run_period
 from dartfl.sim.fleet_policies import FleetAllocation, FleetObservation, FleetPolicy, make_fleet_policy
+from dartfl.sim.fleet_state import DeviceArrays, FleetState
 from dartfl.sim.fleet_types import FleetArrivals, FleetConfig, FleetResult, FloatArray, bin_arrivals
 from dartfl.types import DeviceProfile, TaskSpec
 

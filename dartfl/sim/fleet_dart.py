@@ -1,10 +1,10 @@
-"""DART's learnt state over a device axis: the surprise envelope, the miss debt, the step risk.
+"""`DartPolicy` over a device axis: DART's decision for every device of a fleet at once.
 
-`dartfl.policies.burst.SurpriseEnvelope` and `dartfl.policies.miss_debt.MissDebt` /
-`StepRisk` with one row per device, repeating their arithmetic operation for operation (same
-order, same float64 rounding) so that `FleetDart` decides exactly as `DartPolicy`. Every
-device of a fleet is updated every period with the same period length, so ring positions,
-window fill counts and the risk's weighting unit are shared scalars.
+The port repeats the scalar policy's arithmetic operation for operation (same order, same
+float64 rounding), so for the same observation it gives the same microbatch, inference share,
+batch cap and task shares as `dartfl.policies.dart` (a test checks it on random observation
+sequences). Its learnt state (surprise envelope, miss debt, step risk) is in
+`dartfl.sim.fleet_dart_state`.
 """
 
 from __future__ import annotations
@@ -12,277 +12,258 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import numpy.typing as npt
 
-from dartfl.policies.burst import _RING, SCALE_RATE, WINDOWS
-from dartfl.policies.miss_debt import (
-    BLAME_PERIODS,
-    CLASSES,
-    CREDIT_S,
-    PRIOR_TRAINING_S,
-    PROMOTE_STEPS,
-    RATE_MEMORY_S,
-    RATE_WARMUP_S,
-    RISK_MEMORY_S,
-)
+from dartfl.policies import DartConfig
+from dartfl.policies.dart import IDLE_FLOOR, PACE_LEAD
+from dartfl.sim.fleet_dart_state import FleetMissDebt, FleetStepRisk, FleetSurprise
+from dartfl.sim.fleet_policy_api import FleetAllocation, FleetObservation, FleetPolicy
+from dartfl.sim.fleet_types import FloatArray, IntArray
 
-__all__ = ["FleetMissDebt", "FleetStepRisk", "FleetSurprise", "step_class"]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+__all__ = ["FleetDart"]
 
 
-def step_class(microbatch: IntArray) -> IntArray:
-    """`dartfl.policies.miss_debt.step_class` per device (m >= 1): floor(log2 m), capped."""
-    cls = np.zeros(microbatch.shape, dtype=np.int64)
-    for j in range(1, CLASSES):
-        cls += microbatch >= (1 << j)
-    return cls
+class FleetDart(FleetPolicy):
+    """`DartPolicy` over a device axis; numbered steps as in dartfl/policies/dart.py."""
 
+    def __init__(self, config: DartConfig | None = None) -> None:
+        self.config = config or DartConfig()
+        self.name = "dart" if self.config.v == DartConfig().v else f"dart:{self.config.v:g}"
+        # This port is DART's time-shared decision: on a multi-core device the exact DART
+        # would split the cores, so the fleet runs it only with split=off (or on one core).
+        self.splits_cores = self.config.core_split == "on"
+        self.reset()
 
-class FleetSurprise:
-    """`SurpriseEnvelope` per device: rows of q, scale and sums; rings of work and forecast."""
+    @property
+    def miss_queue(self) -> FloatArray | None:
+        """H per device (None before the first update)."""
+        return self.debt.queue if self.debt.queue.size else None
 
-    def __init__(self, quantile: float) -> None:
-        self.quantile = quantile
-        self.eta = 0.0
-        self.q = np.zeros((0, 0))
+    def reset(self) -> None:
+        cfg = self.config
+        self.peak_rates: FloatArray | None = None  # (devices, tasks)
+        self.recent_max: FloatArray | None = None  # (devices, tasks): busiest recent period
+        self._ring = np.zeros((0, 0, 0))  # (rate_window, devices, tasks) per-period counts
+        self._ring_pos = 0
+        self._decay = 0.0
+        self._decay_period_s = -1.0
+        self.envelope = FleetSurprise(cfg.surprise_quantile)
+        self.debt = FleetMissDebt(cfg.miss_budget, cfg.debt)
+        self.risk = FleetStepRisk()
+        self._last_m = np.zeros(0, dtype=np.int64)  # the step `decide` chose last, per device
+        self._last_step_s = np.zeros(0)
 
-    def set_memory(self, memory_periods: float) -> None:
-        if memory_periods <= 0.0:
-            self.eta = 0.0
+    def _ensure(self, devices: int) -> None:
+        self.envelope.ensure(devices)
+        self.debt.ensure(devices)
+        self.risk.ensure(devices)
+        if self._last_m.shape != (devices,):
+            self._last_m = np.zeros(devices, dtype=np.int64)
+            self._last_step_s = np.zeros(devices)
+
+    def update(self, obs: FleetObservation) -> None:
+        cfg = self.config
+        tau = obs.period_s
+        d, k_tasks = obs.num_devices, obs.num_tasks
+        self._ensure(d)
+        # H counts the misses training caused where the executor can tell them apart.
+        counted = (
+            obs.slo_misses_since_last
+            if obs.training_misses_since_last is None
+            else obs.training_misses_since_last
+        )
+        misses = counted[:, 0].copy()
+        arrived = obs.arrivals_since_last[:, 0].copy()
+        for k in range(1, k_tasks):  # sequential sums, as the scalar policy adds them
+            misses += counted[:, k]
+            arrived += obs.arrivals_since_last[:, k]
+        trained = np.zeros(d) if obs.round_trained_samples is None else obs.round_trained_samples
+        self.risk.update(misses, tau, obs.round_start_s, trained, self._last_m, self._last_step_s)
+        if tau != self._decay_period_s:
+            memory = cfg.burst_memory_s
+            self._decay = math.exp(-tau / memory) if memory > 0 else 0.0
+            self._decay_period_s = tau
+            self.envelope.set_memory(cfg.surprise_memory_s / tau)
+        rates = obs.arrival_rate_per_s
+        if self.peak_rates is None or self.peak_rates.shape != rates.shape:
+            self.peak_rates = np.zeros(rates.shape)
+            self._ring = np.zeros((cfg.rate_window, *rates.shape))
+            self._ring_pos = 0
+        self.peak_rates = np.maximum(rates, self.peak_rates * self._decay)
+        self._ring[self._ring_pos] = obs.arrivals_since_last
+        self.recent_max = self._ring.max(axis=0)
+        self._ring_pos = (self._ring_pos + 1) % cfg.rate_window
+        # The work that arrived and the work rate step 1 forecasts, summed task by task.
+        per, n = obs.per_request_s, obs.arrivals_since_last
+        plan = np.maximum(np.maximum(rates, cfg.burst_weight * self.peak_rates), self.recent_max / tau)
+        work, forecast = np.zeros(d), np.zeros(d)
+        for k in range(k_tasks):
+            work += per[:, k] * n[:, k]
+            forecast += per[:, k] * plan[:, k]
+        self.envelope.update(work, forecast, tau)
+        self.debt.update(misses, arrived, work, tau)
+
+    def decide(self, obs: FleetObservation) -> FleetAllocation:
+        cfg = self.config
+        tau = obs.period_s
+        d, k_tasks = obs.num_devices, obs.num_tasks
+        a_t, c_t, m_max = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch
+        backlog, fixed, per = obs.backlog, obs.batch_fixed_s, obs.per_request_s
+        self._ensure(d)
+        # Before the first update (fresh state), plan with this period's observation.
+        peaks = obs.arrival_rate_per_s if self.peak_rates is None else self.peak_rates
+        recent = obs.arrivals_since_last if self.recent_max is None else self.recent_max
+
+        # 1. Arrival rates to plan for: smoothed, busiest recent period, this period, part of a
+        #    remembered burst.
+        last = np.maximum(recent, obs.arrivals_since_last) / tau
+        lam = np.maximum(np.maximum(obs.arrival_rate_per_s, cfg.burst_weight * peaks), last)
+        zero = np.zeros(d)
+        lam_total, lam_cost, active_fixed = zero.copy(), zero.copy(), zero.copy()
+        slo_min = np.full(d, math.inf)
+        for k in range(k_tasks):
+            rate = lam[:, k]
+            active = (rate > 0.0) | (backlog[:, k] > 0)
+            lam_total += np.where(active, rate, 0.0)
+            lam_cost += np.where(active, per[:, k] * rate, 0.0)
+            active_fixed += np.where(active, fixed[:, k], 0.0)
+            slo_min = np.where(active, np.minimum(slo_min, obs.slo_s[:, k]), slo_min)
+        slo_min = np.where(slo_min == math.inf, obs.slo_s.min(axis=1), slo_min)
+        budget_s = slo_min * (1.0 - cfg.slack_margin)
+
+        # 2. The SLO-safe step, against the forecast and the learnt surprise.
+        s_safe = self.envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau)
+
+        # 3. Step size m: the plan, priced at 1 / (1 - H / H_max), cut to what the budget
+        #    affords; none voluntary at H >= H_max; owed work at the base price.
+        deficit = _training_deficit(obs)
+        gain = deficit + cfg.v
+        price = np.where(deficit > 0.0, 1.0, self.debt.price())
+        stopped = price == math.inf
+        plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
+        best = _best_microbatch(obs, self.envelope, *plan, gain, np.where(stopped, 1.0, price))
+        idle = np.maximum(IDLE_FLOOR, 1.0 - self.debt.load)
+        cut = self.risk.affordable(best, a_t, c_t, self.debt.allowance_per_s(), idle)
+        best = np.where((best > 0) & (deficit <= 0.0), cut, best)
+        m = np.where((lam_cost >= 1.0) & (deficit > 0.0), 1, np.where(stopped, 0, best)).astype(np.int64)
+        self._last_m, self._last_step_s = m, a_t + c_t * m
+
+        # 4. Inference share: strict priority unless the round is behind; owed work priced per
+        #    sample at the cheapest step.
+        share = np.ones(d)
+        owed = deficit > 0.0
+        if owed.any():
+            share = np.where(owed, _deficit_share(obs, lam, deficit * (a_t / m_max + c_t)), share)
+
+        # 5. Inference batch cap, unless last period's arrivals needed half the device.
+        last_load = obs.arrivals_since_last[:, 0] * per[:, 0]
+        for k in range(1, k_tasks):
+            last_load += obs.arrivals_since_last[:, k] * per[:, k]
+        batch = np.where(last_load < 0.5 * tau, _batch_cap(obs, lam), obs.max_batch)
+
+        # 6. Training shares follow demand, or are uniform (`dart:shares=uniform`).
+        if cfg.task_shares == "demand":
+            shares = _demand_shares(obs.arrival_rate_per_s, backlog, tau, cfg.share_floor)
         else:
-            self.eta = min(1.0 / (memory_periods * (1.0 - self.quantile)), 1.0 / self.quantile)
-
-    def ensure(self, devices: int) -> None:
-        if self.q.shape != (len(WINDOWS), devices):
-            self.q = np.zeros((len(WINDOWS), devices))
-            self.scale = np.zeros((len(WINDOWS), devices))
-            self.sums = np.zeros((len(WINDOWS), devices))
-            self.work = np.zeros((_RING, devices))
-            self.forecast = np.zeros((_RING, devices))
-            self.pos = 0
-            self.n = 0
-
-    def update(self, work_s: FloatArray, forecast_rate: FloatArray, period_s: float) -> None:
-        pos = self.pos
-        self.work[pos] = work_s
-        n = self.n + 1 if self.n < _RING else _RING
-        up = self.eta * self.quantile
-        down = self.eta * (1.0 - self.quantile)
-        for j, length in enumerate(WINDOWS):
-            start = (pos - length) & (_RING - 1)
-            total = self.sums[j] + work_s - self.work[start]
-            self.sums[j] = total
-            if n <= length:
-                continue
-            surprise = total - self.forecast[start] * length * period_s
-            mean = self.scale[j] + SCALE_RATE * (total - self.scale[j])
-            self.scale[j] = mean
-            level = self.q[j]
-            lowered = level - down * np.where(mean > level, mean, level)
-            self.q[j] = np.where(
-                surprise > level, level + up * (surprise - level), np.where(lowered > 0.0, lowered, 0.0)
-            )
-        self.forecast[pos] = forecast_rate
-        self.pos = (pos + 1) & (_RING - 1)
-        self.n = n
-
-    def surprise_s(self, step_s: FloatArray, period_s: float) -> FloatArray:
-        x = step_s / period_s
-        result = np.full(x.shape, np.nan)
-        lo_len, lo_q = 0.0, np.zeros(x.shape)
-        for j, length in enumerate(WINDOWS):
-            hi_q = np.where(self.q[j] > lo_q, self.q[j], lo_q)
-            here = np.isnan(result) & (x <= length)
-            result = np.where(here, lo_q + (hi_q - lo_q) * (x - lo_len) / (length - lo_len), result)
-            lo_len, lo_q = float(length), hi_q
-        out: FloatArray = np.where(np.isnan(result), lo_q * x / lo_len, result)
-        return out
-
-    def safe_step_s(self, room_s: FloatArray, stretch: FloatArray, period_s: float) -> FloatArray:
-        result = np.where(room_s <= 0.0, 0.0, np.nan)
-        lo_s, lo_q = 0.0, np.zeros(room_s.shape)
-        for j, length in enumerate(WINDOWS):
-            hi_s = length * period_s
-            hi_q = np.where(self.q[j] > lo_q, self.q[j], lo_q)
-            slope = (hi_q - lo_q) / (hi_s - lo_s)
-            s = (room_s - lo_q + slope * lo_s) / (stretch + slope)
-            here = np.isnan(result) & (s <= hi_s)
-            result = np.where(here, np.where(s > lo_s, s, lo_s), result)
-            lo_s, lo_q = hi_s, hi_q
-        out: FloatArray = np.where(np.isnan(result), room_s / (stretch + lo_q / lo_s), result)
-        return out
+            shares = np.full((d, k_tasks), 1.0 / k_tasks)
+        return FleetAllocation(share, m, batch, shares)
 
 
-class FleetMissDebt:
-    """`MissDebt` per device."""
-
-    def __init__(self, budget: float, debt: float) -> None:
-        self.budget = budget
-        self.debt = debt
-        self.period_s = -1.0
-        self.decay = 1.0
-        self.queue = np.zeros(0)
-
-    def ensure(self, devices: int) -> None:
-        if self.queue.shape != (devices,):
-            self.queue = np.zeros(devices)
-            self.debt_limit = np.zeros(devices)
-            self.total = np.zeros(devices)
-            self.rate_per_s = np.zeros(devices)
-            self.load = np.zeros(devices)
-            self.arrived = np.zeros(devices)
-            self.work_s = np.zeros(devices)
-            self.seen_s = 0.0
-
-    def update(self, misses: FloatArray, arrivals: FloatArray, work_s: FloatArray, period_s: float) -> None:
-        if period_s != self.period_s:
-            self.period_s = period_s
-            self.decay = math.exp(-period_s / RATE_MEMORY_S)
-        d = self.decay
-        self.arrived = self.arrived * d + arrivals
-        self.work_s = self.work_s * d + work_s
-        self.seen_s = self.seen_s * d + period_s
-        seen = max(self.seen_s, RATE_WARMUP_S)
-        self.rate_per_s = self.arrived / seen
-        self.load = self.work_s / seen
-        self.total = self.total + arrivals
-        self.debt_limit = self.debt * np.sqrt(self.total)
-        h = self.queue + misses - self.budget * arrivals
-        credit = self.budget * self.rate_per_s * CREDIT_S
-        self.queue = np.where(h > -credit, h, -credit)
-
-    def allowance_per_s(self) -> FloatArray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            h = self.queue / self.debt_limit
-            allowed = self.budget * self.rate_per_s * np.where(h > 0.0, 1.0 - h, 1.0)
-        out: FloatArray = np.where(self.queue >= self.debt_limit, 0.0, allowed)
-        return out
-
-    def price(self) -> FloatArray:
-        h = self.queue
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inside = 1.0 / (1.0 - h / self.debt_limit)
-        out: FloatArray = np.where(h <= 0.0, 1.0, np.where(h >= self.debt_limit, math.inf, inside))
-        return out
+def _training_deficit(obs: FleetObservation) -> FloatArray:
+    target = obs.round_target_samples
+    span = obs.round_deadline_s - obs.round_start_s
+    if target <= 0 or not math.isfinite(span) or span <= 0 or obs.round_trained_samples is None:
+        return np.zeros(obs.num_devices)
+    progress = min(1.0, max(0.0, (obs.now_s - obs.round_start_s) / (PACE_LEAD * span)))
+    return np.maximum(0.0, target * progress - obs.round_trained_samples)
 
 
-class FleetStepRisk:
-    """`StepRisk` per device: per-class sums (devices, CLASSES) in a shared weighting unit."""
+def _best_microbatch(
+    obs: FleetObservation,
+    envelope: FleetSurprise,
+    s_safe: FloatArray,
+    budget_s: FloatArray,
+    lam_cost: FloatArray,
+    active_fixed: FloatArray,
+    lam_total: FloatArray,
+    gain: FloatArray,
+    price: FloatArray,
+) -> IntArray:
+    """The scalar `_best_microbatch` per device: the same candidates, the same strict `>` ties."""
+    a_t, c_t, m_max, tau = obs.microbatch_fixed_s, obs.per_sample_s, obs.max_microbatch, obs.period_s
+    # min(m_max, int(x)) == int(min(x, m_max)) for x >= 0; clipping first avoids int overflow.
+    fits = np.minimum((s_safe - a_t) / c_t, m_max.astype(np.float64))
+    m_safe = np.where(s_safe <= a_t, 0, np.trunc(np.maximum(fits, 0.0)).astype(np.int64))
+    best_j = np.where(m_safe > 0, gain * m_safe / (a_t + c_t * m_safe), 0.0)
+    best_m = np.where(m_safe > 0, m_safe, 0)
+    span = m_max - m_safe
+    grid = np.stack((m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max))
+    steps = a_t + c_t * grid
+    surprises = envelope.surprise_s(steps, tau)  # the three candidates at once
+    for m, step, surprise in zip(grid, steps, surprises, strict=True):
+        stretched = step * (1.0 + lam_cost) + surprise
+        late = np.minimum(1.0, (stretched + active_fixed - budget_s) / stretched)
+        j = gain * m / step - price * lam_total * np.maximum(0.0, late)
+        better = j > best_j
+        best_m = np.where(better, m, best_m)
+        best_j = np.where(better, j, best_j)
+    result: IntArray = np.where(m_safe >= m_max, m_max, best_m).astype(np.int64)
+    return result
 
-    def __init__(self) -> None:
-        self.period_s = -1.0
-        self.decay = 1.0
-        self.misses = np.zeros((0, CLASSES))
 
-    def ensure(self, devices: int) -> None:
-        if self.misses.shape != (devices, CLASSES):
-            self.misses = np.zeros((devices, CLASSES))
-            self.exposure = np.zeros((devices, CLASSES))
-            self.steps = np.zeros((devices, CLASSES))
-            self.blame_class = np.zeros((BLAME_PERIODS, devices), dtype=np.int64)
-            self.blame_exposure = np.zeros((BLAME_PERIODS, devices))
-            self.blame_total = np.zeros(devices)
-            self.unit = 1.0
-            self.pos = 0
-            self.round_start_s = math.nan
-            self.round_trained = np.zeros(devices)
+def _deficit_share(obs: FleetObservation, lam: FloatArray, owed_work_s: FloatArray) -> FloatArray:
+    backlog, fixed, per, tau = obs.backlog, obs.batch_fixed_s, obs.per_request_s, obs.period_s
+    needed = np.zeros(obs.num_devices)
+    all_outrank = np.ones(obs.num_devices, dtype=bool)
+    single_outranks = np.ones(obs.num_devices, dtype=bool)  # one request of every idle task
+    any_present = np.zeros(obs.num_devices, dtype=bool)
+    b_max = obs.max_batch.astype(np.float64)
+    for k in range(obs.num_tasks):
+        rate, q = lam[:, k], backlog[:, k]
+        present = (rate > 0.0) | (q != 0)
+        expected = np.maximum(1.0, q + rate * tau)
+        cost = per[:, k] + fixed[:, k] / np.minimum(b_max, expected)
+        outranks = np.maximum(1.0, q) * cost >= owed_work_s
+        needed += np.where(present & outranks, expected * cost / tau, 0.0)
+        all_outrank &= ~present | outranks
+        single_outranks &= present | (per[:, k] + fixed[:, k] >= owed_work_s)
+        any_present |= present
+    share = np.where(all_outrank, 1.0, np.minimum(1.0, needed))
+    result: FloatArray = np.where(any_present, share, np.where(single_outranks, 1.0, 0.0))
+    return result
 
-    def update(
-        self,
-        misses: FloatArray,
-        period_s: float,
-        round_start_s: float,
-        round_trained: FloatArray,
-        microbatch: IntArray,
-        step_s: FloatArray,
-    ) -> None:
-        if period_s != self.period_s:
-            self.period_s = period_s
-            self.decay = math.exp(-period_s / RISK_MEMORY_S)
-        same_round = round_start_s == self.round_start_s
-        trained = round_trained - self.round_trained if same_round else round_trained
-        self.round_start_s, self.round_trained = round_start_s, round_trained.copy()
-        unit = self.unit / self.decay
-        if unit > 1e150:
-            scale = 1.0 / unit
-            self.misses *= scale
-            self.exposure *= scale
-            self.steps *= scale
-            unit = 1.0
-        self.unit = unit
-        pos = self.pos
-        rows = np.arange(misses.shape[0])
-        ran = (microbatch > 0) & (trained > 0)
-        exposure = np.where(ran, trained * step_s * step_s / np.maximum(microbatch, 1), 0.0)
-        self.blame_total = self.blame_total + (exposure - self.blame_exposure[pos])
-        self.blame_exposure[pos] = exposure
-        cls = step_class(np.maximum(microbatch, 1))
-        has = exposure > 0.0
-        self.blame_class[pos] = np.where(has, cls, self.blame_class[pos])
-        self.exposure[rows, cls] += np.where(has, exposure * unit, 0.0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            self.steps[rows, cls] += np.where(has, trained / microbatch * unit, 0.0)
-        self.pos = pos + 1 if pos + 1 < BLAME_PERIODS else 0
-        blame = (misses > 0) & (self.blame_total > 0.0)
-        if not blame.any():
-            return
-        with np.errstate(divide="ignore", invalid="ignore"):
-            share = misses * unit / self.blame_total
-            for i in range(BLAME_PERIODS):  # slot by slot, in the scalar policy's order
-                e = self.blame_exposure[i]
-                self.misses[rows, self.blame_class[i]] += np.where(blame & (e > 0.0), share * e, 0.0)
-        self.steps[blame] = 0.0  # the ladder starts again from the efficient step
 
-    def affordable(
-        self,
-        microbatch: IntArray,
-        a_t: FloatArray,
-        c_t: FloatArray,
-        allowance_per_s: FloatArray,
-        idle: FloatArray,
-    ) -> IntArray:
-        if not self.misses.any():  # nothing has missed: every class is free
-            return microbatch
-        efficient = np.clip(np.floor(a_t / c_t + 0.5), 1.0, microbatch.astype(np.float64))
-        rows = np.arange(microbatch.shape[0])
-        top = step_class(np.maximum(microbatch, 1))
-        highest = int(top.max())
-        prior = PRIOR_TRAINING_S * (a_t + c_t) * self.unit
-        floor = np.zeros(self.misses.shape)
-        most = np.zeros(microbatch.shape)
-        for j in range(highest + 1):
-            k = self.misses[:, j] / (self.exposure[:, j] + prior)
-            most = np.where(k > most, k, most)
-            floor[:, j] = most
-        # The plan fits the budget: no cut, no ladder.
-        risky = floor[rows, top] * (a_t + c_t * microbatch) * idle > allowance_per_s
-        # The largest open class: the efficient step's, or one above classes that have run.
-        opened = step_class(efficient.astype(np.int64))
-        enough = PROMOTE_STEPS * self.unit
-        run = np.zeros(microbatch.shape)
-        found = np.zeros(microbatch.shape, dtype=bool)
-        for j in range(CLASSES - 1, 0, -1):
-            run = run + self.steps[:, j]
-            here = ~found & (run + self.steps[:, j - 1] >= enough)
-            opened = np.where(here, np.maximum(opened, j), opened)
-            found |= here
-        capped = risky & (top > opened)
-        m = np.where(capped, np.left_shift(1, opened + 1) - 1, microbatch).astype(np.float64)
-        top = np.where(capped, opened, top)
-        result = np.where(risky, np.nan, microbatch.astype(np.float64))
-        for j in range(highest, -1, -1):
-            active = np.isnan(result) & (j <= top)
-            kappa = floor[:, j]
-            result = np.where(active & (kappa <= 0.0), m, result)
-            active &= kappa > 0.0
-            with np.errstate(divide="ignore", invalid="ignore"):
-                longest_s = allowance_per_s / (kappa * idle)
-                fits = np.where(longest_s > a_t, np.trunc((longest_s - a_t) / c_t), 0.0)
-            inside = active & (fits >= (1 << j))
-            result = np.where(inside, np.where(m < fits, m, fits), result)
-            m = np.where(active & ~inside, float((1 << j) - 1), m)
-        chosen = np.where(np.isnan(result), 1.0, result)
-        out: IntArray = np.where(chosen > efficient, chosen, efficient).astype(np.int64)
-        return out
+def _batch_cap(obs: FleetObservation, lam: FloatArray) -> IntArray:
+    b_max = obs.max_batch
+    queued = obs.backlog > 0
+    slack_all = np.where(queued, obs.slo_s - obs.oldest_age_s, math.inf)
+    urgent = np.argmin(slack_all, axis=1)  # the first minimum, as the scalar's strict `<`
+    rows = np.arange(obs.num_devices)
+    any_queued = queued.any(axis=1)
+    slack = slack_all[rows, urgent]
+    a, c = obs.batch_fixed_s[rows, urgent], obs.per_request_s[rows, urgent]
+    q, rate = obs.backlog[rows, urgent], lam[rows, urgent]
+    fits = np.where(slack > a, np.trunc(np.minimum((slack - a) / c, 2.0**62)), 0.0)
+    whole = (fits < 1) | (fits >= q) | ~any_queued
+    with np.errstate(divide="ignore", invalid="ignore"):
+        keep_up = np.where(rate * c >= 1.0, b_max, np.ceil(np.minimum(rate * a / (1.0 - rate * c), 2.0**62)))
+    capped = np.maximum(1, np.minimum(b_max, np.maximum(fits, keep_up)))
+    result: IntArray = np.where(whole, b_max, capped).astype(np.int64)
+    return result
+
+
+def _demand_shares(rates: FloatArray, backlog: FloatArray, period_s: float, floor: float) -> FloatArray:
+    """`dartfl.policies.shares.demand_shares` per device (same sums in the same order)."""
+    k_tasks = rates.shape[1]
+    eps = min(floor, 1.0 / k_tasks)
+    demand = rates + backlog / period_s
+    total = demand[:, 0].copy()
+    for k in range(1, k_tasks):
+        total += demand[:, k]
+    positive = total > 0.0
+    scale = (1.0 - k_tasks * eps) / np.where(positive, total, 1.0)
+    shares = eps + demand * scale[:, None]
+    s = shares[:, 0].copy()
+    for k in range(1, k_tasks):
+        s += shares[:, k]
+    result: FloatArray = np.where(positive[:, None], shares / s[:, None], 1.0 / k_tasks)
+    return result

@@ -16,274 +16,41 @@ with arrivals spread evenly over the period (rate lam_k = A_k / tau):
    queue is empty or the credit runs out; the step in flight at the period's end carries over.
    Without training the device serves arrivals as they come.
 The floor is empty unless serving every request alone would overload the device; then greedy
-batching settles at a round length R* where the queue never empties (`_busy_round`).
+batching settles at a round length R* where the queue never empties (`busy_round`).
 
 Latency: a request waits for the rest of the non-preemptible stretch it arrives in (a step, or
-a round of batches), then for its task's turn in the next round (`_turn_fraction`). Within a
+a round of batches), then for its task's turn in the next round (`turn_fraction`). Within a
 phase that wait is linear in the arrival time, so each phase contributes a uniform latency
 distribution, blurred by the Poisson noise of the work ahead; SLO attainment is the
 arrival-weighted sum of their CDFs at the SLO. When the backlog grows the drain's rounds grow
-with it, from at least one batch even if the queue was empty (`_drain_rounds`,
-`_growing_rounds_latency`), and every wait is capped by the run and by full queues.
+with it, from at least one batch even if the queue was empty (`drain_rounds`,
+`growing_rounds_latency`), and every wait is capped by the run and by full queues.
 docs/fleet.md lists the approximations.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import numpy as np
-import numpy.typing as npt
 
-from dartfl.sim.fleet_policies import FleetAllocation
+from dartfl.sim.fleet_policy_api import FleetAllocation
+from dartfl.sim.fleet_queueing import (
+    blurred_uniform_cdf,
+    busy_round,
+    div_or_zero,
+    drain_rounds,
+    growing_rounds_latency,
+    round_work,
+    time_to,
+    turn_fraction,
+)
+from dartfl.sim.fleet_state import FleetState
+from dartfl.sim.fleet_types import FloatArray
 
-__all__ = ["DeviceArrays", "FleetState", "run_period"]
-
-FloatArray = npt.NDArray[np.float64]
-IntArray = npt.NDArray[np.int64]
+__all__ = ["run_period"]
 
 _BIG_S = 1e9  # a latency that never meets an SLO, kept finite so means stay finite
-_RHO_MAX = 1e9  # growth of the drain rounds when inference gets (almost) no share
-
-
-@dataclass(frozen=True, eq=False)
-class DeviceArrays:
-    """Every device's costs, SLOs and bounds: (tasks, devices) per task, else (devices,)."""
-
-    fixed: FloatArray  # a_k, batch-fixed seconds
-    per: FloatArray  # c_k, per-request seconds
-    cheapest: FloatArray  # the fluid limit's price of a request (dartfl.fluid; c_k + a_k / b_max on one core)
-    slo: FloatArray
-    capacity: FloatArray  # queue bound per task
-    max_batch: IntArray
-    a_t: FloatArray  # training step fixed seconds
-    c_t: FloatArray  # training seconds per sample
-    max_microbatch: IntArray
-    cheapest_sample: FloatArray  # the fluid limit's price of a sample
-    fluid_units: FloatArray  # the fluid limit's device time per second: N cores, or one GPU
-    offload_s_per_s: FloatArray  # GPU-seconds per second a GPU device's cores can take off its GPU
-
-
-@dataclass(eq=False)
-class FleetState:
-    """Every device's executor state and running totals; per-task arrays are (tasks, devices)."""
-
-    tau: float
-    horizon_s: float
-    fixed: FloatArray
-    per: FloatArray
-    slo: FloatArray
-    capacity: FloatArray
-    a_t: FloatArray
-    c_t: FloatArray
-    now_s: float
-    queue: FloatArray
-    head_s: FloatArray  # arrival time of each queue's oldest request
-    carry_s: FloatArray  # time left of the step in flight at the period start
-    carry_m: FloatArray  # its samples
-    carry_task: FloatArray  # its samples per task
-    credit: FloatArray  # inference time earned by steps and not yet used (x < 1)
-    trained: FloatArray
-    trained_per_task: FloatArray
-    training_busy: FloatArray
-    inference_busy: FloatArray
-    rejected_total: FloatArray
-    accepted: FloatArray
-    slo_met: FloatArray
-    latency_sum: FloatArray
-    max_backlog: FloatArray
-    misses: FloatArray  # last period: expected SLO misses (rejections included), per task
-    training_misses: FloatArray  # last period: the misses of requests that arrived during a step
-
-    @classmethod
-    def start(cls, dev: DeviceArrays, tau: float, horizon_s: float) -> FleetState:
-        k, d = dev.fixed.shape
-
-        def zeros() -> FloatArray:
-            return np.zeros(d)
-
-        def task_zeros() -> FloatArray:
-            return np.zeros((k, d))
-
-        return cls(
-            tau=tau,
-            horizon_s=horizon_s,
-            fixed=dev.fixed,
-            per=dev.per,
-            slo=dev.slo,
-            capacity=dev.capacity,
-            a_t=dev.a_t,
-            c_t=dev.c_t,
-            now_s=0.0,
-            queue=task_zeros(),
-            head_s=task_zeros(),
-            carry_s=zeros(),
-            carry_m=zeros(),
-            carry_task=task_zeros(),
-            credit=zeros(),
-            trained=zeros(),
-            trained_per_task=task_zeros(),
-            training_busy=zeros(),
-            inference_busy=zeros(),
-            rejected_total=zeros(),
-            accepted=zeros(),
-            slo_met=zeros(),
-            latency_sum=zeros(),
-            max_backlog=zeros(),
-            misses=task_zeros(),
-            training_misses=task_zeros(),
-        )
-
-    def finish(self, max_batch: IntArray) -> FloatArray:
-        """The horizon is over: as in the event simulator, the step in flight still completes
-        and the queue drains at full speed, in batches of `max_batch` (the last allocation's).
-        Returns how long that takes."""
-        batches = np.ceil(self.queue / max_batch.astype(np.float64) - 1e-9)
-        drain: FloatArray = (self.fixed * batches + self.per * self.queue).sum(axis=0)
-        overrun: FloatArray = self.carry_s + drain
-        self.trained += self.carry_m
-        self.trained_per_task += self.carry_task
-        self.training_busy += self.carry_s
-        self.carry_s = np.zeros_like(self.carry_s)
-        self.carry_m = np.zeros_like(self.carry_m)
-        self.carry_task = np.zeros_like(self.carry_task)
-        return overrun
-
-
-def _div(num: FloatArray, den: FloatArray) -> FloatArray:
-    """num / den, and 0 where den <= 0 (under the caller's errstate)."""
-    out: FloatArray = np.where(den > 0, num / den, 0.0)
-    return out
-
-
-def _time_to(work: FloatArray, rate: FloatArray) -> FloatArray:
-    """Time to do `work` at `rate`: inf when there is work and no positive rate."""
-    out: FloatArray = np.where(rate > 0, work / rate, np.where(work > 0, math.inf, 0.0))
-    return out
-
-
-def _batches(n: FloatArray, batch: FloatArray) -> FloatArray:
-    """Expected batches to serve Poisson(n) requests of one task at once, at most `batch` each."""
-    out: FloatArray = np.maximum(-np.expm1(-n), n / batch)
-    return out
-
-
-_SQRT3 = math.sqrt(3.0)
-
-
-def _blurred_uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray, sd: FloatArray) -> FloatArray:
-    """P(U + Z <= y) for U uniform on [lo, hi] and Z a zero-mean noise of deviation sd.
-
-    Z is taken uniform too (on +-sqrt(3) sd), which keeps the result a closed form of plain
-    arithmetic (the CDF of a sum of two uniforms is piecewise quadratic):
-    F(y) = [r(y - lo + h) - r(y - hi + h) - r(y - lo - h) + r(y - hi - h)] / (4 w h), r(t) = max(t, 0)^2.
-    """
-    h = np.maximum(_SQRT3 * sd, 1e-7)
-    w = np.maximum(hi - lo, 1e-7)
-    top = hi + h
-    a, b = y - lo, y - lo - w
-    ramps = (
-        np.square(np.maximum(a + h, 0.0))
-        - np.square(np.maximum(b + h, 0.0))
-        - np.square(np.maximum(a - h, 0.0))
-        + np.square(np.maximum(b - h, 0.0))
-    )
-    out: FloatArray = np.where(y >= top, 1.0, np.minimum(np.maximum(ramps / (4.0 * w * h), 0.0), 1.0))
-    return out
-
-
-def _turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> tuple[FloatArray, FloatArray]:
-    """kappa_k and its spread: the part of a round of batches that ends with task k's batch.
-
-    A round serves one batch per waiting task, oldest head first (EDF with equal SLOs). Task j's
-    head is older than task k's with probability p = n_j / (n_j + n_k) for Poisson arrivals, so
-    task k's batch ends after its own work plus, for each other task, its work with probability
-    p: mean kappa_k, variance sum_j p (1 - p) w_j^2 (in units of the round).
-    """
-    work = fixed * (queued > 0) + per * queued  # (tasks, devices)
-    pair = queued[None, :, :] + queued[:, None, :]  # [k, j]: n_k + n_j
-    before = np.where(pair > 0, queued[None, :, :] / np.where(pair > 0, pair, 1.0), 0.0)  # P(j before k)
-    k_tasks = queued.shape[0]
-    diag = np.arange(k_tasks)
-    before[diag, diag] = 0.0
-    total = work.sum(axis=0)
-    turn = work + (before * work[None, :, :]).sum(axis=1)
-    spread = (before * (1.0 - before) * (work * work)[None, :, :]).sum(axis=1)
-    return _div(turn, total), np.sqrt(_div(spread, total * total))
-
-
-def _drain_rounds(
-    work0: FloatArray, lam1: FloatArray, share: FloatArray, t1: FloatArray, cap: FloatArray
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]:
-    """The rounds of batches of a drain at `share`: u0, u1, u2, their growth rho and l_end.
-
-    Round 0 serves the queue's work `work0`; what arrives meanwhile (work lam1 per second)
-    forms round 1, rho = lam1 / share times as long, and so on. Round i starts at
-    S_i = u0 (rho^i - 1) / (rho - 1) and lasts u0 rho^i = u0 + (rho - 1) S_i: the round that
-    starts at time t lasts u0 + (rho - 1) t. Averaged over the round, u0 + (rho - 1) t is
-    (rho + 1) / 2 times the round's length, so the round under way at t lasts about
-    2 (u0 + (rho - 1) t) / (rho + 1): l_end, at the drain's end t1, once rounds grow.
-    Every length is capped at `cap`, the longest a wait can last, so a share of 0 gives
-    finite lengths, never inf - inf = NaN.
-    """
-    rho = np.minimum(_time_to(lam1, share), _RHO_MAX)
-    u0 = np.minimum(_time_to(work0, share), cap)
-    u1 = np.minimum(rho * u0, cap)
-    u2 = np.minimum(rho * u1, cap)
-    l_end = np.minimum(np.maximum(u2, 2.0 * (u0 + (rho - 1.0) * t1) / (rho + 1.0)), cap)
-    return u0, u1, u2, rho, l_end
-
-
-def _growing_rounds_latency(
-    l_start: FloatArray, l_end: FloatArray, turn: FloatArray
-) -> tuple[FloatArray, FloatArray]:
-    """A uniform [lo, hi] with the mean and variance of the wait in rounds that grow.
-
-    An arrival in a round of length L waits the rest of it, then its turn of the next round
-    (`turn` = kappa rho of L): L V with V uniform on [turn, 1 + turn]. Rounds grow linearly in
-    time, so L is uniform on [l_start, l_end]. With l_end = l_start this is exactly
-    [turn L, (1 + turn) L], the wait in rounds of one length.
-    """
-    mean_l = (l_start + l_end) / 2.0
-    mean_v = turn + 0.5
-    # Var(L V) = Var(L) E[V^2] + E[L]^2 Var(V), both uniforms of variance width^2 / 12.
-    var = (np.square(l_end - l_start) * (mean_v * mean_v + 1.0 / 12.0) + mean_l * mean_l) / 12.0
-    mean = mean_l * mean_v
-    half = np.sqrt(3.0 * var)
-    return np.maximum(mean - half, 0.0), mean + half
-
-
-def _round_work(n: FloatArray, fixed: FloatArray, per: FloatArray, batch: FloatArray) -> FloatArray:
-    """Device time of one round: a batch for every task with requests, n_k of them expected."""
-    out: FloatArray = (fixed * _batches(n, batch) + per * n).sum(axis=0)
-    return out
-
-
-def _busy_round(lam: FloatArray, fixed: FloatArray, per: FloatArray, batch: FloatArray) -> FloatArray:
-    """R*: the round length at which greedy batching keeps the device busy for good (0: none).
-
-    Round after round, each batch holds what arrived during the previous round, so a busy device
-    settles where R = sum_k a_k beta(lam_k R) + c_k lam_k R. That has a root R > 0 only when
-    serving every request alone would overload the device (sum lam (a + c) > 1): then the queue
-    never empties, and a strict-priority executor never starts a training step. Newton from the
-    full-batch bound converges from above (the right-hand side is concave in R).
-    """
-    alone = (lam * (fixed + per)).sum(axis=0)
-    out: FloatArray = np.zeros(alone.shape)
-    some = np.flatnonzero(alone > 1.0)
-    if some.size == 0:
-        return out
-    lam, fixed, per, batch = lam[:, some], fixed[:, some], per[:, some], batch[some]
-    full = (lam * (per + fixed / batch)).sum(axis=0)
-    r = np.where(full < 1.0, fixed.sum(axis=0) / np.maximum(1.0 - full, 1e-12), 0.0)
-    for _ in range(6):
-        n = lam * r
-        g = _round_work(n, fixed, per, batch) - r
-        slope = (lam * (fixed * np.where(n < batch, np.exp(-n), 1.0 / batch) + per)).sum(axis=0) - 1.0
-        r = np.maximum(r - g / np.minimum(slope, -1e-9), 0.0)
-    out[some] = np.where(full < 1.0, r, 0.0)  # past capacity at full batches: no fixed point
-    return out
 
 
 def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> None:
@@ -305,7 +72,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     x_eff = np.where(train & (x < 1.0), x, 1.0)
     q0 = st.queue
     lamc = (per * lam).sum(axis=0)
-    busy_r = _busy_round(lam, fixed, per, bcap)  # R*
+    busy_r = busy_round(lam, fixed, per, bcap)  # R*
     settled = busy_r > 0  # greedy batching keeps the device busy: the queue never empties
     floor_q = lam * busy_r  # the queue a busy device keeps
 
@@ -332,22 +99,22 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     shared = train & (x < 1.0)
     credit0 = np.where(shared, st.credit + x_eff / (1.0 - x_eff) * e0, 0.0)
     net_a = 1.0 - lam1
-    need_a = _time_to(over_floor, net_a)
+    need_a = time_to(over_floor, net_a)
     ta = np.minimum(np.minimum(need_a, credit0), rest)
     drained_a = ~busy & (full < 1.0) & (need_a <= np.minimum(credit0, rest))
     w_a = np.maximum(over_floor - net_a * ta, 0.0)
     net = x_eff - lam1
-    need_b = _time_to(w_a, net)
+    need_b = time_to(w_a, net)
     drained_b = ~busy & (full < x_eff) & ~drained_a & (need_b <= rest - ta)
     tb = np.where(drained_a, 0.0, np.where(drained_b, need_b, rest - ta))
     drained = drained_a | drained_b
     t1 = ta + tb
     v1 = v_floor + np.where(drained, 0.0, np.maximum(w_a - net * tb, 0.0))
-    q1 = (q + lam * t1) * _div(v1, v + lam1 * t1)
+    q1 = (q + lam * t1) * div_or_zero(v1, v + lam1 * t1)
     train1 = np.where(train, (1.0 - x_eff) * tb, 0.0)  # x < 1: steps interleave with the drain
     trained += np.where(train, train1 / s * m, 0.0)
     infer1 = ta + x_eff * tb
-    share1 = np.where(t1 > 0, _div(infer1, t1), x_eff)  # inference's average share while draining
+    share1 = np.where(t1 > 0, div_or_zero(infer1, t1), x_eff)  # inference's average share while draining
 
     # 2a. The queue is at its floor. Training cycles: a step of s, then the rounds that drain
     #     what arrived during it, until the queue is empty (R* = 0) or the credit runs out.
@@ -358,10 +125,10 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     pre = np.where(drained & settled & shared, np.minimum(credit_left, r2), 0.0)
     r2c = r2 - pre
     n0 = lam * s
-    d0 = _round_work(n0, fixed, per, bcap)
-    d1 = _round_work(lam * d0, fixed, per, bcap)
-    d2 = _round_work(lam * d1, fixed, per, bcap)
-    ratio = np.minimum(_div(d2, d1), 0.99)
+    d0 = round_work(n0, fixed, per, bcap)
+    d1 = round_work(lam * d0, fixed, per, bcap)
+    d2 = round_work(lam * d1, fixed, per, bcap)
+    ratio = np.minimum(div_or_zero(d2, d1), 0.99)
     d_tail = d2 / (1.0 - ratio)  # round 2 on, shrinking geometrically
     empties = d0 + d1 + d_tail
     credit = np.where(x < 1.0, x * s / (1.0 - x), math.inf)
@@ -380,8 +147,8 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     completed = np.where(cyc_started, cycles + np.where(in_step, 0.0, 1.0), 0.0)
     train2 = np.where(cyc_started, cycles * s + np.minimum(rr, s), 0.0)
     infer2 = np.where(cyc_started, cycles * ic + np.maximum(rr - s, 0.0), 0.0)
-    left = np.where(needed > ic, _div(needed - ic, needed), 0.0)  # what the credit could not serve
-    done_frac = np.minimum(_div(np.maximum(rr - s, 0.0), needed), 1.0)
+    left = np.where(needed > ic, div_or_zero(needed - ic, needed), 0.0)  # what the credit could not serve
+    done_frac = np.minimum(div_or_zero(np.maximum(rr - s, 0.0), needed), 1.0)
     q_cyc = np.where(in_step, lam * rr + floor_q, np.maximum(n0 * (1.0 - done_frac), floor_q))
     q_cyc = q_cyc + n0 * (cycles * left)
     trained += completed * m
@@ -389,12 +156,12 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     # 2b. No training, or a busy device under strict priority: inference only.
     serve_only = drained & ~cyc
     idle = serve_only & ~settled
-    first = _div((lam * (fixed + per)).sum(axis=0), lam.sum(axis=0))  # a busy period's first batch
-    b1 = _round_work(lam * first, fixed, per, bcap)
-    b2 = _round_work(lam * b1, fixed, per, bcap)
-    period_busy = first + b1 + b2 / (1.0 - np.minimum(_div(b2, b1), 0.99))
+    first = div_or_zero((lam * (fixed + per)).sum(axis=0), lam.sum(axis=0))  # a busy period's first batch
+    b1 = round_work(lam * first, fixed, per, bcap)
+    b2 = round_work(lam * b1, fixed, per, bcap)
+    period_busy = first + b1 + b2 / (1.0 - np.minimum(div_or_zero(b2, b1), 0.99))
     arrivals = lam.sum(axis=0)
-    util = _div(arrivals * period_busy, 1.0 + arrivals * period_busy)
+    util = div_or_zero(arrivals * period_busy, 1.0 + arrivals * period_busy)
     wait_idle = util * first / (2.0 * np.maximum(1.0 - util, 0.05))
     infer2 = infer2 + np.where(serve_only, np.where(settled, 1.0, util) * r2, 0.0) + pre
 
@@ -414,27 +181,27 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     # for it to end, then for its task's turn in the next round: kappa_k of that round.
     slo = st.slo
     one = fixed + per
-    kappa, kappa_sd = _turn_fraction(q + lam * tau, fixed, per)
+    kappa, kappa_sd = turn_fraction(q + lam * tau, fixed, per)
     # No wait outlasts the run: training stops at the horizon and the queue drains at full
     # speed, behind at most a step. So with an inference share of 0 a wait is long, not inf.
     cap = (st.horizon_s - st.now_s) + np.maximum(carry, s) + v + lam1 * tau
     # Nor does a round outgrow full queues (the excess is rejected): a request waits at most
     # the rest of one such round and its turn in the next.
-    full_round = _time_to((st.capacity * cq).sum(axis=0), share1)
+    full_round = time_to((st.capacity * cq).sum(axis=0), share1)
     round_cap = np.minimum(cap, full_round)
     wait_cap = np.minimum(cap, (1.0 + kappa) * full_round + carry_rem)
-    r0 = np.minimum(_time_to(v + lam1 * carry_rem, share1), round_cap)  # the round after the carried step
+    r0 = np.minimum(time_to(v + lam1 * carry_rem, share1), round_cap)  # the round after the carried step
     # Draining: the queue is a round of batches; what arrives meanwhile forms the next round,
     # rho times as long, and so on (rho < 1: the drain ends; rho >= 1: the backlog grows).
     # A drain that does not finish (an overload) starts with at least one batch even from an
     # empty queue: the first request is served at once and the rest pile up behind it.
     work0 = np.where(drained, v, np.maximum(v, first))
-    u0, u1, u2, rho1, l_end = _drain_rounds(work0, lam1, share1, t1, round_cap)
-    lo_grow, hi_grow = _growing_rounds_latency(u2, l_end, kappa * rho1)
+    u0, u1, u2, rho1, l_end = drain_rounds(work0, lam1, share1, t1, round_cap)
+    lo_grow, hi_grow = growing_rounds_latency(u2, l_end, kappa * rho1)
     part_a = np.minimum(t1, u0)
     part_b = np.minimum(t1 - part_a, u1)
     # A cycle's inference time: drain rounds 0 and 1, then the later rounds (or the busy floor).
-    w_cyc = _div(np.where(cyc_started, infer2 - pre, 0.0), ic) / tau
+    w_cyc = div_or_zero(np.where(cyc_started, infer2 - pre, 0.0), ic) / tau
     part0 = np.minimum(d0, ic)
     part1 = np.minimum(d1, ic - part0)
     lo_rest = np.where(settled, kappa * busy_r, kappa * np.minimum(d2, d_tail))
@@ -477,7 +244,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
         if not weight.any():
             continue  # no device has arrivals in this phase this period
         lo, hi = np.minimum(lo, wait_cap), np.minimum(hi, wait_cap)
-        hit = _blurred_uniform_cdf(slo, lo, hi, spread)
+        hit = blurred_uniform_cdf(slo, lo, hi, spread)
         p_slo += weight * hit
         if during_step:
             p_train_miss += weight * (1.0 - hit)
@@ -489,8 +256,8 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     # FIFO per task: the oldest request left is the first one not served.
     served = q0 + accepted - q_end
     t0 = st.now_s
-    old_head = st.head_s + _div(served, q0) * (t0 - st.head_s)
-    head = np.where(served < q0, old_head, t0 + _div(served - q0, accepted) * tau)
+    old_head = st.head_s + div_or_zero(served, q0) * (t0 - st.head_s)
+    head = np.where(served < q0, old_head, t0 + div_or_zero(served - q0, accepted) * tau)
     st.head_s = np.where(q_end > 0, np.minimum(head, t0 + tau), t0 + tau)
 
     # Peak backlog inside the period: behind the carried step, at a drain's start, after a step.

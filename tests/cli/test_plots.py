@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dartfl.cli.fl_cmd import _plot_results
+from dartfl.cli.fl_plot import plot_fl_results
 from dartfl.cli.main import main
 from dartfl.cli.plots import nice_window_s
 
@@ -60,7 +60,7 @@ def _fl_result(policy: str, slo: float, harvest: float) -> dict[str, Any]:
 def test_fl_plots_keep_the_reference_line_and_legend_off_the_bars() -> None:
     # Illustrative figures: a Flower run takes minutes; the layout is what is checked here.
     out = ARTIFACTS
-    _plot_results([_fl_result("dart", 0.998, 0.81), _fl_result("inference-first", 0.97, 0.66)], out)
+    plot_fl_results([_fl_result("dart", 0.998, 0.81), _fl_result("inference-first", 0.97, 0.66)], out)
     for name in ("fl-accuracy.png", "fl-slo-harvest.png"):
         assert (out / name).stat().st_size > 10_000
 

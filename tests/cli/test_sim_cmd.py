@@ -10,6 +10,7 @@ import pytest
 
 from dartfl.cli.main import main
 from dartfl.store import RunStore
+from tests.dartfl.test_profiles import CONTRACT_EXAMPLE as PROFILE_TOML
 
 CONTRACT_KEYS = {
     "policy",
@@ -25,18 +26,6 @@ CONTRACT_KEYS = {
     "max_backlog",
     "decision_us_p50",
 }
-PROFILE_TOML = """name = "edge-small"
-[inference]
-batch-fixed-s = 0.004
-per-request-s = 0.002
-max-batch = 32
-[training]
-microbatch-fixed-s = 0.010
-per-sample-s = 0.006
-max-microbatch = 32
-[inference.tasks.fashion]
-per-request-s = 0.003
-"""
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from dartfl.sim import SimConfig, simulate
 from dartfl.sim.fleet import FleetArrivals, FleetConfig, FleetResult, bin_arrivals, run_fleet, simulate_fleet
 from dartfl.sim.fleet_policies import FleetDart, FleetObservation, make_fleet_policy
 from dartfl.store import RunStore
-from dartfl.types import Observation, TaskSpec
+from dartfl.types import DeviceProfile, Observation, TaskSpec
 
 # The fluid model does not refuse by deadline (docs/fleet.md): compare it with the exact
 # simulator doing the same.
@@ -209,8 +209,7 @@ def test_policies_without_a_fleet_port_are_refused_with_the_ported_names() -> No
 # -- the fluid model against the exact event simulator -----------------------------------------
 
 
-def _poisson_device(load: float, duration_s: float, seed: int) -> Arrivals:
-    profile = PI4
+def _poisson_device(load: float, duration_s: float, seed: int, profile: DeviceProfile = PI4) -> Arrivals:
     rate = load * profile.capacity_per_s(NAMES, (1.0, 1.0, 1.0))
     rng = np.random.default_rng(seed)
     n = int(rng.poisson(rate * duration_s))
@@ -223,11 +222,10 @@ def _poisson_device(load: float, duration_s: float, seed: int) -> Arrivals:
 # arrivals clustering inside a period; on Poisson at load 0.5 on a pi4 it measures within 1%
 # on samples and 0.0-3.0 points on SLO (docs/fleet.md), and inference-first:16, whose 0.38 s
 # steps straddle control periods, is the hardest of the three.
-@pytest.mark.parametrize("spec", ["dart", "inference-first:4", "inference-first:16"])
-def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
-    arrivals = _poisson_device(0.5, 300.0, seed=3)
+def _assert_fleet_agrees_with_the_event_simulator(
+    arrivals: Arrivals, profile: DeviceProfile, spec: str
+) -> None:
     tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    profile = PI4
     exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
     fleet = simulate_fleet(
         FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
@@ -236,6 +234,11 @@ def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
     assert fleet.trained_samples[0] == pytest.approx(exact["train_samples"], rel=0.15)
     assert abs(fleet.slo_attainment[0] - exact["slo_attainment"]) <= 0.04
     assert fleet.harvest_efficiency[0] == pytest.approx(exact["harvest_efficiency"], rel=0.15)
+
+
+@pytest.mark.parametrize("spec", ["dart", "inference-first:4", "inference-first:16"])
+def test_one_device_fleet_agrees_with_the_event_simulator(spec: str) -> None:
+    _assert_fleet_agrees_with_the_event_simulator(_poisson_device(0.5, 300.0, seed=3), PI4, spec)
 
 
 @pytest.mark.parametrize("spec", ["dart:split=off", "inference-first:4"])
@@ -243,21 +246,9 @@ def test_a_multicore_device_is_time_shared_on_all_its_cores_as_in_the_event_simu
     # Without the whole device's speedup the fleet would serve and train at one core's speed:
     # a third of the samples, and an SLO it cannot keep at this load.
     profile = get_profile("pi4")
-    rate = 0.5 * profile.capacity_per_s(NAMES, (1.0, 1.0, 1.0))
-    rng = np.random.default_rng(5)
-    n = int(rng.poisson(rate * 300.0))
-    arrivals = Arrivals(
-        np.sort(rng.uniform(0.0, 300.0, n)), rng.integers(0, 3, n).astype(np.int64), NAMES, 300.0
+    _assert_fleet_agrees_with_the_event_simulator(
+        _poisson_device(0.5, 300.0, seed=5, profile=profile), profile, spec
     )
-    tasks = [TaskSpec(n, 0.25) for n in NAMES]
-    exact = summarize(simulate(arrivals, profile, tasks, make_policy(spec), EXACT))
-    fleet = simulate_fleet(
-        FleetArrivals.from_arrivals([arrivals], 0.25), profile, tasks, make_fleet_policy(spec)
-    )
-    assert exact["train_samples"] > 1000
-    assert fleet.trained_samples[0] == pytest.approx(exact["train_samples"], rel=0.15)
-    assert abs(fleet.slo_attainment[0] - exact["slo_attainment"]) <= 0.04
-    assert fleet.harvest_efficiency[0] == pytest.approx(exact["harvest_efficiency"], rel=0.15)
 
 
 def test_a_policy_that_splits_cores_is_refused_on_a_multicore_profile_with_the_fix() -> None:

@@ -36,6 +36,7 @@ def _admit(
     recent: RecentRequests | None = None,
     transit: TransitClock | None = None,
 ) -> list[tuple[str, dict]]:
+    """The replies sent at once, as (topic, decoded reply)."""
     sent: list[tuple[str, dict]] = []
     admit_request(
         message,
