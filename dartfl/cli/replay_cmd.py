@@ -148,10 +148,9 @@ def _run_replay(
     from orchestration.replay import ReplayOptions, profile_of, replay
 
     profile = file_profile or profile_of(sighting)
-    if arrivals is None:
-        arrivals = arrivals_from_args(args, profile)
-    tasks = load_tasks(arrivals.task_names, max_train=1, max_test=1000)
-    images = {name: _as_uint8(tasks[name]) for name in arrivals.task_names}
+    names = arrivals.task_names if arrivals is not None else _unsized(args).task_names
+    tasks = load_tasks(names, max_train=1, max_test=1000)
+    images = {name: _as_uint8(tasks[name]) for name in names}
     payload = args.payload
     forms = sighting.status.payloads if sighting.status is not None else ("json",)
     if payload == "binary" and "binary" not in forms:
@@ -160,6 +159,11 @@ def _run_replay(
     options = ReplayOptions(
         url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security
     )
+    if arrivals is None:  # sized by the agent's price: the one it measures under traffic
+        from orchestration.pricing import price_under_traffic
+
+        profile = price_under_traffic(options, images, profile, names, args.policy, args.seed)
+        arrivals = arrivals_from_args(args, profile)
     started_s = time.time()  # the run store's start of the run, recorded once it is over
     with _Progress(arrivals.num_requests, args.device) as on_progress:
         outcome = replay(arrivals, options, images, profile, args.policy, on_progress)
@@ -233,8 +237,13 @@ def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | No
     """
     if args.target_load is None or profile is not None:
         return arrivals_from_args(args, profile)
-    arrivals_from_args(argparse.Namespace(**{**vars(args), "target_load": None}), None)
+    _unsized(args)
     return None
+
+
+def _unsized(args: argparse.Namespace) -> Arrivals:
+    """The workload at its --rate (what it is, before --target-load sizes it)."""
+    return arrivals_from_args(argparse.Namespace(**{**vars(args), "target_load": None}), None)
 
 
 def _spawn(args: argparse.Namespace, broker_url: str, agent_log: IO[bytes]) -> subprocess.Popen[bytes]:
