@@ -82,7 +82,7 @@ __all__ = ["Agent", "AgentConfig"]
 DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
 PAYLOADS = ("json", "binary")  # the request forms the agent decodes, advertised in its status
 REPRICE = 0.1  # a change of a request's price that is worth a new status
-ADMITTED_LATE = 0.05  # admission steers its margin until this share of admitted requests miss
+ADMITTED_LATE = 0.02  # admission steers its margin until this share of admitted requests miss
 
 
 class Agent:

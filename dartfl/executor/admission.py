@@ -63,7 +63,7 @@ class AdmissionMargin:
 
     __slots__ = ("floor", "fraction", "step", "target")
 
-    def __init__(self, target: float, step: float = 0.002, floor: float = 0.25) -> None:
+    def __init__(self, target: float, step: float = 0.004, floor: float = 0.25) -> None:
         self.target, self.step, self.floor = target, step, floor
         self.fraction = 1.0
 
