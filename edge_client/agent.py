@@ -186,6 +186,8 @@ class Agent:
         self._link = DeviceLink(self.config.device_id, link, broker)
         if self.profile.request_path == RequestPathCost():  # the profile prices the model alone
             self._price_request_path(link)
+        if self.device.lanes is not None:
+            self._threads.prepare()  # every core count's sessions, before the first request
         self._publish_status(online=True)
         self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         self._telemetry_thread.start()

@@ -50,6 +50,22 @@ class LaneThreads:
         else:
             self.torch_threads(k)
 
+    def prepare(self) -> None:
+        """Build the serving sessions for every core count the serving lane may get, each on
+        the CPUs it would run on, so that no core move builds one on the lane (issue 15: a
+        first build took 0.24 s on the 2-core VM, longer than a 150 ms SLO)."""
+        n = self.cores
+        if n > len(self.cpus):
+            return  # it cannot pin: resize says why at the first switch
+        serving = self.runtime.engine.threads
+        try:
+            for k in range(n, 0, -1):
+                pin_current_thread(lane_cpus(k, self.cpus[:n])[0])
+                self.runtime.set_inference_threads(k)
+        finally:
+            pin_current_thread(self.cpus)
+            self.runtime.set_inference_threads(serving)
+
     def torch_threads(self, n: int) -> None:
         """Train with `n` threads from the next step (a no-op when it already does)."""
         if n != self._torch_threads:

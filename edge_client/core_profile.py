@@ -81,9 +81,10 @@ def measure_core_model(
         for j in range(1, count + 1):
             say(f"inference and training on {j} of {count} cores")
             pin_current_thread(cpus[:j])
-            built = engine.set_threads(j)
-            if j > 1:
-                builds_s.append(built)
+            engine.set_threads(j)  # the first build of j threads' sessions (an agent's start)
+            if j > 1:  # the switch a running agent makes: back to sessions it has built
+                engine.set_threads(j - 1)
+                builds_s.append(engine.set_threads(j))
             inference_s.append(_median_s(infer, reps))
             torch.set_num_threads(j)
             training_s.append(_median_s(train, reps))

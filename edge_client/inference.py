@@ -13,11 +13,13 @@ back to CPU with one warning; with `strict_provider` it is a ProviderError inste
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,8 +126,10 @@ class InferenceEngine:
         self._swap_lock = threading.Lock()  # one swap at a time; never held while serving
         self._current = self._load(Path(model_dir))
         # Sessions of the current version by intra-op threads, so a split that comes back to a
-        # core count it had switches without rebuilding; a swap to a new version clears it.
+        # core count it had switches without rebuilding; a swap to a new version rebuilds each
+        # of them, on the CPUs it was first built on (`_cpus`), before serving the new version.
         self._by_threads: dict[int, _ModelSet] = {threads: self._current}
+        self._cpus: dict[int, frozenset[int] | None] = {threads: _thread_cpus()}
 
     @property
     def provider(self) -> str:
@@ -174,9 +178,21 @@ class InferenceEngine:
                 raise ModelLoadError(
                     f"{model_dir}: the new model lacks task(s) {', '.join(lost)}; not swapped"
                 )
+            # A split that moves later must not stall serving for a session build (issue 15:
+            # 0.24 s a switch on the 2-core VM): the other pools are built now, off the lanes.
+            serving = self.threads
+            others = {}
+            for threads in self._by_threads:
+                if threads != serving:
+                    self.threads = threads
+                    try:
+                        with _pinned(self._cpus.get(threads)):
+                            others[threads] = self._load(Path(model_dir))
+                    finally:
+                        self.threads = serving
             with self._lock:
                 self._current = new
-            self._by_threads = {self.threads: new}
+            self._by_threads = {serving: new, **others}
         log.info("swapped model version %d -> %d (%s)", old.version, new.version, new.directory)
         return new.version
 
@@ -201,10 +217,17 @@ class InferenceEngine:
                         self.threads = previous
                         raise
                     self._by_threads[threads] = new
+                    self._cpus[threads] = _thread_cpus()
                 self.threads = threads
                 with self._lock:
                     self._current = new
         return time.perf_counter() - t0
+
+    @property
+    def prepared_threads(self) -> tuple[int, ...]:
+        """The intra-op thread counts whose sessions of the current version are built."""
+        version = self.version
+        return tuple(sorted(t for t, models in self._by_threads.items() if models.version == version))
 
     def _snapshot(self) -> _ModelSet:
         with self._lock:
@@ -270,3 +293,29 @@ def _fallback(provider: str, reason: str, strict: bool) -> tuple[str, ...]:
         raise ProviderError(f"--ort-provider {provider} --ort-strict: {reason}; {hint}, or drop --ort-strict")
     log.warning("--ort-provider %s: %s; serving on CPU (%s)", provider, reason, hint)
     return (_CPU,)
+
+
+def _thread_cpus() -> frozenset[int] | None:
+    """The CPUs the calling thread may run on (None where the OS does not say)."""
+    try:
+        return frozenset(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+
+
+@contextlib.contextmanager
+def _pinned(cpus: frozenset[int] | None) -> Iterator[None]:
+    """Run the block on `cpus` (an ORT pool's threads inherit them), then restore the mask."""
+    before = _thread_cpus()
+    if cpus is None or before is None or cpus == before:
+        yield
+        return
+    try:
+        os.sched_setaffinity(0, cpus)
+    except OSError:  # a CPU set the process may no longer use: build on the current one
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)

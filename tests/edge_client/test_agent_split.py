@@ -48,6 +48,8 @@ def test_a_split_agent_serves_and_trains_at_once_and_moves_cores_without_losing_
 ) -> None:
     running = start_split_agent(broker.url, "cores:1")
     agent, client = running.agent, Client(broker.url)
+    # Built at start, off the lanes: no core move builds a session while requests wait.
+    assert agent.runtime.engine.prepared_threads == (1, 2)
     device = agent.config.device_id
     sent = 0
     stop = threading.Event()

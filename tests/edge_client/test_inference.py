@@ -159,3 +159,24 @@ def test_a_thread_resize_keeps_serving_the_same_model_and_reuses_sessions_it_bui
     one = engine._by_threads[1]
     engine.set_threads(1)
     assert engine._snapshot() is one  # the sessions built for one thread, not rebuilt
+
+
+def test_a_swap_rebuilds_every_thread_count_off_the_lanes_so_a_later_resize_builds_nothing(
+    tmp_path: Path,
+) -> None:
+    # Issue 15: after each new model version the split agent's next core move rebuilt its ORT
+    # sessions on the serving lane (0.24 s on the 2-core VM, past a 150 ms SLO).
+    export_onnx(build_model({"digits": 4}), tmp_path / "v1", version=1)
+    engine = InferenceEngine(tmp_path / "v1", threads=1)
+    engine.set_threads(2)
+    engine.set_threads(1)
+    export_onnx(build_model({"digits": 4}), tmp_path / "v2", version=2)
+    engine.swap(tmp_path / "v2")
+    assert engine.version == 2 and engine.threads == 1
+    assert engine.prepared_threads == (1, 2)
+    built = engine._by_threads[2]
+    assert built.version == 2
+    engine.set_threads(2)
+    assert engine._snapshot() is built  # swapped in, not built on the lane
+    images = np.zeros((2, 1, 28, 28), np.float32)
+    assert engine.infer_with_version("digits", images)[1] == 2
