@@ -65,6 +65,7 @@ from edge_client.agent_lanes import LaneThreads
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
 from edge_client.answered import RecentRequests
+from edge_client.batch_hold import BatchHold
 from edge_client.path_meter import NetworkThreadMeter
 from edge_client.telemetry import RequestStats
 from edge_client.transit import TransitClock
@@ -119,6 +120,7 @@ class Agent:
         self._cond = threading.Condition()  # serialises the executor; notified on every request
         self._path_meter = NetworkThreadMeter(self._observe_path)  # prices the network thread's work
         self._transit = TransitClock()  # how long each request waited on its way here
+        self._hold = BatchHold(config.slo_s)  # under load, batches of more than one request
         self._status_price: tuple[float, ...] | None = None  # per-request costs the status last said
         self.stats = RequestStats()
         self.recent = RecentRequests()  # a request delivered twice is answered once
@@ -267,6 +269,13 @@ class Agent:
                 if now >= next_publish and self.runtime.publish_in_background():
                     next_publish = now + every
             with self._cond:
+                device = self.device
+                hold = self._hold.wait_s(
+                    device.backlog_total, time.monotonic(), sum(device.rates.fast_rates_per_s)
+                )
+                if hold > 0.0:  # let a few more requests join this batch
+                    self._cond.wait(hold)
+                    continue
                 work = self.device.next_work(time.monotonic())
                 if work is None:
                     self._cond.wait(max(0.0, min(next_tick - time.monotonic(), 0.05)))
@@ -393,8 +402,8 @@ class Agent:
     def _admit(self, received_s: float, task: int, request: QueuedRequest, waited_s: float) -> Admission:
         with self._cond:
             outcome = self.device.admit(received_s, task, request, waited_s)
-            if outcome == "queued":
-                self._cond.notify()
+            if outcome == "queued" and self._hold.wake(self.device.backlog_total):
+                self._cond.notify_all()  # the serving lane, whichever lane waits first
             return outcome
 
     # -- the executor -------------------------------------------------------------------------

@@ -413,7 +413,7 @@ def test_arrival_rates_count_the_time_since_the_last_tick() -> None:
     try:
         for i in range(10):
             request = QueuedRequest(f"r{i}", 0, "test/reply", np.zeros((28, 28), np.uint8), 0.0)
-            assert agent._admit(0.0, 0, request) == "queued"
+            assert agent._admit(0.0, 0, request, 0.0) == "queued"
         agent._last_tick_s = 100.0
         agent._tick(101.0)  # one second, four nominal periods, since the last tick
         assert agent.device.rates.rates_per_s[0] == pytest.approx(10.0)
