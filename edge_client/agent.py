@@ -9,21 +9,17 @@ work items it hands out for real. Threads:
 - the executor thread (`run`) is the device: every control period it ticks the executor,
   and between periods it runs the inference batches (ONNX Runtime) and training microbatches
   (PyTorch) the executor picks, one at a time;
-- a telemetry thread publishes a snapshot at a fixed rate (QoS 1).
-With `split_cores` and a profile of several cores the executor thread is the serving lane
-and a second thread, the training lane, trains at the same time on the other cores: each
-lane pins itself to its CPUs and resizes its thread pool when the allocator moves cores
-(a `CoreSwitch`, at a work-item boundary: queued requests wait in the executor meanwhile, none
-is dropped), ONNX Runtime with k intra-op threads, PyTorch with N - k (edge_client/core_pinning.py
-says where pinning holds). One model trains one step at a time, so a serving-lane step waits
-for the training lane's (`ExecutorConfig.concurrent_steps`), and a federated round is handed
-over on the training lane's thread, between steps, under the model lock.
+- a telemetry thread publishes a snapshot at a fixed rate (QoS 1);
+- with `split_cores` and a profile of several cores the executor thread is the serving lane
+  and a training lane's thread trains at the same time on the other cores (`agent_training`).
 One lock (`_cond`) serialises every call into the executor; work runs outside it.
 SIGTERM (via `request_stop`) stops training, drains the queue for up to `drain_s`, rejects
 what is left with `shutting-down`, reports the totals and disconnects.
 
 Its collaborators: the MQTT side in `agent_link` (connection, replies, telemetry, status),
-request decoding in `agent_ingress`, the telemetry snapshot in `agent_report`, and, with
+request decoding in `agent_ingress`, answering a batch in `agent_serving`, training steps and
+the training lane in `agent_training`, the lanes' cores in `agent_lanes`, when to publish the
+status and telemetry in `agent_status`, the telemetry snapshot in `agent_report`, and, with
 `round_channel` (or $DARTFL_ROUND_CHANNEL) set to 127.0.0.1:PORT, federated rounds in
 `agent_rounds`: a Flower ClientApp hands a round over the round channel, the executor trains
 it under the allocator until its deadline and returns the update. Between rounds such an
@@ -42,11 +38,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from dartfl import protocol
 from dartfl.executor import (
-    TRAINING_LANE,
     Admission,
     CoreSwitch,
     DeviceExecutor,
@@ -57,13 +50,16 @@ from dartfl.executor import (
     TrainingStep,
 )
 from dartfl.policies import make_policy
-from dartfl.protocol import DeviceStatus, FinalReport, Telemetry
+from dartfl.protocol import FinalReport, Telemetry
 from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.agent_lanes import LaneThreads
 from edge_client.agent_report import Counters, build_report
 from edge_client.agent_rounds import FederatedRounds
+from edge_client.agent_serving import BatchServer
+from edge_client.agent_status import StatusPublisher
+from edge_client.agent_training import ModelTraining
 from edge_client.answered import RecentRequests
 from edge_client.batch_hold import BatchHold
 from edge_client.path_meter import NetworkThreadMeter
@@ -72,7 +68,6 @@ from edge_client.transit import TransitClock
 
 if TYPE_CHECKING:
     from edge_client.agent_link import DeviceLink
-    from edge_client.round_channel import RoundChannelServer
     from edge_client.runtime import ModelRuntime
     from messaging.link import Message, MqttLink
 
@@ -81,8 +76,6 @@ log = logging.getLogger(__name__)
 __all__ = ["Agent", "AgentConfig"]
 
 DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
-PAYLOADS = ("json", "binary")  # the request forms the agent decodes, advertised in its status
-REPRICE = 0.1  # a change of a request's price that is worth a new status
 ADMITTED_LATE = 0.02  # admission steers its margin until this share of admitted requests miss
 
 
@@ -121,21 +114,22 @@ class Agent:
         self._path_meter = NetworkThreadMeter(self._observe_path)  # prices the network thread's work
         self._transit = TransitClock()  # how long each request waited on its way here
         self._hold = BatchHold(config.slo_s)  # under load, batches of more than one request
-        self._status_price: tuple[float, ...] | None = None  # per-request costs the status last said
         self.stats = RequestStats()
         self.recent = RecentRequests()  # a request delivered twice is answered once
         self.counters = Counters(ce_sum_per_task=[0.0] * len(config.tasks), started_s=now)
         self._stop = threading.Event()
         self._link: DeviceLink | None = None
+        self._status = StatusPublisher(config.device_id, self, self._stop)
         self._telemetry_thread: threading.Thread | None = None
-        self._channel: RoundChannelServer | None = None  # when federated
         self._rounds = FederatedRounds(config, runtime, self.device, self._cond, self.counters, self._tick)
+        self._server = BatchServer(config, runtime, self.stats, self.recent, self._rounds, self._reply)
+        cores = profile.cores.count
+        self._threads = LaneThreads(runtime, self.device, self._cond, cores, config.training_threads)
+        self._training = ModelTraining(
+            runtime, self.device, self._cond, self.counters, self._rounds, self._threads, self._stop
+        )
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._last_tick_s = now  # when the last control period ended
-        self._threads = LaneThreads(runtime, profile.cores.count, config.training_threads)
-        self._training_lane: threading.Thread | None = None
-        # The model: a training step (either lane) and a round's hand-over take it in turn.
-        self._model_lock = threading.Lock()
 
     # -- construction -------------------------------------------------------------------------
 
@@ -190,17 +184,11 @@ class Agent:
             self._price_request_path(link)
         if self.device.lanes is not None:
             self._threads.prepare()  # every core count's sessions, before the first request
-        self._publish_status(online=True)
-        self._telemetry_thread = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
-        self._telemetry_thread.start()
+        self._status.status(self._link, online=True)
+        self._telemetry_thread = self._status.start_telemetry(self._link, self.config.telemetry_period_s)
         channel = self.config.round_channel or os.environ.get("DARTFL_ROUND_CHANNEL")
         if channel:
-            from edge_client.round_channel import RoundChannelServer
-
-            rounds = self._rounds
-            server = RoundChannelServer(channel, lambda m, w: rounds.handle(m, w, self._stop), rounds.health)
-            log.warning("round channel on %s", server.start())
-            self._channel = server  # only a serving one: stop() would wait forever on another
+            log.warning("round channel on %s", self._rounds.open_channel(channel, self._stop))
         return url
 
     def _price_request_path(self, link: MqttLink) -> None:
@@ -220,9 +208,15 @@ class Agent:
         with self._cond:
             return self._costs.profile(self.profile, self.config.tasks)
 
+    def request_price(self) -> tuple[float, ...]:
+        """Per task: what a request costs besides the model now (the status says it)."""
+        with self._cond:
+            return self._costs.per_request_s
+
     @property
     def round_channel_address(self) -> str | None:
-        return None if self._channel is None else str(self._channel.address)
+        channel = self._rounds.channel
+        return None if channel is None else str(channel.address)
 
     def request_stop(self) -> None:
         """Ask the executor to stop; safe to call from a signal handler."""
@@ -245,23 +239,17 @@ class Agent:
         next_tick = self._last_tick_s + period  # the first period is a warm-up without training
         every = self.config.publish_every_s
         next_publish = time.monotonic() + every if every > 0 else math.inf
-        if self.device.lanes is not None:
-            self._training_lane = threading.Thread(target=self._train_lane, name="training-lane", daemon=True)
-            self._training_lane.start()
+        self._training.start_lane()
         try:
             self._serve_lane(next_tick, period, every, next_publish)
         finally:
-            if self._training_lane is not None:
-                self._stop.set()
-                with self._cond:
-                    self._cond.notify_all()
-                self._training_lane.join()
+            self._training.stop_lane()
 
     def _serve_lane(self, next_tick: float, period: float, every: float, next_publish: float) -> None:
         """The executor thread: ticks, and the serving lane's items (every item when not split)."""
         while not self._stop.is_set():
             if self.device.lanes is None:
-                self._step_rounds()
+                self._training.step_rounds()
             now = time.monotonic()
             if now >= next_tick:
                 self._tick(now)
@@ -282,41 +270,9 @@ class Agent:
             if isinstance(work, InferenceBatch):
                 self._serve(work)
             elif isinstance(work, TrainingStep):
-                self._train(work)
+                self._training.train(work)
             elif isinstance(work, CoreSwitch):
-                self._switch(work)
-
-    def _step_rounds(self) -> None:
-        """Begin or end a federated round (the executor thread; the training lane's, when split)."""
-        if self.device.lanes is None:
-            self._rounds.step(time.monotonic())
-        elif self._rounds.due(time.monotonic()):
-            # A hand-over touches the model: no new step on either lane, wait out the step in
-            # flight (it belongs to the round ending and is accounted before the lock is free).
-            with self._cond:
-                self.device.training_enabled = False
-            with self._model_lock:
-                self._rounds.step(time.monotonic())
-
-    def _train_lane(self) -> None:
-        """The training lane of a split device: its steps and its switches, until stopped."""
-        while not self._stop.is_set():
-            self._step_rounds()
-            with self._cond:
-                work = self.device.next_work(time.monotonic(), TRAINING_LANE)
-                if work is None:
-                    self._cond.wait(0.05)
-            if isinstance(work, TrainingStep):
-                self._train(work)
-            elif isinstance(work, CoreSwitch):
-                self._switch(work)
-
-    def _switch(self, switch: CoreSwitch) -> None:
-        t0 = time.monotonic()
-        self._threads.resize(switch)
-        with self._cond:
-            self.device.switch_done(switch, time.monotonic(), time.monotonic() - t0)
-            self._cond.notify_all()
+                self._threads.switch(work)
 
     @property
     def pinning(self) -> dict[str, str]:
@@ -326,7 +282,7 @@ class Agent:
     def _shutdown(self) -> FinalReport:
         with self._cond:
             self.device.close()  # new requests are now rejected with `shutting-down`
-        self._stop_rounds("the device agent is shutting down")
+        self._rounds.close("the device agent is shutting down")
         deadline = time.monotonic() + self.config.drain_s
         drained = 0
         while time.monotonic() < deadline:
@@ -342,20 +298,16 @@ class Agent:
             self._reply(r.reply_to, refused, r.correlation_data)
         self.stats.rejected_now(time.monotonic(), len(leftovers))
         report = FinalReport.of(self.report(), drained=drained, rejected_at_shutdown=len(leftovers))
-        self._publish_telemetry()
+        if self._link is not None:
+            self._link.telemetry(self.report())
         self._go_offline(flush_s=10.0, report=report)  # the drained answers go out first
         return report
 
     def _abort(self) -> None:
         """After a failure: stop the threads and let go of everything, without draining."""
         self._stop.set()
-        self._stop_rounds("the device agent failed")
+        self._rounds.close("the device agent failed")
         self._go_offline(flush_s=2.0, error="the agent failed")
-
-    def _stop_rounds(self, reason: str) -> None:
-        if self._channel is not None:
-            self._channel.stop()
-        self._rounds.slot.cancel(reason)
 
     def _go_offline(
         self, flush_s: float, report: FinalReport | None = None, error: str | None = None
@@ -364,7 +316,7 @@ class Agent:
         stopped agent must not stay "online"), let what is queued reach the broker, release."""
         if self._link is not None:
             try:
-                self._publish_status(online=False, report=report, error=error)
+                self._status.status(self._link, online=False, report=report, error=error)
                 self._link.flush(flush_s)
             except Exception as exc:  # the broker, or the link itself, went away first
                 log.warning("could not say offline and flush before disconnecting: %s", exc)
@@ -425,54 +377,14 @@ class Agent:
     def _serve(self, batch: InferenceBatch[QueuedRequest]) -> int:
         """Answer one batch: classify on ONNX Runtime, reply to each request, account."""
         t0 = time.monotonic()
-        task, requests = batch.task, batch.requests
-        images = np.stack([r.image for r in requests]).astype(np.float32)[:, None, :, :] / 255.0
-        cpu0 = time.thread_time()
-        task_name = self.config.tasks[task]
-        labels, version = self.runtime.classify(task_name, images)
-        done = time.monotonic()
-        compute_cpu_s = time.thread_time() - cpu0
-        started = time.thread_time()
-        latencies = [done - r.received_s for r in requests]
-        slo = self.config.slo_s
-        met = sum(latency <= slo for latency in latencies)
-        if (job := self._rounds.active) is not None:
-            job.answered += len(requests)
-            job.met += met
-        self.stats.answered_batch(done, latencies, slo)
-        # Binary replies bound for one topic (their ids in the payload) travel as one message:
-        # a publish costs about as much as the rest of a request's path (docs/protocol.md).
-        together: dict[str, list[bytes]] = {}
-        for r, label, latency in zip(requests, labels.tolist(), latencies, strict=True):
-            answer = protocol.answer(r.binary, r.id, task_name, label, latency * 1e3, version)
-            self.recent.answered(r.reply_to, r.id, answer)
-            if r.binary and r.correlation_data is None:
-                together.setdefault(r.reply_to, []).append(answer[0])
-            else:
-                self._reply(r.reply_to, answer, r.correlation_data)
-        for topic, records in together.items():
-            self._reply(topic, (b"".join(records), protocol.REPLY_CONTENT_TYPE))
-        self._add_overhead(time.thread_time() - started)
+        served = self._server.answer(batch)
+        self._add_overhead(served.overhead_cpu_s)
         # The allocator plans with what a batch really costs the executor: preparing the
         # images and publishing the replies too, not only the model's forward pass.
         with self._cond:
-            self.counters.compute_cpu_s += compute_cpu_s  # the training lane adds to it too
-            self.device.batch_done(batch, done, time.monotonic() - t0)
-        return len(requests)
-
-    def _train(self, step: TrainingStep) -> None:
-        if self.device.lanes is not None:  # a split lane trains with its own cores' threads
-            self._threads.torch_threads(max(1, step.cores))
-        with self._model_lock:  # until accounted: a round that ends next counts this step
-            cpu0 = time.thread_time()
-            result = self.runtime.train(step.samples, step.task_shares, step.loss_weights)
-            cpu_s = time.thread_time() - cpu0
-            with self._cond:
-                self.counters.compute_cpu_s += cpu_s
-                for k, ce in enumerate(result.ce_sum_per_task):
-                    self.counters.ce_sum_per_task[k] += ce
-                self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)
-                self._cond.notify_all()  # the other lane may wait for the model
+            self.counters.compute_cpu_s += served.compute_cpu_s  # the training lane adds to it too
+            self.device.batch_done(batch, served.done_s, time.monotonic() - t0)
+        return len(batch.requests)
 
     # -- egress -------------------------------------------------------------------------------
 
@@ -492,41 +404,7 @@ class Agent:
                 self.config, self.device, self.stats, self.counters, self.runtime.version, profile
             )
 
-    def _publish_telemetry(self) -> None:
-        if self._link is not None:
-            self._link.telemetry(self.report())
-
     def _republish_online(self) -> None:
         """After a reconnect (paho's thread); not once stopping, when "offline" must stand."""
-        if not self._stop.is_set():
-            self._publish_status(online=True)
-
-    def _publish_status(
-        self, *, online: bool, report: FinalReport | None = None, error: str | None = None
-    ) -> None:
-        """The retained status: online/offline, the cost profile (and the final report)."""
         if self._link is not None:
-            with self._cond:
-                self._status_price = self._costs.per_request_s
-            self._link.status(
-                DeviceStatus(
-                    self.config.device_id, online, time.time(), self.cost_profile(), report, error, PAYLOADS
-                )
-            )
-
-    def _telemetry_loop(self) -> None:
-        while not self._stop.wait(self.config.telemetry_period_s):
-            try:
-                self._publish_telemetry()
-                self._republish_if_repriced()
-            except Exception:  # a broken link must not kill the device; paho reconnects
-                log.exception("telemetry publish failed")
-
-    def _republish_if_repriced(self) -> None:
-        """A new retained status when what a request costs has moved by REPRICE since the last:
-        a replayer sizes `--target-load` from the status, so it must not keep the start's guess."""
-        with self._cond:
-            price = self._costs.per_request_s
-        last = self._status_price
-        if last is None or any(abs(p - q) > REPRICE * q for p, q in zip(price, last, strict=True)):
-            self._republish_online()
+            self._status.republish_online(self._link)

@@ -1,17 +1,20 @@
 """What a split agent's lane threads hold: the CPUs each pins to and the size of its pool.
 
-`LaneThreads.resize` runs on the lane's own thread when the executor hands it a
-`CoreSwitch`: it pins that thread (edge_client/core_pinning.py) and resizes the lane's pool,
-ONNX Runtime sessions with k intra-op threads for the serving lane (built on the pinned
-thread, so their pool inherits its CPUs), `torch.set_num_threads` for the training lane.
+`LaneThreads.switch` runs on the lane's own thread when the executor hands it a
+`CoreSwitch`, and accounts it in the executor; `resize` pins that thread
+(edge_client/core_pinning.py) and resizes the lane's pool, ONNX Runtime sessions with k
+intra-op threads for the serving lane (built on the pinned thread, so their pool inherits its
+CPUs), `torch.set_num_threads` for the training lane.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+import threading
+import time
+from typing import TYPE_CHECKING, Any
 
-from dartfl.executor import TRAINING_LANE, CoreSwitch
+from dartfl.executor import TRAINING_LANE, CoreSwitch, DeviceExecutor
 from edge_client.core_pinning import available_cpus, lane_cpus, pin_current_thread
 
 if TYPE_CHECKING:
@@ -23,12 +26,30 @@ log = logging.getLogger(__name__)
 
 
 class LaneThreads:
-    def __init__(self, runtime: ModelRuntime, cores: int, training_threads: int) -> None:
+    """`lock` is the agent's, which serialises `device`."""
+
+    def __init__(
+        self,
+        runtime: ModelRuntime,
+        device: DeviceExecutor[Any],
+        lock: threading.Condition,
+        cores: int,
+        training_threads: int,
+    ) -> None:
         self.runtime = runtime
+        self.device, self.lock = device, lock
         self.cores = cores  # N, the profile's
         self.cpus = available_cpus()
         self.pinning: dict[str, str] = {}  # per lane: "" pinned, else why not (at its last switch)
         self._torch_threads = training_threads
+
+    def switch(self, switch: CoreSwitch) -> None:
+        """Resize the calling lane, then tell the executor (and the lanes waiting on it)."""
+        t0 = time.monotonic()
+        self.resize(switch)
+        with self.lock:
+            self.device.switch_done(switch, time.monotonic(), time.monotonic() - t0)
+            self.lock.notify_all()
 
     def resize(self, switch: CoreSwitch) -> None:
         """Move the calling lane's thread to its new cores: pin it, resize its pool."""

@@ -25,6 +25,7 @@ from edge_client.agent_config import AgentConfig
 from edge_client.agent_report import Counters
 
 if TYPE_CHECKING:
+    from edge_client.round_channel import RoundChannelServer
     from edge_client.runtime import ModelRuntime
 
 log = logging.getLogger(__name__)
@@ -215,6 +216,22 @@ class FederatedRounds:
         self.config, self.runtime, self.device, self.lock = config, runtime, device, lock
         self.counters, self.tick = counters, tick
         self.slot = RoundSlot()
+        self.channel: RoundChannelServer | None = None  # once `open_channel` serves one
+
+    def open_channel(self, address: str, stopping: threading.Event) -> str:
+        """Serve the round channel on `address` (127.0.0.1:PORT) until `close`; where it serves."""
+        from edge_client.round_channel import RoundChannelServer
+
+        server = RoundChannelServer(address, lambda m, w: self.handle(m, w, stopping), self.health)
+        address = server.start()
+        self.channel = server  # only a serving one: stop() would wait forever on another
+        return address
+
+    def close(self, reason: str) -> None:
+        """Stop the round channel; a round pending or running fails with `reason`."""
+        if self.channel is not None:
+            self.channel.stop()
+        self.slot.cancel(reason)
 
     @property
     def active(self) -> RoundJob | None:

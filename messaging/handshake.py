@@ -7,15 +7,20 @@ closed it before any CONNACK, twice in a row, or that has not answered an MQTT 5
 `CONNACK_WAIT_S`, does not speak MQTT 5 either: some 3.1.1-only brokers do that instead of
 refusing (amqtt stays silent on a CONNECT with a will). A broker that is not up refuses the
 TCP connection and never gets that far.
+
+`ConnectFailure` keeps what a link's `wait_ready` raises once the failure is for good.
 """
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from messaging.errors import MqttConnectError, MqttSecurityError, MqttVersionError
 
-__all__ = ["CONNACK_WAIT_S", "UnansweredConnects", "is_transient", "refused_connection"]
+if TYPE_CHECKING:
+    from messaging.tls import FailedAttempts
+
+__all__ = ["CONNACK_WAIT_S", "ConnectFailure", "UnansweredConnects", "is_transient", "refused_connection"]
 
 _CLOSES_MEAN_NO_V5: Final = 2  # MQTT 5 connections closed before a CONNACK, in a row
 CONNACK_WAIT_S: Final = 5.0  # a broker silent this long after an MQTT 5 CONNECT does not speak it
@@ -88,3 +93,32 @@ class UnansweredConnects:
             f"{self._label}: the broker took the connection but did not answer an MQTT 5 CONNECT "
             f"within {silent_s:.0f} s ({_USE_V311})"
         )
+
+
+class ConnectFailure:
+    """Why a link cannot connect, once that is known for good: a refused CONNACK or subscription,
+    an attempt that shows retrying cannot help (`FailedAttempts`: TLS, the login), or a broker
+    that does not answer MQTT 5 (`unanswered`). The link calls it with its lock held."""
+
+    def __init__(self, label: str, attempts: FailedAttempts, *, v5: bool) -> None:
+        self.label = label
+        self.attempts = attempts  # why the attempts so far failed
+        self.unanswered = UnansweredConnects(label, v5=v5)
+        self.detail: str | None = None  # once set, what connecting raises
+        self.kind: type[MqttConnectError] = MqttConnectError
+
+    def fail(self, detail: str, kind: type[MqttConnectError]) -> None:
+        self.detail, self.kind = detail, kind
+
+    def attempt_failed(self, detail: str) -> bool:
+        """One more failed attempt: True when it shows that retrying cannot help."""
+        permanent = self.attempts.note(detail)
+        if permanent is not None:
+            self.fail(permanent, MqttSecurityError)
+        return permanent is not None
+
+    def error(self, ready: bool, now_s: float, deadline_passed: bool) -> MqttConnectError | None:
+        """What the link's `wait_ready` raises now, if anything."""
+        if self.detail is not None:
+            return self.kind(f"{self.label}: {self.detail}")
+        return None if ready else self.unanswered.version_error(now_s, deadline_passed)

@@ -46,11 +46,12 @@ from messaging.errors import (
     MqttVersionError,
     MqttWaitStoppedError,
 )
-from messaging.handshake import UnansweredConnects, is_transient, refused_connection
+from messaging.handshake import ConnectFailure, is_transient, refused_connection
 from messaging.messages import Message, Will, message_from_paho, publish_properties
 from messaging.paho_client import MQTT_V5, MQTT_V311, RECONNECT_MAX_S, paho_client, set_nodelay
 from messaging.refusals import Drops, PublishRefusals, Refusal, refused_subscription
 from messaging.security import MqttSecurity
+from messaging.subscriptions import Subscriptions
 from messaging.tls import FailedAttempts
 
 log = logging.getLogger(__name__)
@@ -88,20 +89,14 @@ class MqttLink:
         self._client = client
         self._protocol = protocol
         self._on_message = on_message
-        self._subscriptions: dict[str, int] = dict(subscriptions)
+        self._subs = Subscriptions(subscriptions)
         self._label = label
         self._cond = threading.Condition()
         self._connected = False
         self._ready = False  # connected and the standing subscriptions acknowledged
-        self._failure: str | None = None
-        self._failure_kind: type[MqttConnectError] = MqttConnectError
         self._ever_ready = False
-        self._unanswered = UnansweredConnects(label, v5=protocol == paho.MQTTv5)
-        self._attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
-        self._initial_mid: int | None = None
-        self._initial_topics: list[str] = []
-        self._acked: dict[int, Refusal | None] = {}  # mid -> what was refused, for subscribe()
-        self._pending: dict[int, str] = {}  # mid -> topic of a subscribe() not yet answered
+        attempts = attempts or FailedAttempts(label, MqttSecurity(), tls=False)
+        self._failure = ConnectFailure(label, attempts, v5=protocol == paho.MQTTv5)
         self._account = account
         self._refusals = PublishRefusals(label, account) if protocol == paho.MQTTv5 else None
         self._drops = Drops(label, account)
@@ -139,25 +134,25 @@ class MqttLink:
         self, client: paho.Client, userdata: Any, flags: Any, reason: Any, properties: Any
     ) -> None:
         with self._cond:
-            self._unanswered.answered()
+            self._failure.unanswered.answered()
         if reason.is_failure:
             if is_transient(reason):  # up but busy: paho tries again, as for a broker not up
                 self._note_failed_attempt(f"the broker refused the connection for now: {reason}")
                 return
             with self._cond:
-                self._failure, self._failure_kind = refused_connection(reason)
+                self._failure.fail(*refused_connection(reason))
                 self._cond.notify_all()
             log.warning("%s: connection refused: %s", self._label, reason)
             return
         with self._cond:
             self._connected = True
-            subs = list(self._subscriptions.items())
+            subs = list(self._subs.standing.items())
         if not subs:
             self._mark_ready()
             return
         _, mid = client.subscribe(subs)
         with self._cond:
-            self._initial_mid, self._initial_topics = mid, [t for t, _ in subs]
+            self._subs.subscribed_on_connect(mid, [t for t, _ in subs])
         log.info("%s: connected; subscribing to %s", self._label, [t for t, _ in subs])
 
     def _handle_disconnect(
@@ -166,7 +161,7 @@ class MqttLink:
         with self._cond:
             self._connected = False
             self._ready = False
-            self._unanswered.closed(self._ever_ready)
+            self._failure.unanswered.closed(self._ever_ready)
             self._cond.notify_all()
         if not self._closed and not self._drops.lost(reason):
             log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
@@ -175,25 +170,24 @@ class MqttLink:
         self, client: paho.Client, userdata: Any, mid: int, reasons: list[Any], properties: Any
     ) -> None:
         with self._cond:
-            initial = mid == self._initial_mid
-            topics = self._initial_topics if initial else [self._pending.get(mid, "?")]
+            initial, topics = self._subs.answered(mid)
         refusal = refused_subscription(topics, reasons, self._account)
         if initial and refusal is None:
             self._mark_ready()
             return
         with self._cond:
             if not initial:
-                self._acked[mid] = refusal
+                self._subs.acked(mid, refusal)
             elif self._ever_ready:  # refused again after a reconnect: nobody waits to hear it
                 log.error("%s: %s", self._label, refusal)
             else:
-                self._failure, self._failure_kind = str(refusal), MqttAclError
+                self._failure.fail(str(refusal), MqttAclError)
             self._cond.notify_all()
 
     def _handle_socket_open(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         set_nodelay(client, userdata, sock)
         with self._cond:
-            self._unanswered.opened(time.monotonic())
+            self._failure.unanswered.opened(time.monotonic())
 
     def _mark_ready(self) -> None:
         with self._cond:
@@ -220,11 +214,9 @@ class MqttLink:
 
     def _note_failed_attempt(self, detail: str) -> None:
         with self._cond:
-            if self._ever_ready or self._failure is not None:
+            if self._ever_ready or self._failure.detail is not None:
                 return
-            permanent = self._attempts.note(detail)
-            if permanent is not None:
-                self._failure, self._failure_kind = permanent, MqttSecurityError
+            if self._failure.attempt_failed(detail):
                 self._cond.notify_all()
         log.debug("%s: connection attempt failed: %s", self._label, detail)
 
@@ -253,19 +245,14 @@ class MqttLink:
             with self._cond:
                 left = deadline - time.monotonic()
                 self._cond.wait_for(
-                    lambda: self._ready or self._failure is not None, min(max(left, 0.0), _WAIT_SLICE_S)
+                    lambda: self._ready or self._failure.detail is not None,
+                    min(max(left, 0.0), _WAIT_SLICE_S),
                 )
-                ready, failure, last = self._ready, self._failure, self._attempts.last
+                ready, last = self._ready, self._failure.attempts.last
                 over = time.monotonic() >= deadline
-                silent = (
-                    None
-                    if ready or failure is not None
-                    else self._unanswered.version_error(time.monotonic(), over)
-                )
-            if silent is not None:
-                raise silent
-            if failure is not None:
-                raise self._failure_kind(f"{self._label}: {failure}")
+                error = self._failure.error(ready, time.monotonic(), over)
+            if error is not None:
+                raise error
             if ready:
                 if said:
                     log.warning("%s: connected after %.0f s", self._label, time.monotonic() - started)
@@ -316,20 +303,17 @@ class MqttLink:
     def subscribe(self, topic: str, qos: int = 1, timeout: float = 5.0) -> None:
         """Add a standing subscription (kept across reconnects) and wait for the broker's ack."""
         with self._cond:
-            self._subscriptions[topic] = qos
+            self._subs.standing[topic] = qos
             # paho may call back before subscribe() returns the id: hold the condition's lock
             # (the callback waits on it) until the id is noted.
             rc, mid = self._client.subscribe(topic, qos)
-            if mid is not None:
-                self._pending[mid] = topic
+            self._subs.sent(mid, topic)
         if rc != paho.MQTT_ERR_SUCCESS or mid is None:
             raise MqttConnectError(
                 f"{self._label}: cannot subscribe to {topic!r} now: {paho.error_string(rc)}"
             )
         with self._cond:
-            answered = self._cond.wait_for(lambda: mid in self._acked, timeout)
-            refusal = self._acked.pop(mid, None)
-            self._pending.pop(mid, None)
+            answered, refusal = self._subs.wait_ack(self._cond, mid, timeout)
         if not answered:
             raise MqttConnectError(f"{self._label}: no SUBACK for {topic!r} within {timeout} s")
         if refusal is not None:

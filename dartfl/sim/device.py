@@ -14,11 +14,11 @@ allocates; between decisions the executor enforces the allocation work-conservin
   (its remaining work is rescaled whenever the other lane starts or stops), and a lane whose
   cores change first waits the profile's switch time.
 The accounting and the choice of the next work item are `dartfl.executor.DeviceExecutor`'s,
-the same object the real agent drives; this module is its event loop in virtual time. Time
-comes from the event sequence only, never from the wall clock (SimPy's rule), so a replay is
-deterministic for a seed. The wall clock is read only to time the policy's decisions, which
-is a measurement, not part of the simulation. A one-core device runs exactly the one-lane
-loop it always ran.
+the same object the real agent drives; this module is its event loop in virtual time (the
+lanes' timing is dartfl/sim/lanes.py's). Time comes from the event sequence only, never from
+the wall clock (SimPy's rule), so a replay is deterministic for a seed. The wall clock is
+read only to time the policy's decisions, which is a measurement, not part of the
+simulation. A one-core device runs exactly the one-lane loop it always ran.
 """
 
 from __future__ import annotations
@@ -33,9 +33,7 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from dartfl.executor import (
-    LANES,
     ROUND_TOLERANCE_S,
-    CoreSwitch,
     DeviceExecutor,
     ExecutorConfig,
     InferenceBatch,
@@ -45,11 +43,10 @@ from dartfl.executor import (
 from dartfl.fluid import fluid_terms
 from dartfl.metrics import RunRecord
 from dartfl.policies.base import FutureAwarePolicy, FutureView, Policy
+from dartfl.sim.lanes import SimLanes, Work
 from dartfl.types import DeviceProfile, TaskSpec
 
 __all__ = ["SimConfig", "simulate"]
-
-Work = InferenceBatch[int] | TrainingStep | CoreSwitch
 
 
 @dataclass(frozen=True)
@@ -102,7 +99,26 @@ def simulate(
     rng = rng or np.random.default_rng(0)
     if not keep_policy_state:
         policy.reset()
-    horizon = arrivals.duration_s
+    device = _device(arrivals.duration_s, profile, tasks, policy, cfg, timer)
+    planner = (
+        _FuturePlanner(policy, arrivals, tasks, device) if isinstance(policy, FutureAwarePolicy) else None
+    )
+    device.step_planner = planner
+    outcomes = _Outcomes(len(arrivals.times_s))
+    lanes = SimLanes(device, profile, rng, exponential_service=cfg.exponential_service)
+    _run_events(arrivals, device, lanes, planner, outcomes, cfg.period_s, on_step)
+    return _record(arrivals, profile, policy, device, lanes, outcomes, cfg)
+
+
+def _device(
+    horizon: float,
+    profile: DeviceProfile,
+    tasks: Sequence[TaskSpec],
+    policy: Policy,
+    cfg: SimConfig,
+    timer: Callable[[], int],
+) -> DeviceExecutor[int]:
+    """The executor of a simulated device: two lanes, rounds and training up to the horizon."""
     device: DeviceExecutor[int] = DeviceExecutor(
         tasks,
         policy,
@@ -118,22 +134,36 @@ def simulate(
         timer=timer,
     )
     device.train_until_s = horizon
+    return device
+
+
+class _Outcomes:
+    """What became of each request, by arrival index."""
+
+    def __init__(self, n: int) -> None:
+        self.finish_s = np.full(n, np.nan)
+        self.rejected = np.zeros(n, dtype=bool)
+        self.delay_s = np.zeros(n)  # the training delay of each request's busy period (dartfl.attribution)
+        self.delay_cause_s = np.full(n, np.nan)  # when the latest step in that delay started
+
+
+def _run_events(
+    arrivals: Arrivals,
+    device: DeviceExecutor[int],
+    lanes: SimLanes,
+    planner: _FuturePlanner | None,
+    out: _Outcomes,
+    period_s: float,
+    on_step: Callable[[int, tuple[float, ...], tuple[float, ...]], None] | None,
+) -> None:
+    """The event loop: advance virtual time to the next item end, arrival, tick or round end."""
+    horizon = arrivals.duration_s
     times = arrivals.times_s.tolist()
     task_of = arrivals.tasks.tolist()
     n = len(times)
-    planner = (
-        _FuturePlanner(policy, arrivals, tasks, device) if isinstance(policy, FutureAwarePolicy) else None
-    )
-    device.step_planner = planner
-    finish = np.full(n, np.nan)
-    rejected = np.zeros(n, dtype=bool)
-    lanes = _Lanes(device, profile, cfg, rng)
-    delay = np.zeros(n)  # the training delay of each request's busy period (dartfl.attribution)
-    delay_cause = np.full(n, np.nan)  # when the latest step in that delay started
-
     i = 0  # next arrival
     ticks = 1  # ticks are at j * period_s: a running sum would drift and add or drop the last one
-    next_tick = cfg.period_s
+    next_tick = period_s
     ends = lanes.end_s
     while True:
         t_arr = times[i] if i < n else math.inf
@@ -145,15 +175,7 @@ def simulate(
         # 1. A running work item ends: answer its requests or bank its samples.
         for lane in (0, 1):
             if ends[lane] == now:
-                work = lanes.finish(lane, now)
-                if isinstance(work, InferenceBatch):
-                    for r in work.requests:
-                        finish[r] = now
-                    if work.training_delay_s > 0.0:
-                        delay[work.requests] = work.training_delay_s
-                        delay_cause[work.requests] = work.delay_cause_s
-                elif on_step is not None and isinstance(work, TrainingStep):
-                    on_step(work.samples, device.alloc.task_shares, device.alloc.loss_weights)
+                _finished(lanes.finish(lane, now), now, device, out, on_step)
 
         # Every FL round that has ended closes, with the steps done by its end (the last round
         # too: it ends at the horizon, where no control tick falls).
@@ -162,11 +184,7 @@ def simulate(
 
         # 2. Arrivals up to now join their queue, or are rejected when it is full.
         while i < n and times[i] <= now:
-            if device.admit(times[i], task_of[i], i) != "queued":
-                rejected[i] = True
-                if device.refusal_training_delay_s > 0.0:
-                    delay[i] = device.refusal_training_delay_s
-                    delay_cause[i] = device.refusal_delay_cause_s
+            _admit(device, times[i], task_of[i], i, out)
             i += 1
         if planner is not None:
             planner.next_arrival = i
@@ -175,7 +193,7 @@ def simulate(
         if t_tick == now:
             device.tick(now)
             ticks += 1
-            next_tick = ticks * cfg.period_s
+            next_tick = ticks * period_s
 
         # 4. A free lane asks the executor for its next work item; time runs it.
         if ends[0] == math.inf:
@@ -183,6 +201,47 @@ def simulate(
         if ends[1] == math.inf and lanes.training_lane_wanted():
             lanes.start(1, now)
 
+
+def _finished(
+    work: Work | None,
+    now: float,
+    device: DeviceExecutor[int],
+    out: _Outcomes,
+    on_step: Callable[[int, tuple[float, ...], tuple[float, ...]], None] | None,
+) -> None:
+    """Step 1: a batch's requests are answered now; a step's samples go to `on_step`."""
+    if isinstance(work, InferenceBatch):
+        for r in work.requests:
+            out.finish_s[r] = now
+        if work.training_delay_s > 0.0:
+            out.delay_s[work.requests] = work.training_delay_s
+            out.delay_cause_s[work.requests] = work.delay_cause_s
+    elif on_step is not None and isinstance(work, TrainingStep):
+        on_step(work.samples, device.alloc.task_shares, device.alloc.loss_weights)
+
+
+def _admit(device: DeviceExecutor[int], time_s: float, task: int, i: int, out: _Outcomes) -> None:
+    """Step 2: arrival `i` joins its queue, or is refused (with the training delay behind it)."""
+    if device.admit(time_s, task, i) != "queued":
+        out.rejected[i] = True
+        if device.refusal_training_delay_s > 0.0:
+            out.delay_s[i] = device.refusal_training_delay_s
+            out.delay_cause_s[i] = device.refusal_delay_cause_s
+
+
+def _record(
+    arrivals: Arrivals,
+    profile: DeviceProfile,
+    policy: Policy,
+    device: DeviceExecutor[int],
+    lanes: SimLanes,
+    out: _Outcomes,
+    cfg: SimConfig,
+) -> RunRecord:
+    """The run's record, once the queues have drained."""
+    names = arrivals.task_names
+    horizon = arrivals.duration_s
+    finish = out.finish_s
     counts = arrivals.counts_per_task().tolist()
     fluid = fluid_terms(profile, names, counts)
     # The queue drains after the horizon and the step in flight finishes: the run lasts until then.
@@ -197,7 +256,7 @@ def simulate(
         arrival_s=arrivals.times_s,
         finish_s=finish,
         tasks=arrivals.tasks,
-        rejected=rejected,
+        rejected=out.rejected,
         trained_per_task=tuple(device.trained_per_task),
         training_busy_s=device.training_busy_s,
         inference_busy_s=device.inference_busy_s,
@@ -206,8 +265,8 @@ def simulate(
         max_backlog=device.max_backlog,
         decision_us=device.decision_us(),
         periods=periods,
-        training_delay_s=delay,
-        delay_cause_s=delay_cause,
+        training_delay_s=out.delay_s,
+        delay_cause_s=out.delay_cause_s,
         round_samples=tuple(device.rounds.closed),
         round_target_samples=cfg.round_target_samples,
         end_s=max(horizon, last_answer, device.last_step_end_s, lanes.last_step_end_s),
@@ -217,111 +276,6 @@ def simulate(
         cores=profile.cores.count,
         core_switches=device.switches,
     )
-
-
-class _Lanes:
-    """The device's lanes in virtual time: the item each runs, when it ends, and its
-    interference with the other lane (docs/profiles.md, "Cores")."""
-
-    def __init__(
-        self, device: DeviceExecutor[int], profile: DeviceProfile, cfg: SimConfig, rng: np.random.Generator
-    ) -> None:
-        self.device = device
-        self.cfg = cfg
-        self.rng = rng
-        self.split = device.lanes is not None
-        model = profile.cores
-        self.switch_s = model.switch_s
-        self.slowdown = (1.0 + model.inference_interference, 1.0 + model.training_interference)
-        # Prices by the cores a lane holds (index: cores; 0 unused), per task for inference.
-        names = device.task_names
-        per_cores = range(model.count + 1)
-        self.inference = [[profile.lane_inference(t, max(1, c)) for t in names] for c in per_cores]
-        self.training = [profile.lane_training(max(1, c)) for c in per_cores]
-        self.end_s = [math.inf, math.inf]
-        self.work: list[Work | None] = [None, None]
-        self.duration_s = [0.0, 0.0]  # the item's solo time, or its elapsed time once stretched
-        self.start_s = [0.0, 0.0]
-        self.left_s = [0.0, 0.0]  # solo seconds of work left at `since_s`
-        self.since_s = [0.0, 0.0]
-        self.rate = [1.0, 1.0]  # solo seconds done per second: 1, or 1 / slowdown
-        self.stretched = [False, False]
-        self.computing = [False, False]
-        self.last_step_end_s = -math.inf  # of the training lane
-
-    def training_lane_wanted(self) -> bool:
-        """The training lane holds cores, or the split asks it to (else it has nothing to do)."""
-        split = self.device.lanes
-        return split is not None and (split.held[1] > 0 or split.target < split.total)
-
-    def start(self, lane: int, now: float) -> None:
-        """Hand the free `lane` its next item (a zero-time switch is done at once)."""
-        device = self.device
-        work = device.next_work(now, LANES[lane])
-        while isinstance(work, CoreSwitch) and self.switch_s == 0.0:
-            device.switch_done(work, now, 0.0)
-            work = device.next_work(now, LANES[lane])
-        if work is None:
-            return
-        if isinstance(work, InferenceBatch):
-            cost = self.inference[work.cores][work.task]
-            duration = cost.batch_fixed_s + cost.per_request_s * len(work.requests)
-            if self.cfg.exponential_service:
-                duration = float(self.rng.exponential(duration))
-        elif isinstance(work, TrainingStep):
-            train = self.training[work.cores]
-            duration = train.microbatch_fixed_s + train.per_sample_s * work.samples
-        else:
-            duration = self.switch_s
-        self.work[lane] = work
-        self.duration_s[lane] = duration
-        self.start_s[lane] = now
-        self.stretched[lane] = False
-        computing = not isinstance(work, CoreSwitch)
-        self.computing[lane] = computing
-        if not (self.split and computing and self.computing[1 - lane]):
-            self.rate[lane] = 1.0
-            self.end_s[lane] = now + duration
-            return
-        # Both lanes compute now: this item runs slowed, and so does the other from now on.
-        self.rate[lane] = 1.0 / self.slowdown[lane]
-        self.left_s[lane], self.since_s[lane] = duration, now
-        self.end_s[lane] = now + duration * self.slowdown[lane]
-        self._rescale(1 - lane, now, 1.0 / self.slowdown[1 - lane])
-
-    def finish(self, lane: int, now: float) -> Work | None:
-        """The item on `lane` ends now: hand it back to the executor."""
-        work, device = self.work[lane], self.device
-        duration = (
-            now - self.start_s[lane]
-            if self.stretched[lane] or self.rate[lane] != 1.0
-            else self.duration_s[lane]
-        )
-        if isinstance(work, InferenceBatch):
-            device.batch_done(work, now, duration)
-        elif isinstance(work, TrainingStep):
-            device.step_done(work, now, duration)
-            if lane == 1:
-                self.last_step_end_s = now
-        elif isinstance(work, CoreSwitch):
-            device.switch_done(work, now, duration)
-        was_computing = self.computing[lane]
-        self.work[lane], self.end_s[lane], self.computing[lane] = None, math.inf, False
-        if was_computing and self.computing[1 - lane]:
-            self._rescale(1 - lane, now, 1.0)  # the other lane runs alone again
-        return work
-
-    def _rescale(self, lane: int, now: float, rate: float) -> None:
-        """`lane`'s running item goes on at `rate` solo seconds per second from `now`."""
-        if self.rate[lane] == rate:
-            return
-        if self.rate[lane] == 1.0 and not self.stretched[lane]:
-            self.left_s[lane] = self.duration_s[lane] - (now - self.start_s[lane])
-        else:
-            self.left_s[lane] -= (now - self.since_s[lane]) * self.rate[lane]
-        self.since_s[lane], self.rate[lane], self.stretched[lane] = now, rate, True
-        left = self.left_s[lane]
-        self.end_s[lane] = now + left / rate if left > 1e-12 else now
 
 
 class _FuturePlanner:

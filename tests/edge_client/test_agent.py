@@ -101,6 +101,31 @@ class Client:
         return out
 
 
+class Load:
+    """Requests sent round-robin over TASKS, one every `gap_s`, on a thread while the `with`
+    block runs; `sent` counts them."""
+
+    def __init__(self, client: Client, device: str, prefix: str, gap_s: float) -> None:
+        self.client, self.device, self.prefix, self.gap_s = client, device, prefix, gap_s
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._send)
+
+    def _send(self) -> None:
+        while not self._stop.is_set():
+            self.client.send(self.device, TASKS[self.sent % 3], f"{self.prefix}{self.sent}")
+            self.sent += 1
+            time.sleep(self.gap_s)
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def valid_payload(reply_to: str, request_id: str) -> dict[str, Any]:
     return json.loads(
         protocol.encode_request(request_id=request_id, reply_to=reply_to, image=np.zeros((28, 28), np.uint8))
@@ -290,31 +315,16 @@ def test_ten_hot_swaps_under_load_lose_nothing(broker: BrokerHandle) -> None:
     running = start_agent(broker.url)
     client = Client(broker.url)
     device = running.agent.config.device_id
-    sent = 0
-    stop = threading.Event()
-
-    def load() -> None:
-        nonlocal sent
-        while not stop.is_set():
-            client.send(device, TASKS[sent % 3], f"h{sent}")
-            sent += 1
-            time.sleep(0.005)
-
-    sender = threading.Thread(target=load)
-    sender.start()
-    try:
+    with Load(client, device, "h", 0.005) as load:
         versions = []
         for _ in range(10):
             versions.append(running.agent.runtime.publish_model())
             time.sleep(0.3)  # let requests flow on each version
-    finally:
-        stop.set()
-        sender.join()
-    replies = client.collect(sent, timeout_s=30)
+    replies = client.collect(load.sent, timeout_s=30)
     client.link.close()
     running.stop()
     assert versions == list(range(2, 12))
-    assert len(replies) == sent  # zero lost
+    assert len(replies) == load.sent  # zero lost
     assert {r.status for r in replies} == {"ok"}  # zero errors
     seen = {int(r.model_version or 0) for r in replies}
     assert len(seen) >= 8 and max(seen) == 11  # served across the swaps, ending on the last

@@ -15,7 +15,7 @@ from dartfl.profiles import get_profile
 from dartfl.types import CoreModel, DeviceProfile
 from edge_client.agent import Agent, AgentConfig
 from messaging.brokers import BrokerHandle
-from tests.edge_client.test_agent import TASKS, Client, Running, broker  # noqa: F401
+from tests.edge_client.test_agent import Client, Load, Running, broker  # noqa: F401
 
 pytestmark = pytest.mark.integration
 
@@ -51,20 +51,8 @@ def test_a_split_agent_serves_and_trains_at_once_and_moves_cores_without_losing_
     # Built at start, off the lanes: no core move builds a session while requests wait.
     assert agent.runtime.engine.prepared_threads == (1, 2)
     device = agent.config.device_id
-    sent = 0
-    stop = threading.Event()
-
-    def load() -> None:
-        nonlocal sent
-        while not stop.is_set():
-            client.send(device, TASKS[sent % 3], f"s{sent}")
-            sent += 1
-            time.sleep(0.01)
-
-    sender = threading.Thread(target=load)
-    sender.start()
     splits = []
-    try:
+    with Load(client, device, "s", 0.01) as load:
         # Split, whole, split again: each change lands at a work-item boundary of each lane.
         for spec in ("cores:1", "inference-only", "cores:1"):
             with agent._cond:
@@ -72,13 +60,10 @@ def test_a_split_agent_serves_and_trains_at_once_and_moves_cores_without_losing_
             time.sleep(1.5)
             telemetry = agent.report()
             splits.append((telemetry.inference_cores, telemetry.training_cores))
-    finally:
-        stop.set()
-        sender.join()
-    replies = client.collect(sent, timeout_s=30)
+    replies = client.collect(load.sent, timeout_s=30)
     client.link.close()
     report = running.stop()
-    assert len(replies) == sent and {r.status for r in replies} == {"ok"}  # none lost or refused
+    assert len(replies) == load.sent and {r.status for r in replies} == {"ok"}  # none lost or refused
     assert splits == [(1, 1), (2, 0), (1, 1)]
     assert report["core_switches"] >= 6  # both lanes move at each of the 3 changes (and the drain)
     assert report["training_lane_busy_s"] > 0.5 and report["serving_lane_busy_s"] > 0.0

@@ -17,11 +17,13 @@ under `scripts/loopback-run` like the other Flower tests.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from orchestration.deploy_local import DeployFaults, deploy_local
+from orchestration.deploy_local import DeployFaults
 from orchestration.faults import KillPhase
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,19 +39,9 @@ def _loopback_only() -> bool:
     ("run", "phase"), [(1, "uploading"), (2, "training"), (3, "uploading")], ids=["run1", "run2", "run3"]
 )
 def test_a_supernode_killed_mid_round_leaves_every_round_to_the_survivor(
-    tmp_path: Path, run: int, phase: KillPhase
+    faulty_deploy: Callable[[DeployFaults, float], dict[str, Any]], run: int, phase: KillPhase
 ) -> None:
-    out = deploy_local(
-        tmp_path,
-        clients=2,
-        rounds=3,
-        round_s=2.0,
-        rate_per_s=5.0,
-        max_train=300,
-        run_config={"max-test-per-task": 100, "min-train-nodes": 1},
-        timeout_s=420.0,
-        faults=DeployFaults(kill_node=1, kill_phase=phase),
-    )
+    out = faulty_deploy(DeployFaults(kill_node=1, kill_phase=phase), 420.0)
     rounds = out["per_round"]
     assert out["killed"]["killed_after_s"] is not None, "the SuperNode was never killed"
     assert out["rounds"] == 3, rounds

@@ -16,12 +16,13 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from orchestration.deploy_local import DeployFaults, deploy_local
+from orchestration.deploy_local import DeployFaults
 from orchestration.faults import processes_of
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -41,21 +42,13 @@ def _live(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not _loopback_only(), reason="run the Flower tests under scripts/loopback-run")
-def test_a_killed_server_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
+def test_a_killed_server_resumes_from_its_last_checkpoint(
+    tmp_path: Path, faulty_deploy: Callable[[DeployFaults, float], dict[str, Any]]
+) -> None:
     ckpt_dir = tmp_path / "checkpoints"
     out: dict[str, Any] = {}
     try:
-        out = deploy_local(
-            tmp_path,
-            clients=2,
-            rounds=3,
-            round_s=2.0,
-            rate_per_s=5.0,
-            max_train=300,
-            run_config={"max-test-per-task": 100, "min-train-nodes": 1},
-            timeout_s=150.0,
-            faults=DeployFaults(kill_server_after_round=1),
-        )
+        out = faulty_deploy(DeployFaults(kill_server_after_round=1), 150.0)
         killed_log = (tmp_path / "flwr-run-killed.log").read_text()
         resumed_log = (tmp_path / "flwr-run.log").read_text()
         assert out["rounds"] == 3

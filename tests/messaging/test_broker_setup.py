@@ -18,6 +18,7 @@ from dartfl.errors import ConfigError
 from messaging.accounts import Roster, read_template, render_acl
 from messaging.broker_setup import read_setup, render_config, write_broker_setup
 from messaging.passwords import read_password_file
+from orchestration.flower_app import REPOSITORY_PACKAGES
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = {"device": ["pi-1", "pi-2"], "requester": ["app"], "recorder": ["rec"], "dashboard": ["dash"]}
@@ -183,16 +184,7 @@ def test_a_wheel_ships_the_config_and_acl_templates(tmp_path: Path) -> None:
         shutil.copy(ROOT / name, source / name)
     (source / "scripts").mkdir()
     shutil.copy(ROOT / "scripts" / "dartfl_build.py", source / "scripts")  # the build backend
-    for package in (
-        "dartfl",
-        "workloads",
-        "fltask",
-        "messaging",
-        "edge_client",
-        "server",
-        "dashboard",
-        "orchestration",
-    ):
+    for package in REPOSITORY_PACKAGES:
         shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
     built = subprocess.run(
         [
