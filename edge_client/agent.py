@@ -110,8 +110,9 @@ class Agent:
             costs=self._costs,
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
-        self._cond = threading.Condition()  # serialises the executor; notified on every request
-        self._path_meter = NetworkThreadMeter(self._observe_path)  # prices the network thread's work
+        self._cond = threading.Condition()  # serialises the executor; batch_hold says when to notify
+        # Prices the network thread's work, told to the cost model under the lock.
+        self._path_meter = NetworkThreadMeter(lambda *n: self._costs.observe_request_path(*n), self._cond)
         self._transit = TransitClock()  # how long each request waited on its way here
         self._hold = BatchHold(config.slo_s)  # under load, batches of more than one request
         self.stats = RequestStats()
@@ -257,12 +258,8 @@ class Agent:
                 if now >= next_publish and self.runtime.publish_in_background():
                     next_publish = now + every
             with self._cond:
-                device = self.device
-                hold = self._hold.wait_s(
-                    device.backlog_total, time.monotonic(), sum(device.rates.fast_rates_per_s)
-                )
-                if hold > 0.0:  # let a few more requests join this batch
-                    self._cond.wait(hold)
+                if (hold := self._hold.wait_s(self.device, time.monotonic())) > 0.0:
+                    self._cond.wait(hold)  # let a few more requests join this batch
                     continue
                 work = self.device.next_work(time.monotonic())
                 if work is None:
@@ -346,10 +343,6 @@ class Agent:
             transit=self._transit,
         )
         self._add_overhead(self._path_meter.left(entered))
-
-    def _observe_path(self, requests: int, receive_cpu_s: float, ingress_cpu_s: float) -> None:
-        with self._cond:
-            self._costs.observe_request_path(requests, receive_cpu_s, ingress_cpu_s)
 
     def _admit(self, received_s: float, task: int, request: QueuedRequest, waited_s: float) -> Admission:
         with self._cond:

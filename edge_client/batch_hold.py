@@ -17,7 +17,9 @@ The simulator has no interpreter to share and keeps taking work at once.
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
+
+from dartfl.executor import DeviceExecutor
 
 __all__ = ["HOLD_BATCH", "HOLD_S", "BatchHold"]
 
@@ -36,10 +38,13 @@ class BatchHold:
         self.hold_s = min(HOLD_S, 0.01 * slo_s)
         self._since_s: float | None = None  # when the executor found the current few waiting
 
-    def wait_s(self, waiting: int, now_s: float, rate_per_s: float) -> float:
-        """How much longer to wait before taking work, with `waiting` requests queued and
-        requests arriving at `rate_per_s` (0: now). Below one arrival per hold, nobody would
-        join the batch: no hold."""
+    def wait_s(self, device: DeviceExecutor[Any], now_s: float) -> float:
+        """How much longer the executor should wait before taking work from `device` (0: now)."""
+        return self.wait_for_s(device.backlog_total, now_s, sum(device.rates.fast_rates_per_s))
+
+    def wait_for_s(self, waiting: int, now_s: float, rate_per_s: float) -> float:
+        """The same, with `waiting` requests queued and requests arriving at `rate_per_s`. Below
+        one arrival per hold, nobody would join the batch: no hold."""
         if waiting == 0 or waiting >= HOLD_BATCH or rate_per_s * self.hold_s < 1.0:
             self._since_s = None
             return 0.0

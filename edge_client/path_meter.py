@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 
 __all__ = ["FLUSH_EVERY", "NetworkThreadMeter"]
 
@@ -28,12 +29,13 @@ Sink = Callable[[int, float, float], None]
 
 
 class NetworkThreadMeter:
-    """Times handlers on the network thread; `sink` receives the sums every FLUSH_EVERY requests."""
+    """Times handlers on the network thread; `sink` receives the sums every FLUSH_EVERY
+    requests, called holding `lock` (the agent's: the cost model is the executor's)."""
 
-    __slots__ = ("_ingress_s", "_mark_s", "_receive_s", "_requests", "_sink", "_thread")
+    __slots__ = ("_ingress_s", "_lock", "_mark_s", "_receive_s", "_requests", "_sink", "_thread")
 
-    def __init__(self, sink: Sink) -> None:
-        self._sink = sink
+    def __init__(self, sink: Sink, lock: AbstractContextManager[object]) -> None:
+        self._sink, self._lock = sink, lock  # the sink is called holding `lock`
         self._thread: int | None = None  # the network thread the marks belong to
         self._mark_s = 0.0  # its CPU clock when the last handler returned
         self._requests, self._receive_s, self._ingress_s = 0, 0.0, 0.0
@@ -55,6 +57,7 @@ class NetworkThreadMeter:
         self._ingress_s += spent
         self._requests += 1
         if self._requests >= FLUSH_EVERY:
-            self._sink(self._requests, self._receive_s, self._ingress_s)
+            with self._lock:
+                self._sink(self._requests, self._receive_s, self._ingress_s)
             self._requests, self._receive_s, self._ingress_s = 0, 0.0, 0.0
         return spent
