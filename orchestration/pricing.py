@@ -20,10 +20,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from dartfl.arrivals import Arrivals
 from dartfl.types import DeviceProfile
 from orchestration.replay import ReplayOptions, replay
-from workloads import rate_for_load
+from workloads import generate, rate_for_load
 
 log = logging.getLogger(__name__)
 
@@ -49,10 +48,13 @@ def price_under_traffic(
     rate = min(MAX_RATE, rate_for_load(profile, names, mix, WARM_UP_LOAD))
     duration = max(WARM_UP_S, MIN_REQUESTS / rate)
     rng = np.random.default_rng(seed)
-    n = max(1, int(rng.poisson(rate * duration)))
-    times = np.sort(rng.uniform(0.0, duration, n))
-    warm_up = Arrivals(times, rng.integers(0, len(names), n), names, duration)
-    log.warning("pricing %s's requests under traffic: %d requests at %.0f/s first", options.device, n, rate)
+    warm_up = generate("poisson", duration_s=duration, rate_per_s=rate, task_names=names, rng=rng)
+    log.warning(
+        "pricing %s's requests under traffic: %d requests at %.0f/s first",
+        options.device,
+        warm_up.num_requests,
+        rate,
+    )
     quiet = replace(options, settle_s=2.0, grace_s=0.5, lag_warning_s=float("inf"))
     outcome = replay(warm_up, quiet, images, profile, policy)
     learnt = outcome.last_telemetry.profile if outcome.last_telemetry is not None else None
