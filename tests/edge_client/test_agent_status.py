@@ -1,0 +1,48 @@
+"""When the agent republishes its retained status: the price a replay sizes its load by."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from dartfl.profiles import get_profile
+from edge_client.agent_status import StatusPublisher
+
+
+class _Source:
+    def __init__(self) -> None:
+        self.price = (1e-3, 2e-3)
+
+    def report(self) -> Any:
+        return {"snapshot": True}
+
+    def cost_profile(self) -> Any:
+        return get_profile("pi4")
+
+    def request_price(self) -> tuple[float, ...]:
+        return self.price
+
+
+class _Link:
+    def __init__(self) -> None:
+        self.statuses: list[Any] = []
+
+    def status(self, status: Any) -> None:
+        self.statuses.append(status)
+
+
+def test_a_status_follows_a_price_that_moved_by_more_than_a_tenth_and_not_a_smaller_one() -> None:
+    source, link, stop = _Source(), _Link(), threading.Event()
+    publisher = StatusPublisher("dev", source, stop)
+    publisher.status(link, online=True)  # type: ignore[arg-type]
+    source.price = (1.05e-3, 2e-3)  # 5%: not worth a status
+    publisher._republish_if_repriced(link)  # type: ignore[arg-type]
+    assert len(link.statuses) == 1
+    source.price = (1.05e-3, 2.5e-3)  # the second task's request 25% dearer
+    publisher._republish_if_repriced(link)  # type: ignore[arg-type]
+    assert len(link.statuses) == 2 and link.statuses[-1].online
+    assert publisher.price == (1.05e-3, 2.5e-3)
+    stop.set()  # stopping: "offline" must stand, whatever the price does
+    source.price = (9e-3, 9e-3)
+    publisher._republish_if_repriced(link)  # type: ignore[arg-type]
+    assert len(link.statuses) == 2
