@@ -9,7 +9,6 @@ Prints one JSON object; the target is < 2 s per page (issue 6). Results: docs/be
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -18,6 +17,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_output import print_json
 
 from dartfl.store import DecisionRow, RunStore
 from dashboard import data, synthetic
@@ -136,10 +139,7 @@ def main() -> int:
         result["fill"] = fill(path, args.devices, args.seconds)
         result["queries"] = query_times(path)
         result["render"] = render_times(path)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    print_json(result, args.out, indent=2)
     return 0
 
 

@@ -29,6 +29,10 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_output import print_json
+
 import workloads
 from dartfl.profiles import load_profile_toml
 from orchestration.replay_report import HEADLINE_KEYS
@@ -61,10 +65,7 @@ def main() -> None:
     for width in (float(w) for w in args.widths.split(",")):
         with tempfile.TemporaryDirectory(prefix="dartfl-edge-bench-") as folder:
             reports.append(_measure(args, width, Path(folder)))
-    text = json.dumps(reports, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_json(reports, args.json)
 
 
 def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any]:

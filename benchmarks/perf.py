@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT, load_base_dart
+from bench_output import print_json
 
 import workloads
 from dartfl.executor import StaticCosts
@@ -188,10 +189,7 @@ def main() -> None:
     result["azure_requests"] = requests
     if args.base:
         result["sim_base_commit"] = args.base
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_json(result, args.json)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,10 @@ from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_output import print_json
+
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
 from dartfl.errors import DartflError
@@ -177,10 +181,7 @@ def main() -> None:
     result["agent_over_echo"] = result["agent"]["sustained_per_s"] / max(
         1.0, result["echo"]["sustained_per_s"]
     )
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.json:
-        args.json.write_text(text + "\n")
+    print_json(result, args.json)
 
 
 if __name__ == "__main__":

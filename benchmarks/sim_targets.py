@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
 from scenarios import Scenario, arrivals_for, scenarios
-from verdict import bench_parser, run_rows, simulate_all, verdict, verdict_cells, verdict_counts
+from verdict import progress_line, run_cases, simulate_all, verdict, verdict_cells, verdict_counts
 
 
 def evaluate(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
@@ -54,16 +54,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def progress(r: dict[str, Any]) -> str:
-    return (
-        f"{r['verdict']:28s} {r['scenario']:40s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
-        f"{r['dart_harvest']:.3f} base {r['base_slo']:.4f}/{r['base_harvest']:.3f} "
-        f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}"
-    )
+    return progress_line(r, 40, f"base {r['base_slo']:.4f}/{r['base_harvest']:.3f}")
 
 
 def main() -> None:
-    args = bench_parser(__doc__).parse_args()
-    run_rows(args, evaluate, [s for s in scenarios() if args.filter in s.name], markdown, progress)
+    run_cases(__doc__, evaluate, scenarios, markdown, progress)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
-from verdict import bench_parser, run_rows, simulate_all, verdict, verdict_cells, verdict_counts
+from verdict import progress_line, run_cases, simulate_all, verdict, verdict_cells, verdict_counts
 
 import workloads
 from dartfl.arrivals import Arrivals
@@ -168,16 +168,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 
 def progress(r: dict[str, Any]) -> str:
-    return (
-        f"{r['verdict']:28s} {r['scenario']:46s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
-        f"{r['dart_harvest']:.3f} tc {r['training_miss_fraction']:.4f}<= {r['miss_bound']:.4f} "
-        f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}"
-    )
+    return progress_line(r, 46, f"tc {r['training_miss_fraction']:.4f}<= {r['miss_bound']:.4f}")
 
 
 def main() -> None:
-    args = bench_parser(__doc__).parse_args()
-    run_rows(args, evaluate, [c for c in cases() if args.filter in c.name], markdown, progress)
+    run_cases(__doc__, evaluate, cases, markdown, progress)
 
 
 if __name__ == "__main__":

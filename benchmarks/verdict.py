@@ -140,6 +140,29 @@ def run_rows(
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
 
 
+def run_cases(
+    doc: str | None,
+    evaluate: Callable[..., dict[str, Any]],
+    cases: Callable[[], Sequence[Any]],
+    markdown: Callable[[Rows], str],
+    progress: Callable[[dict[str, Any]], str],
+) -> None:
+    """The command line of a benchmark over named cases: `run_rows` on those whose name
+    contains --filter."""
+    args = bench_parser(doc).parse_args()
+    run_rows(args, evaluate, [c for c in cases() if args.filter in c.name], markdown, progress)
+
+
+def progress_line(r: dict[str, Any], name_width: int, detail: str) -> str:
+    """A verdict row's progress line: the verdict, the row's name, inference-only's SLO,
+    DART's SLO / harvest, the benchmark's own `detail`, the strongest rival."""
+    return (
+        f"{r['verdict']:28s} {r['scenario']:{name_width}s} io {r['io_slo']:.4f} dart {r['dart_slo']:.4f}/"
+        f"{r['dart_harvest']:.3f} {detail} "
+        f"rival {r['best_rival']} {r['best_rival_slo']:.4f}/{r['best_rival_harvest']:.3f}"
+    )
+
+
 def verdict_cells(r: dict[str, Any]) -> str:
     """The columns a verdict row shares in every table, from inference-only's SLO to the verdict."""
     rival = f"{r['best_rival']} {r['best_rival_slo']:.4f} / {r['best_rival_harvest']:.3f}"

@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -73,7 +74,7 @@ class BrokerStartError(DartflError):
     """A broker could not be started (missing binary, port in use, no answer in time)."""
 
 
-class BrokerHandle:
+class BrokerHandle(AbstractContextManager["BrokerHandle"]):
     """A running broker on `host:port`; `stop()` (idempotent) or use it as a context manager."""
 
     def __init__(
@@ -108,9 +109,6 @@ class BrokerHandle:
                 return
             self._stopped = True
         self._stop()
-
-    def __enter__(self) -> BrokerHandle:
-        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

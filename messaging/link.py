@@ -33,6 +33,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Any, Final
 
@@ -73,8 +74,9 @@ __all__ = [
 _WAIT_SLICE_S: Final = 0.25  # how often a wait looks at its stop event
 
 
-class MqttLink:
-    """A connected client; build it with `connect()`. Thread-safe publish and subscribe."""
+class MqttLink(AbstractContextManager["MqttLink"]):
+    """A connected client; build it with `connect()`. Thread-safe publish and subscribe; as a
+    context manager it closes on exit."""
 
     def __init__(
         self,
@@ -338,9 +340,6 @@ class MqttLink:
         self._closed = True
         self._client.disconnect()
         self._client.loop_stop()
-
-    def __enter__(self) -> MqttLink:
-        return self
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from workloads._common import FloatArray, IntArray, check_horizon, require
-from workloads.modulated import _alternating_path
+from workloads.modulated import _pareto_onoff_path
 
 __all__ = ["compound_times"]
 
@@ -59,11 +59,7 @@ def compound_times(
         pieces.append(rng.uniform(0.0, duration_s, n))
     if background < 1:
         if off_s > 0:
-            # Classical Pareto(alpha, x_m) has mean alpha x_m / (alpha - 1); numpy draws its Lomax shift.
-            x_min = np.array([off_s, on_s]) * (alpha - 1.0) / alpha
-            starts, ends, states = _alternating_path(
-                duration_s, 1, on_s + off_s, lambda s: (1.0 + rng.pareto(alpha, s.size)) * x_min[s]
-            )
+            starts, ends, states = _pareto_onoff_path(rng, duration_s, alpha, on_s, off_s)
             on = states == 1
             starts, ends = starts[on], ends[on]
         else:

@@ -71,13 +71,21 @@ def pareto_onoff_times(
     require("pareto-onoff", "on-s", on_s, on_s > 0, "> 0 seconds")
     require("pareto-onoff", "off-s", off_s, off_s > 0, "> 0 seconds")
     require("pareto-onoff", "off-frac", off_frac, 0 <= off_frac <= 1, "in [0, 1]")
-    # Classical Pareto(alpha, x_m) has mean alpha x_m / (alpha - 1); numpy draws its Lomax shift.
-    x_min = np.array([off_s, on_s]) * (alpha - 1.0) / alpha
-    starts, ends, states = _alternating_path(
-        duration_s, 1, on_s + off_s, lambda s: (1.0 + rng.pareto(alpha, s.size)) * x_min[s]
-    )
+    starts, ends, states = _pareto_onoff_path(rng, duration_s, alpha, on_s, off_s)
     levels = np.where(states == 1, 1.0, off_frac)
     return _modulated_poisson("pareto-onoff", rng, duration_s, rate_per_s, starts, ends, levels)
+
+
+def _pareto_onoff_path(
+    rng: np.random.Generator, duration_s: float, alpha: float, on_s: float, off_s: float
+) -> tuple[FloatArray, FloatArray, IntArray]:
+    """ON (state 1) and OFF (state 0) periods over [0, duration_s), starting ON, with classical
+    Pareto(alpha) lengths of means on_s and off_s."""
+    # Classical Pareto(alpha, x_m) has mean alpha x_m / (alpha - 1); numpy draws its Lomax shift.
+    x_min = np.array([off_s, on_s]) * (alpha - 1.0) / alpha
+    return _alternating_path(
+        duration_s, 1, on_s + off_s, lambda s: (1.0 + rng.pareto(alpha, s.size)) * x_min[s]
+    )
 
 
 def _alternating_path(

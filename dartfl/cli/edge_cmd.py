@@ -173,6 +173,20 @@ def _check_range(
             raise ConfigError(f"--{dest.replace('_', '-')} must be {expected}, got {value:g}")
 
 
+def _model_fields(args: argparse.Namespace) -> dict[str, Any]:
+    """The AgentConfig fields `_model_arguments`' flags set (for `edge run` and `edge profile`)."""
+    return {
+        "tasks": tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        "width": args.width,
+        "inference_threads": args.inference_threads,
+        "training_threads": args.training_threads,
+        "ort_provider": args.ort_provider,
+        "ort_strict": args.ort_strict,
+        "max_train_per_task": args.max_train,
+        "seed": args.seed,
+    }
+
+
 def _agent_config(args: argparse.Namespace) -> Any:
     from edge_client.agent import AgentConfig
 
@@ -180,19 +194,12 @@ def _agent_config(args: argparse.Namespace) -> Any:
     return AgentConfig(
         device_id=args.device,
         broker_url=args.broker,
-        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
         slo_s=args.slo_ms / 1e3,
         queue_capacity=args.queue_capacity,
         period_s=args.period_s,
         policy=args.policy,
         loss_weighting=args.loss_weights,
-        width=args.width,
-        inference_threads=args.inference_threads,
-        training_threads=args.training_threads,
-        ort_provider=args.ort_provider,
-        ort_strict=args.ort_strict,
         telemetry_period_s=args.telemetry_s,
-        max_train_per_task=args.max_train,
         round_s=args.round_s,
         round_target_samples=args.round_target,
         model_dir=args.model_dir,
@@ -200,9 +207,9 @@ def _agent_config(args: argparse.Namespace) -> Any:
         round_channel=getattr(args, "round_channel", None),
         deadline_admission=not args.no_deadline_admission,
         split_cores=args.split_cores,
-        seed=args.seed,
         mqtt_security=mqtt_security_from_args(args),
         reply_topics=args.reply_topics,
+        **_model_fields(args),
     )
 
 
@@ -242,16 +249,7 @@ def _profile(args: argparse.Namespace) -> int:
 
     check_output_path(args.output, "-o", "edge-profile.toml")
     _check_model_flags(args)
-    config = AgentConfig(
-        tasks=tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
-        width=args.width,
-        inference_threads=args.inference_threads,
-        training_threads=args.training_threads,
-        ort_provider=args.ort_provider,
-        ort_strict=args.ort_strict,
-        max_train_per_task=args.max_train,
-        seed=args.seed,
-    )
+    config = AgentConfig(**_model_fields(args))
 
     def say(text: str) -> None:
         print(f"edge profile: {text}", file=sys.stderr, flush=True)

@@ -70,23 +70,20 @@ class _Store(argparse.Action):
         values: Any,
         option_string: str | None = None,
     ) -> None:
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, self._value(namespace, values))
         _mark_given(namespace, self.dest)
 
+    def _value(self, namespace: argparse.Namespace, values: Any) -> Any:
+        """What the flag sets its dest to."""
+        return values
 
-class _Append(argparse.Action):
+
+class _Append(_Store):
     """`append` into a fresh list (argparse's own shares the default list), remembering the flag."""
 
-    def __call__(
-        self,
-        parser: argparse.ArgumentParser,
-        namespace: argparse.Namespace,
-        values: Any,
-        option_string: str | None = None,
-    ) -> None:
+    def _value(self, namespace: argparse.Namespace, values: Any) -> Any:
         current = getattr(namespace, self.dest, None) if self.dest in _given(namespace) else None
-        setattr(namespace, self.dest, [*(current or []), values])
-        _mark_given(namespace, self.dest)
+        return [*(current or []), values]
 
 
 def _given(namespace: argparse.Namespace) -> set[str]:

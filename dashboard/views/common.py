@@ -3,10 +3,11 @@ the one-line report of a damaged store in place of the part of a page it breaks.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import streamlit as st
 
@@ -14,9 +15,12 @@ from dartfl.errors import DartflError
 from dartfl.protocol import Telemetry
 from dartfl.store import RunInfo, RunStore
 from dashboard.config import DashboardConfig
-from dashboard.data import open_store
+from dashboard.data import open_store, run_choices, run_title
 from dashboard.feed import FeedState, LiveFeed
 from messaging.security import MqttSecurity
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 HOW_TO_RECORD = """\
 Start the recorder next to your broker, so telemetry is kept in the run store:
@@ -138,6 +142,46 @@ def empty_store(cfg: DashboardConfig, store: RunStore | None, what: str, command
     st.info(
         f"No {what} in the run store `{cfg.store_path}` yet. To produce some, run:\n\n```sh\n{lines}\n```"
     )
+
+
+def listed_runs(
+    cfg: DashboardConfig, store: RunStore | None, kinds: Sequence[str], what: str, commands: list[str]
+) -> list[RunInfo]:
+    """The recorded runs of `kinds` a page picks from, the damaged ones named; empty when the
+    page has nothing to show: the listing failed (said in one line), or there are no such runs
+    yet (`empty_store` says how to make some)."""
+    runs: list[RunInfo] = []
+    with store_part() as part:
+        runs = run_choices(store, kinds)
+    if part.failed:
+        return []
+    if store is None or not runs:
+        empty_store(cfg, store, what, commands)
+        return []
+    show_run_damage(runs)
+    return runs
+
+
+def chosen_run(
+    cfg: DashboardConfig,
+    kind: str,
+    what: str,
+    label: str,
+    frames: Callable[[RunStore, RunInfo], dict[str, pd.DataFrame]],
+) -> tuple[RunInfo, dict[str, pd.DataFrame]] | None:
+    """For a page about one recorded run of `kind`: the run picked in the select box `label`,
+    and its `frames` read from the store; None when there is nothing to show (no such runs,
+    or the store failed, which the page then says)."""
+    store = get_store(cfg)
+    runs = listed_runs(cfg, store, (kind,), what, [HOW_TO_RUN[kind]])
+    if store is None or not runs:
+        return None
+    run = st.selectbox(label, runs, format_func=run_title, key=f"{kind}_run")
+    with store_part() as part:
+        read = frames(store, run)
+    if part.failed:
+        return None
+    return run, read
 
 
 def point_to_runs(runs: Sequence[RunInfo]) -> None:

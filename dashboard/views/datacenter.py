@@ -10,27 +10,16 @@ import streamlit as st
 from dartfl.store import RunInfo
 from dashboard import charts
 from dashboard.config import DashboardConfig
-from dashboard.data import dc_frames, run_choices, run_title
-from dashboard.views.common import HOW_TO_RUN, empty_store, get_store, show_run_damage, store_part
+from dashboard.data import dc_frames, run_title
+from dashboard.views.common import chosen_run
 
 
 def render(cfg: DashboardConfig) -> None:
     st.title("Datacenter")
-    store = get_store(cfg)
-    runs: list[RunInfo] = []
-    with store_part() as part:
-        runs = run_choices(store, ("dc",))
-    if part.failed:
+    chosen = chosen_run(cfg, "dc", "datacenter runs (kind 'dc')", "datacenter run", dc_frames)
+    if chosen is None:
         return
-    if store is None or not runs:
-        empty_store(cfg, store, "datacenter runs (kind 'dc')", [HOW_TO_RUN["dc"]])
-        return
-    show_run_damage(runs)
-    run = st.selectbox("datacenter run", runs, format_func=run_title, key="dc_run")
-    with store_part() as part:
-        frames = dc_frames(store, run)
-    if part.failed:
-        return
+    run, frames = chosen
     roles = frames["roles"]
     if roles.empty:
         st.info(f"Run #{run.run_id} recorded no per-period decisions (see docs/dashboard.md).")

@@ -6,8 +6,8 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.config import DashboardConfig
-from dashboard.data import COMPARE_METRICS, comparison_frame, decisions_frame, run_choices, run_title
-from dashboard.views.common import HOW_TO_RUN, empty_store, get_store, show_run_damage, store_part
+from dashboard.data import COMPARE_METRICS, comparison_frame, decisions_frame, run_title
+from dashboard.views.common import HOW_TO_RUN, get_store, listed_runs, store_part
 
 KINDS = ("sim", "replay", "fleet", "fl", "dc")
 SHOWN = (
@@ -23,15 +23,9 @@ SHOWN = (
 def render(cfg: DashboardConfig) -> None:
     st.title("Experiments")
     store = get_store(cfg)
-    runs = []
-    with store_part() as part:
-        runs = run_choices(store, KINDS)
-    if part.failed:
-        return
+    runs = listed_runs(cfg, store, KINDS, "runs", [HOW_TO_RUN["sim"], HOW_TO_RUN["fleet"]])
     if store is None or not runs:
-        empty_store(cfg, store, "runs", [HOW_TO_RUN["sim"], HOW_TO_RUN["fleet"]])
         return
-    show_run_damage(runs)
     by_title = {run_title(r): r for r in runs}
     # Default: the newest two device-level runs, the ones `dartfl sim` would compare.
     device_runs = [t for t, r in by_title.items() if r.kind in ("sim", "replay", "fleet")]

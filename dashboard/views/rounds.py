@@ -7,27 +7,22 @@ import streamlit as st
 
 from dashboard import charts
 from dashboard.config import DashboardConfig
-from dashboard.data import fl_frames, run_choices, run_title
-from dashboard.views.common import HOW_TO_RUN, empty_store, get_store, show_run_damage, store_part
+from dashboard.data import fl_frames
+from dashboard.views.common import chosen_run
 
 
 def render(cfg: DashboardConfig) -> None:
     st.title("Federated rounds")
-    store = get_store(cfg)
-    runs = []
-    with store_part() as part:
-        runs = run_choices(store, ("fl",))
-    if part.failed:
+    chosen = chosen_run(
+        cfg,
+        "fl",
+        "federated-learning runs (kind 'fl')",
+        "FL run",
+        lambda store, run: fl_frames(run, store.results(run.run_id)),
+    )
+    if chosen is None:
         return
-    if store is None or not runs:
-        empty_store(cfg, store, "federated-learning runs (kind 'fl')", [HOW_TO_RUN["fl"]])
-        return
-    show_run_damage(runs)
-    run = st.selectbox("FL run", runs, format_func=run_title, key="fl_run")
-    with store_part() as part:
-        frames = fl_frames(run, store.results(run.run_id))
-    if part.failed:
-        return
+    run, frames = chosen
     if frames["accuracy"].empty and frames["summary"].empty:
         st.info(
             f"Run #{run.run_id} has no per-round accuracy yet: its results need a `rounds` list "
