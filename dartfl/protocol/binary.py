@@ -37,7 +37,7 @@ import numpy as np
 
 from dartfl.errors import InputError, ProtocolError
 from dartfl.protocol.jsonwire import Failure, short
-from dartfl.protocol.replies import Reply, decode_reply
+from dartfl.protocol.replies import Reply, check_answer, check_listed, decode_reply
 from dartfl.protocol.requests import Request, correlation_id, decode_request, valid_id
 from dartfl.protocol.topics import (
     ERROR_CODES,
@@ -265,22 +265,17 @@ def _reply(
 
 def encode_binary_reply(request_id: str, label: int, latency_ms: float, model_version: int) -> bytes:
     """An answer in the binary form (the task is the request's; the requester knows it)."""
-    if isinstance(label, bool) or not isinstance(label, int | np.integer):
-        raise InputError(f"label must be an integer, got {short(label)}")
-    if not (math.isfinite(latency_ms) and latency_ms >= 0):
-        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
+    check_answer(label, latency_ms)
     return _reply(0, 0, request_id, int(label), float(latency_ms), int(model_version))
 
 
 def encode_binary_rejection(request_id: str, reason: RejectReason) -> bytes:
-    if reason not in _REASONS:
-        raise InputError(f"rejection reason {reason!r} is not one of {list(_REASONS)}")
+    check_listed("rejection reason", reason, _REASONS)
     return _reply(1, _REASONS.index(reason), request_id, 0, 0.0, 0)
 
 
 def encode_binary_error(request_id: str | None, code: str, detail: str) -> bytes:
-    if code not in _CODES:
-        raise InputError(f"error code {code!r} is not one of {list(_CODES)}")
+    check_listed("error code", code, _CODES)
     return _reply(2, _CODES.index(code), request_id, 0, 0.0, 0, detail)
 
 
