@@ -38,7 +38,14 @@ import numpy as np
 from dartfl.errors import InputError, ProtocolError
 from dartfl.protocol.jsonwire import Failure, short
 from dartfl.protocol.replies import Reply, check_answer, check_listed, decode_reply
-from dartfl.protocol.requests import Request, correlation_id, decode_request, valid_id
+from dartfl.protocol.requests import (
+    Request,
+    check_reply_to,
+    correlation_id,
+    decode_request,
+    outgoing_image,
+    valid_id,
+)
 from dartfl.protocol.topics import (
     ERROR_CODES,
     IMAGE_BYTES,
@@ -100,18 +107,12 @@ def encode_binary_request(
     if ident is None:
         raise InputError(f"request id {short(request_id)} must be a string of 0-{MAX_ID_CHARS} characters")
     if reply_to:
-        problem = reply_topic_problem(reply_to)
-        if problem is not None:
-            raise InputError(f"reply topic {short(reply_to)} {problem}")
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8 or arr.shape != IMAGE_SHAPE:
-        raise InputError(f"image has dtype {arr.dtype} shape {arr.shape}; expected uint8 {IMAGE_SHAPE}")
+        check_reply_to(reply_to)
+    arr = outgoing_image(image, sent_at)
     topic = reply_to.encode("utf-8")
     flags = 0
     stamp = b""
     if sent_at is not None:
-        if not math.isfinite(sent_at):
-            raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
         flags |= _HAS_SENT_AT
         stamp = _SENT_AT.pack(sent_at)
     head = _REQUEST_HEAD.pack(
