@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from dartfl.policies.shares import loss_weights, uniform_shares
 from dartfl.types import Allocation, Observation
 
-__all__ = ["FutureAwarePolicy", "FutureView", "Policy"]
+__all__ = ["EvenSplit", "FutureAwarePolicy", "FutureView", "Policy"]
 
 
 class Policy(ABC):
@@ -32,6 +33,28 @@ class Policy(ABC):
 
     def reset(self) -> None:  # noqa: B027 - stateless policies need nothing
         """Forget all state, as if newly built (the simulator calls it before each run)."""
+
+
+class EvenSplit(Policy):
+    """A baseline that knows nothing of tasks: it splits training evenly among them, weights
+    their losses by `loss_weighting` and lets inference batch up to the profile's largest.
+    Subclasses choose only the inference share, the step size and (a split) the cores."""
+
+    def __init__(self, loss_weighting: str = "uniform") -> None:
+        self.loss_weighting = loss_weighting
+
+    def allocation(
+        self, obs: Observation, inference_share: float, microbatch: int, *, inference_cores: int | None = None
+    ) -> Allocation:
+        shares = uniform_shares(obs.num_tasks)
+        return Allocation(
+            inference_share,
+            shares,
+            loss_weights(self.loss_weighting, shares),
+            microbatch,
+            obs.max_batch,
+            inference_cores=inference_cores,
+        )
 
 
 @dataclass(frozen=True, eq=False)

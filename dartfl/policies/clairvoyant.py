@@ -11,23 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 
-from dartfl.policies.base import FutureAwarePolicy, FutureView
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit, FutureAwarePolicy, FutureView
 from dartfl.types import Allocation, Observation
 
 __all__ = ["Clairvoyant"]
 
 
-class Clairvoyant(FutureAwarePolicy):
-    def __init__(self, loss_weighting: str = "uniform") -> None:
-        self.name = "clairvoyant"
-        self.loss_weighting = loss_weighting
+class Clairvoyant(FutureAwarePolicy, EvenSplit):
+    name = "clairvoyant"
 
     def decide(self, obs: Observation) -> Allocation:
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(
-            1.0, shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, obs.max_batch
-        )
+        return self.allocation(obs, 1.0, obs.max_microbatch)
 
     def choose_microbatch(self, view: FutureView) -> int:
         """Largest m whose step delays no future arrival past the SLO (0: do not train now);

@@ -8,27 +8,19 @@ is time sharing on every core (`inference-first:m`, or `inference-only` for m = 
 
 from __future__ import annotations
 
-from dartfl.policies.base import Policy
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit
 from dartfl.types import Allocation, Observation
 
 __all__ = ["StaticCores"]
 
 
-class StaticCores(Policy):
+class StaticCores(EvenSplit):
     def __init__(self, inference_cores: int, microbatch: int = 0, loss_weighting: str = "uniform") -> None:
+        super().__init__(loss_weighting)
         self.inference_cores = inference_cores
         self.microbatch = microbatch
         self.name = f"cores:{inference_cores}" + (f",{microbatch}" if microbatch else "")
-        self.loss_weighting = loss_weighting
 
     def decide(self, obs: Observation) -> Allocation:
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(
-            1.0,
-            shares,
-            loss_weights(self.loss_weighting, shares),
-            min(self.microbatch, obs.max_microbatch),
-            obs.max_batch,
-            inference_cores=self.inference_cores,
-        )
+        microbatch = min(self.microbatch, obs.max_microbatch)
+        return self.allocation(obs, 1.0, microbatch, inference_cores=self.inference_cores)

@@ -7,20 +7,18 @@ fixed m: a request that arrives just after a step starts waits the whole step.
 
 from __future__ import annotations
 
-from dartfl.policies.base import Policy
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit
 from dartfl.types import Allocation, Observation
 
 __all__ = ["InferenceFirst"]
 
 
-class InferenceFirst(Policy):
+class InferenceFirst(EvenSplit):
     def __init__(self, microbatch: int | None = None, loss_weighting: str = "uniform") -> None:
+        super().__init__(loss_weighting)
         self.microbatch = microbatch
         self.name = "inference-first" if microbatch is None else f"inference-first:{microbatch}"
-        self.loss_weighting = loss_weighting
 
     def decide(self, obs: Observation) -> Allocation:
         m = obs.max_microbatch if self.microbatch is None else min(self.microbatch, obs.max_microbatch)
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(1.0, shares, loss_weights(self.loss_weighting, shares), m, obs.max_batch)
+        return self.allocation(obs, 1.0, m)

@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-from dartfl.policies.base import Policy
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit
 from dartfl.types import Allocation, Observation
 
 __all__ = ["InferenceOnly"]
 
 
-class InferenceOnly(Policy):
-    def __init__(self, loss_weighting: str = "uniform") -> None:
-        self.name = "inference-only"
-        self.loss_weighting = loss_weighting
+class InferenceOnly(EvenSplit):
+    name = "inference-only"
 
     def decide(self, obs: Observation) -> Allocation:
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(1.0, shares, loss_weights(self.loss_weighting, shares), 0, obs.max_batch)
+        return self.allocation(obs, 1.0, 0)

@@ -7,17 +7,14 @@ cheapest per-request cost. Training always uses full-size microbatches.
 
 from __future__ import annotations
 
-from dartfl.policies.base import Policy
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit
 from dartfl.types import Allocation, Observation
 
 __all__ = ["Proportional"]
 
 
-class Proportional(Policy):
-    def __init__(self, loss_weighting: str = "uniform") -> None:
-        self.name = "proportional"
-        self.loss_weighting = loss_weighting
+class Proportional(EvenSplit):
+    name = "proportional"
 
     def decide(self, obs: Observation) -> Allocation:
         b = obs.max_batch
@@ -26,7 +23,4 @@ class Proportional(Policy):
             obs.arrival_rate_per_s, obs.backlog, obs.batch_fixed_s, obs.per_request_s, strict=True
         ):
             load += (rate + q / obs.period_s) * (per + fixed / b)
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(
-            min(1.0, load), shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, b
-        )
+        return self.allocation(obs, min(1.0, load), obs.max_microbatch)

@@ -6,25 +6,17 @@ executor's work conservation still hands all idle inference time to training.
 
 from __future__ import annotations
 
-from dartfl.policies.base import Policy
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit
 from dartfl.types import Allocation, Observation
 
 __all__ = ["StaticShare"]
 
 
-class StaticShare(Policy):
+class StaticShare(EvenSplit):
     def __init__(self, inference_share: float, loss_weighting: str = "uniform") -> None:
+        super().__init__(loss_weighting)
         self.inference_share = inference_share
         self.name = f"static:{inference_share:g}"
-        self.loss_weighting = loss_weighting
 
     def decide(self, obs: Observation) -> Allocation:
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(
-            self.inference_share,
-            shares,
-            loss_weights(self.loss_weighting, shares),
-            obs.max_microbatch,
-            obs.max_batch,
-        )
+        return self.allocation(obs, self.inference_share, obs.max_microbatch)

@@ -8,8 +8,7 @@ requests it switches to strict inference priority and stays there until the back
 from __future__ import annotations
 
 from dartfl.errors import ConfigError
-from dartfl.policies.base import Policy
-from dartfl.policies.shares import loss_weights, uniform_shares
+from dartfl.policies.base import EvenSplit
 from dartfl.types import Allocation, Observation
 
 __all__ = ["Threshold"]
@@ -17,13 +16,13 @@ __all__ = ["Threshold"]
 TRAINING_MODE_SHARE = 0.5
 
 
-class Threshold(Policy):
+class Threshold(EvenSplit):
     def __init__(self, low: int = 2, high: int = 16, loss_weighting: str = "uniform") -> None:
         if not 0 <= low < high:
             raise ConfigError(f"threshold needs 0 <= low < high, got low={low}, high={high}")
+        super().__init__(loss_weighting)
         self.low, self.high = low, high
         self.name = f"threshold:{low},{high}"
-        self.loss_weighting = loss_weighting
         self.inference_mode = False
 
     def reset(self) -> None:
@@ -38,7 +37,4 @@ class Threshold(Policy):
 
     def decide(self, obs: Observation) -> Allocation:
         share = 1.0 if self.inference_mode else TRAINING_MODE_SHARE
-        shares = uniform_shares(obs.num_tasks)
-        return Allocation(
-            share, shares, loss_weights(self.loss_weighting, shares), obs.max_microbatch, obs.max_batch
-        )
+        return self.allocation(obs, share, obs.max_microbatch)

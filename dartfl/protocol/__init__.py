@@ -4,138 +4,34 @@ replies, and what a device says about itself.
 Pure (standard library + numpy): no MQTT client here, so the agent, the replayer, the
 recorder, the dashboard and the tests share one codec per message, and every decoder can be
 fuzzed without a broker. `dartfl.protocol.X` is the one import path.
+
+A module whose public names are all part of that path lists them once, in its own `__all__`,
+and this facade re-exports the list whole, so a new name is added in one place.
 """
 
-from dartfl.protocol.answers import Encoded, answer, failure, refusal
-from dartfl.protocol.binary import (
-    REPLY_CONTENT_TYPE,
-    REQUEST_CONTENT_TYPE,
-    decode_any_replies,
-    decode_any_reply,
-    decode_any_request,
-    decode_binary_replies,
-    decode_binary_reply,
-    decode_binary_request,
-    encode_binary_error,
-    encode_binary_rejection,
-    encode_binary_reply,
-    encode_binary_request,
-    is_binary,
-)
-from dartfl.protocol.device import (
-    MAX_DEVICE_MESSAGE_BYTES,
-    DeviceStatus,
-    FinalReport,
-    LatencyWindow,
-    RoundProgress,
-    Telemetry,
-    decode_status,
-    decode_telemetry,
-    encode_status,
-    encode_telemetry,
-)
+from dartfl.protocol import answers, binary, device, profile_json, topics
+from dartfl.protocol.answers import *  # noqa: F403
+from dartfl.protocol.binary import *  # noqa: F403
+from dartfl.protocol.device import *  # noqa: F403
 from dartfl.protocol.jsonwire import RequestError
-from dartfl.protocol.profile_json import profile_from_json, profile_to_json
+from dartfl.protocol.profile_json import *  # noqa: F403
 from dartfl.protocol.replies import Reply, decode_reply, encode_error, encode_rejection, encode_reply
 from dartfl.protocol.requests import Request, decode_request, encode_request
-from dartfl.protocol.topics import (
-    ERROR_CODES,
-    IMAGE_BYTES,
-    IMAGE_DTYPE,
-    IMAGE_SHAPE,
-    MAX_DETAIL_CHARS,
-    MAX_ID_CHARS,
-    MAX_REPLY_TOPIC_BYTES,
-    MAX_REQUEST_BYTES,
-    PROTOCOL_VERSION,
-    REJECT_REASONS,
-    REPLY_QOS,
-    REPLY_ROOT,
-    REPLY_TOPIC_RULES,
-    REQUEST_QOS,
-    ROOT,
-    STATUS_QOS,
-    TELEMETRY_QOS,
-    RejectReason,
-    ReplyStatus,
-    ReplyTopicRule,
-    check_name,
-    check_requester,
-    parse_request_topic,
-    reply_topic,
-    reply_topic_problem,
-    request_subscription,
-    request_topic,
-    status_topic,
-    telemetry_topic,
-)
+from dartfl.protocol.topics import *  # noqa: F403
 
 __all__ = [
-    "ERROR_CODES",
-    "IMAGE_BYTES",
-    "IMAGE_DTYPE",
-    "IMAGE_SHAPE",
-    "MAX_DETAIL_CHARS",
-    "MAX_DEVICE_MESSAGE_BYTES",
-    "MAX_ID_CHARS",
-    "MAX_REPLY_TOPIC_BYTES",
-    "MAX_REQUEST_BYTES",
-    "PROTOCOL_VERSION",
-    "REJECT_REASONS",
-    "REPLY_CONTENT_TYPE",
-    "REPLY_QOS",
-    "REPLY_ROOT",
-    "REPLY_TOPIC_RULES",
-    "REQUEST_CONTENT_TYPE",
-    "REQUEST_QOS",
-    "ROOT",
-    "STATUS_QOS",
-    "TELEMETRY_QOS",
-    "DeviceStatus",
-    "Encoded",
-    "FinalReport",
-    "LatencyWindow",
-    "RejectReason",
     "Reply",
-    "ReplyStatus",
-    "ReplyTopicRule",
     "Request",
     "RequestError",
-    "RoundProgress",
-    "Telemetry",
-    "answer",
-    "check_name",
-    "check_requester",
-    "decode_any_replies",
-    "decode_any_reply",
-    "decode_any_request",
-    "decode_binary_replies",
-    "decode_binary_reply",
-    "decode_binary_request",
     "decode_reply",
     "decode_request",
-    "decode_status",
-    "decode_telemetry",
-    "encode_binary_error",
-    "encode_binary_rejection",
-    "encode_binary_reply",
-    "encode_binary_request",
     "encode_error",
     "encode_rejection",
     "encode_reply",
     "encode_request",
-    "encode_status",
-    "encode_telemetry",
-    "failure",
-    "is_binary",
-    "parse_request_topic",
-    "profile_from_json",
-    "profile_to_json",
-    "refusal",
-    "reply_topic",
-    "reply_topic_problem",
-    "request_subscription",
-    "request_topic",
-    "status_topic",
-    "telemetry_topic",
 ]
+__all__ += answers.__all__
+__all__ += binary.__all__
+__all__ += device.__all__
+__all__ += profile_json.__all__
+__all__ += topics.__all__

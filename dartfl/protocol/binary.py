@@ -37,8 +37,15 @@ import numpy as np
 
 from dartfl.errors import InputError, ProtocolError
 from dartfl.protocol.jsonwire import Failure, short
-from dartfl.protocol.replies import Reply, decode_reply
-from dartfl.protocol.requests import Request, correlation_id, decode_request, valid_id
+from dartfl.protocol.replies import Reply, check_answer, check_listed, decode_reply
+from dartfl.protocol.requests import (
+    Request,
+    check_reply_to,
+    correlation_id,
+    decode_request,
+    outgoing_image,
+    valid_id,
+)
 from dartfl.protocol.topics import (
     ERROR_CODES,
     IMAGE_BYTES,
@@ -100,18 +107,12 @@ def encode_binary_request(
     if ident is None:
         raise InputError(f"request id {short(request_id)} must be a string of 0-{MAX_ID_CHARS} characters")
     if reply_to:
-        problem = reply_topic_problem(reply_to)
-        if problem is not None:
-            raise InputError(f"reply topic {short(reply_to)} {problem}")
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8 or arr.shape != IMAGE_SHAPE:
-        raise InputError(f"image has dtype {arr.dtype} shape {arr.shape}; expected uint8 {IMAGE_SHAPE}")
+        check_reply_to(reply_to)
+    arr = outgoing_image(image, sent_at)
     topic = reply_to.encode("utf-8")
     flags = 0
     stamp = b""
     if sent_at is not None:
-        if not math.isfinite(sent_at):
-            raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
         flags |= _HAS_SENT_AT
         stamp = _SENT_AT.pack(sent_at)
     head = _REQUEST_HEAD.pack(
@@ -265,22 +266,17 @@ def _reply(
 
 def encode_binary_reply(request_id: str, label: int, latency_ms: float, model_version: int) -> bytes:
     """An answer in the binary form (the task is the request's; the requester knows it)."""
-    if isinstance(label, bool) or not isinstance(label, int | np.integer):
-        raise InputError(f"label must be an integer, got {short(label)}")
-    if not (math.isfinite(latency_ms) and latency_ms >= 0):
-        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
+    check_answer(label, latency_ms)
     return _reply(0, 0, request_id, int(label), float(latency_ms), int(model_version))
 
 
 def encode_binary_rejection(request_id: str, reason: RejectReason) -> bytes:
-    if reason not in _REASONS:
-        raise InputError(f"rejection reason {reason!r} is not one of {list(_REASONS)}")
+    check_listed("rejection reason", reason, _REASONS)
     return _reply(1, _REASONS.index(reason), request_id, 0, 0.0, 0)
 
 
 def encode_binary_error(request_id: str | None, code: str, detail: str) -> bytes:
-    if code not in _CODES:
-        raise InputError(f"error code {code!r} is not one of {list(_CODES)}")
+    check_listed("error code", code, _CODES)
     return _reply(2, _CODES.index(code), request_id, 0, 0.0, 0, detail)
 
 

@@ -4,7 +4,7 @@ device and decoded strictly by the requester."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,15 @@ from dartfl.protocol.topics import (
     ReplyStatus,
 )
 
-__all__ = ["Reply", "decode_reply", "encode_error", "encode_rejection", "encode_reply"]
+__all__ = [
+    "Reply",
+    "check_answer",
+    "check_listed",
+    "decode_reply",
+    "encode_error",
+    "encode_rejection",
+    "encode_reply",
+]
 
 
 # --- replies --------------------------------------------------------------------------------
@@ -43,52 +51,52 @@ class Reply:
     detail: str | None = None
 
 
+def check_answer(label: object, latency_ms: float) -> None:
+    """What an answer carries in either form: an integer label, a latency finite and >= 0."""
+    if isinstance(label, bool) or not isinstance(label, int | np.integer):
+        raise InputError(f"label must be an integer, got {short(label)}")
+    if not (math.isfinite(latency_ms) and latency_ms >= 0):
+        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
+
+
+def check_listed(what: str, value: str, valid: Collection[str]) -> None:
+    """A rejection reason or error code must be one of the closed set `valid` (v1)."""
+    if value not in valid:
+        raise InputError(f"{what} {value!r} is not one of {sorted(valid)}")
+
+
+def _reply(request_id: str | None, task: str | None, status: ReplyStatus, **fields: object) -> bytes:
+    """A reply's JSON: the envelope every status shares, then the fields of its status."""
+    return dumps({"v": PROTOCOL_VERSION, "id": request_id, "task": task, "status": status, **fields})
+
+
 def encode_reply(
     request_id: str, task: str, label: int, latency_ms: float, model_version: str | int
 ) -> bytes:
     """An answer: `latency_ms` is measured on the device, queue wait + service; the model
     version goes on the wire as a string."""
-    if isinstance(label, bool) or not isinstance(label, int | np.integer):
-        raise InputError(f"label must be an integer, got {short(label)}")
-    if not (math.isfinite(latency_ms) and latency_ms >= 0):
-        raise InputError(f"latency_ms must be finite and >= 0, got {latency_ms!r}")
-    return dumps(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": request_id,
-            "task": task,
-            "status": "ok",
-            "label": int(label),
-            "latency_ms": float(latency_ms),
-            "model_version": str(model_version),
-        }
+    check_answer(label, latency_ms)
+    return _reply(
+        request_id,
+        task,
+        "ok",
+        label=int(label),
+        latency_ms=float(latency_ms),
+        model_version=str(model_version),
     )
 
 
 def encode_rejection(request_id: str, reason: RejectReason, *, task: str | None = None) -> bytes:
     """The request was well formed but not admitted (bounded queue full, or shutting down)."""
-    if reason not in REJECT_REASONS:
-        raise InputError(f"rejection reason {reason!r} is not one of {sorted(REJECT_REASONS)}")
-    return dumps(
-        {"v": PROTOCOL_VERSION, "id": request_id, "task": task, "status": "rejected", "reason": reason}
-    )
+    check_listed("rejection reason", reason, REJECT_REASONS)
+    return _reply(request_id, task, "rejected", reason=reason)
 
 
 def encode_error(request_id: str | None, code: str, detail: str, *, task: str | None = None) -> bytes:
     """The request was malformed; `code` is one of ERROR_CODES (from RequestError.code).
     `request_id` is None when the payload did not yield one."""
-    if code not in ERROR_CODES:
-        raise InputError(f"error code {code!r} is not one of {sorted(ERROR_CODES)}")
-    return dumps(
-        {
-            "v": PROTOCOL_VERSION,
-            "id": request_id,
-            "task": task,
-            "status": "error",
-            "code": code,
-            "detail": detail[:MAX_DETAIL_CHARS],
-        }
-    )
+    check_listed("error code", code, ERROR_CODES)
+    return _reply(request_id, task, "error", code=code, detail=detail[:MAX_DETAIL_CHARS])
 
 
 def _opt(obj: Mapping[str, Any], name: str, kind: type) -> Any:

@@ -29,7 +29,15 @@ from dartfl.protocol.topics import (
     reply_topic_problem,
 )
 
-__all__ = ["Request", "correlation_id", "decode_request", "encode_request", "valid_id"]
+__all__ = [
+    "Request",
+    "check_reply_to",
+    "correlation_id",
+    "decode_request",
+    "encode_request",
+    "outgoing_image",
+    "valid_id",
+]
 
 
 # --- requests -------------------------------------------------------------------------------
@@ -176,18 +184,32 @@ def decode_request(
     )
 
 
+def check_reply_to(reply_to: str) -> None:
+    """A reply topic a requester may ask for (the default reply rule), else InputError."""
+    problem = reply_topic_problem(reply_to)
+    if problem is not None:
+        raise InputError(f"reply topic {short(reply_to)} {problem}")
+
+
+def outgoing_image(image: np.ndarray, sent_at: float | None) -> np.ndarray:
+    """The image of a request to send, in either form: uint8 of IMAGE_SHAPE, with `sent_at`
+    finite seconds when given; else InputError."""
+    arr = np.asarray(image)
+    if arr.dtype != np.uint8 or arr.shape != IMAGE_SHAPE:
+        raise InputError(f"image has dtype {arr.dtype} shape {arr.shape}; expected uint8 {IMAGE_SHAPE}")
+    if sent_at is not None and not math.isfinite(sent_at):
+        raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
+    return arr
+
+
 def encode_request(
     request_id: str, image: np.ndarray, reply_to: str, *, sent_at: float | None = None
 ) -> bytes:
     """The payload of a request; the task goes in the topic (`request_topic`)."""
     if valid_id(request_id) is None:
         raise InputError(f"request id {short(request_id)} must be a string of 1-{MAX_ID_CHARS} characters")
-    problem = reply_topic_problem(reply_to)
-    if problem is not None:
-        raise InputError(f"reply topic {short(reply_to)} {problem}")
-    arr = np.asarray(image)
-    if arr.dtype != np.uint8 or arr.shape != IMAGE_SHAPE:
-        raise InputError(f"image has dtype {arr.dtype} shape {arr.shape}; expected uint8 {IMAGE_SHAPE}")
+    check_reply_to(reply_to)
+    arr = outgoing_image(image, sent_at)
     obj: dict[str, Any] = {
         "v": PROTOCOL_VERSION,
         "id": request_id,
@@ -197,7 +219,5 @@ def encode_request(
         "data": base64.b64encode(np.ascontiguousarray(arr).tobytes()).decode("ascii"),
     }
     if sent_at is not None:
-        if not math.isfinite(sent_at):
-            raise InputError(f"sent_at must be finite seconds, got {sent_at!r}")
         obj["sent_at"] = float(sent_at)
     return dumps(obj)

@@ -93,17 +93,12 @@ class FleetObservation:
         def ints(name: str) -> IntArray:
             return np.array([getattr(o, name) for o in observations], dtype=np.int64)
 
+        # The per-task fields (PER_TASK_FIELDS, checked in __post_init__): one row per device.
+        per_task = {name: rows(name) for name in ("backlog", *PER_TASK_FIELDS)}
         return cls(
             now_s=first.now_s,
             period_s=first.period_s,
-            backlog=rows("backlog"),
-            oldest_age_s=rows("oldest_age_s"),
-            arrivals_since_last=rows("arrivals_since_last"),
-            slo_misses_since_last=rows("slo_misses_since_last"),
-            arrival_rate_per_s=rows("arrival_rate_per_s"),
-            slo_s=rows("slo_s"),
-            batch_fixed_s=rows("batch_fixed_s"),
-            per_request_s=rows("per_request_s"),
+            **per_task,
             max_batch=ints("max_batch"),
             microbatch_fixed_s=rows("microbatch_fixed_s"),
             per_sample_s=rows("per_sample_s"),

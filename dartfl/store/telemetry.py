@@ -201,11 +201,10 @@ class TelemetryTable(StoreConnection):
             hi = t1 if until_s is None else until_s
             args.update(t0=lo, width=(hi - lo) / max_points if hi > lo else 1.0, last=max_points - 1)
             bucket = "t.rowid" if n <= max_points else "MIN(CAST((t.t_s - :t0) / :width AS INTEGER), :last)"
+            columns = ", ".join(sql for _, sql in _POINT_STATS)
             stats = conn.execute(
-                f"SELECT {bucket} AS b, MIN(t.t_s), COUNT(*), MAX(t.backlog), AVG(t.backlog), "
-                "AVG(t.inference_share), MAX(t.p50_ms), MAX(t.p95_ms), MAX(t.p99_ms), MAX(t.slo_ms), "
-                "AVG(t.slo_attainment), MIN(t.slo_attainment), MAX(t.train_samples), "
-                f"{_TIME_USE_MAXIMA} FROM telemetry t WHERE {key} GROUP BY b ORDER BY MIN(t.t_s), b",
+                f"SELECT {bucket} AS b, {columns} FROM telemetry t WHERE {key} "
+                "GROUP BY b ORDER BY MIN(t.t_s), b",
                 args,
             ).fetchall()
             per_task: dict[str, dict[int, dict[str, float]]] = {}
@@ -224,26 +223,12 @@ class TelemetryTable(StoreConnection):
                     buckets.setdefault(b, {})[task] = value
         shares, trained = per_task["task_shares"], per_task["train_samples_per_task"]
         training = per_task["training_busy_s_per_task"]
+        names = [name for name, _ in _POINT_STATS]
         return [
             TelemetryPoint(
-                t_s=row[1],
-                count=row[2],
-                backlog_max=row[3],
-                backlog_mean=row[4],
-                inference_share=row[5],
-                p50_ms=row[6],
-                p95_ms=row[7],
-                p99_ms=row[8],
-                slo_ms=row[9],
-                slo_attainment=row[10],
-                slo_attainment_min=row[11],
-                train_samples=row[12],
+                **dict(zip(names, row[1:], strict=True)),
                 task_shares=shares.get(row[0], {}),
                 train_samples_per_task={k: int(v) for k, v in trained.get(row[0], {}).items()},
-                uptime_s=row[13],
-                inference_busy_s=row[14],
-                training_busy_s=row[15],
-                idle_s=row[16],
                 training_busy_s_per_task=training.get(row[0], {}),
             )
             for row in stats
@@ -277,12 +262,30 @@ _PER_TASK_AGGREGATES = (
     ("train_samples_per_task", "MAX"),
     ("training_busy_s_per_task", "MAX"),
 )
-# The time-use counters from the payload, the bucket's largest (they only grow); a payload
-# that is not JSON (a damaged store) gives NULL instead of failing the query.
-_TIME_USE_MAXIMA = ", ".join(
-    f"MAX(CASE WHEN json_valid(t.payload) THEN CASE WHEN json_type(t.payload, '$.{name}') "
-    f"IN ('integer', 'real') THEN json_extract(t.payload, '$.{name}') END END)"
-    for name in ("uptime_s", "inference_busy_s", "training_busy_s", "idle_s")
+# A TelemetryPoint's scalar fields and the SQL that reduces a bucket of snapshots to each.
+_POINT_STATS = (
+    ("t_s", "MIN(t.t_s)"),
+    ("count", "COUNT(*)"),
+    ("backlog_max", "MAX(t.backlog)"),
+    ("backlog_mean", "AVG(t.backlog)"),
+    ("inference_share", "AVG(t.inference_share)"),
+    ("p50_ms", "MAX(t.p50_ms)"),
+    ("p95_ms", "MAX(t.p95_ms)"),
+    ("p99_ms", "MAX(t.p99_ms)"),
+    ("slo_ms", "MAX(t.slo_ms)"),
+    ("slo_attainment", "AVG(t.slo_attainment)"),
+    ("slo_attainment_min", "MIN(t.slo_attainment)"),
+    ("train_samples", "MAX(t.train_samples)"),
+    # The time-use counters from the payload, the bucket's largest (they only grow); a payload
+    # that is not JSON (a damaged store) gives NULL instead of failing the query.
+    *(
+        (
+            name,
+            f"MAX(CASE WHEN json_valid(t.payload) THEN CASE WHEN json_type(t.payload, '$.{name}') "
+            f"IN ('integer', 'real') THEN json_extract(t.payload, '$.{name}') END END)",
+        )
+        for name in ("uptime_s", "inference_busy_s", "training_busy_s", "idle_s")
+    ),
 )
 
 
