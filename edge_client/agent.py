@@ -347,7 +347,7 @@ class Agent:
     def _admit(self, received_s: float, task: int, request: QueuedRequest, waited_s: float) -> Admission:
         with self._cond:
             outcome = self.device.admit(received_s, task, request, waited_s)
-            if outcome == "queued" and self._hold.wake(self.device.backlog_total):
+            if outcome == "queued" and self._hold.wake(self.device.queues.total):
                 self._cond.notify_all()  # the serving lane, whichever lane waits first
             return outcome
 

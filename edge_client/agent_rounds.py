@@ -10,7 +10,6 @@ deadline flushes the last step and hands back the weights with per-task counts a
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +22,7 @@ from dartfl.errors import ConfigError, DartflError
 from dartfl.executor import DeviceExecutor
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_report import Counters
+from edge_client.round_messages import RoundOrder, RoundResult
 
 if TYPE_CHECKING:
     from edge_client.round_channel import RoundChannelServer
@@ -30,19 +30,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["FederatedRounds", "RoundJob", "RoundSlot", "round_job_from_meta", "round_metrics"]
+__all__ = ["FederatedRounds", "RoundJob", "RoundSlot", "round_job", "round_metrics"]
 
 
 @dataclass
 class RoundJob:
     """One federated round handed over the round channel (see `FederatedRounds.handle`)."""
 
-    meta: dict[str, Any]
+    order: RoundOrder
     weights: dict[str, np.ndarray]
-    duration_s: float
-    target: int
+    duration_s: float  # the order's deadline, or the agent's round length
     done: threading.Event = field(default_factory=threading.Event)
-    result: tuple[dict[str, Any], dict[str, np.ndarray]] | None = None
+    result: tuple[RoundResult, dict[str, np.ndarray]] | None = None
     error: BaseException | None = None
     received_s: float = field(default_factory=time.monotonic)
     started_s: float = 0.0
@@ -53,8 +52,6 @@ class RoundJob:
     arrivals: list[int] = field(default_factory=list)
     answered: int = 0
     met: int = 0
-    learning_rate: float | None = None  # the round's learning rate (None: keep the agent's)
-    step_samples: int | None = None  # samples per optimizer step (None: keep the agent's)
     ce_before: list[float] = field(default_factory=list)
 
 
@@ -66,7 +63,7 @@ class RoundSlot:
         self.pending: RoundJob | None = None  # handed over, not yet started by the executor
         self.active: RoundJob | None = None  # the executor trains for it
 
-    def run(self, job: RoundJob, stopping: threading.Event) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def run(self, job: RoundJob, stopping: threading.Event) -> tuple[RoundResult, dict[str, np.ndarray]]:
         """Channel thread: queue `job` for the executor and wait for its update."""
         with self._lock:
             if stopping.is_set():
@@ -108,51 +105,33 @@ class RoundSlot:
             self.pending = self.active = None
 
 
-def round_job_from_meta(
-    meta: Mapping[str, Any],
+def round_job(
+    order: RoundOrder,
     weights: dict[str, np.ndarray],
     default_round_s: float,
     tasks: Sequence[str],
     policy: str | None = None,
     loss_weighting: str | None = None,
 ) -> RoundJob:
-    """A round from the ClientApp's metadata; ConfigError if it is unusable on this agent.
+    """The round `order` asks for on this agent; ConfigError if the agent cannot run it.
 
-    A run whose policy or loss weighting differs from the agent's `policy` and
+    A run whose tasks, policy or loss weighting differ from the agent's `tasks`, `policy` and
     `loss_weighting` is refused: the agent trains and serves under its own, and the server
     would file the results under the run's."""
-    try:
-        duration = float(meta.get("round-deadline-s", default_round_s))
-        target = int(meta.get("round-target-samples", 0))
-    except (TypeError, ValueError):
-        raise ConfigError(f"bad round metadata: {dict(meta)}") from None
-    if not (math.isfinite(duration) and duration > 0):
-        raise ConfigError(f"round-deadline-s must be > 0, got {duration}")
-    run_tasks = meta.get("tasks")
-    if run_tasks is not None and list(run_tasks) != list(tasks):
-        raise ConfigError(f"the run's tasks {run_tasks} differ from this agent's {list(tasks)}")
-    ours_and_flags = (("policy", policy, "--policy"), ("loss-weighting", loss_weighting, "--loss-weights"))
-    for key, ours, flag in ours_and_flags:
-        theirs = meta.get(key)
-        if ours is not None and theirs is not None and str(theirs).strip() != ours.strip():
+    if order.tasks is not None and list(order.tasks) != list(tasks):
+        raise ConfigError(f"the run's tasks {list(order.tasks)} differ from this agent's {list(tasks)}")
+    ours_and_flags = (
+        ("policy", order.policy, policy, "--policy"),
+        ("loss-weighting", order.loss_weighting, loss_weighting, "--loss-weights"),
+    )
+    for key, theirs, ours, flag in ours_and_flags:
+        if ours is not None and theirs is not None and theirs.strip() != ours.strip():
             raise ConfigError(
                 f"the run's {key} {theirs!r} differs from this agent's {ours!r}; "
                 f"start the agent with {flag} {theirs}"
             )
-    lr = meta.get("learning-rate")
-    if lr is not None and not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
-        raise ConfigError(f"learning-rate must be a number > 0, got {lr!r}")
-    step = meta.get("step-samples")
-    if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
-        raise ConfigError(f"step-samples must be an integer >= 1, got {step!r}")
-    return RoundJob(
-        dict(meta),
-        weights,
-        duration,
-        target,
-        learning_rate=None if lr is None else float(lr),
-        step_samples=step,
-    )
+    duration = default_round_s if order.deadline_s is None else order.deadline_s
+    return RoundJob(order, weights, duration)
 
 
 def round_metrics(
@@ -246,12 +225,12 @@ class FederatedRounds:
         }
 
     def handle(
-        self, meta: dict[str, Any], weights: Weights, stopping: threading.Event
-    ) -> tuple[dict[str, Any], Weights]:
+        self, order: RoundOrder, weights: Weights, stopping: threading.Event
+    ) -> tuple[RoundResult, Weights]:
         """The round channel's handler thread: queue the round for the executor and wait for it."""
         cfg = self.config
-        job = round_job_from_meta(
-            meta, weights, cfg.round_s, cfg.tasks, policy=cfg.policy, loss_weighting=cfg.weighting
+        job = round_job(
+            order, weights, cfg.round_s, cfg.tasks, policy=cfg.policy, loss_weighting=cfg.weighting
         )
         return self.slot.run(job, stopping)
 
@@ -281,7 +260,7 @@ class FederatedRounds:
             return
         t0 = time.monotonic()
         try:
-            self.runtime.start_round(job.weights, job.learning_rate, job.step_samples)
+            self.runtime.start_round(job.weights, job.order.learning_rate, job.order.step_samples)
         except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
             log.exception("could not install the round's weights")
             self.slot.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
@@ -293,7 +272,7 @@ class FederatedRounds:
             job.trained_before = list(device.trained_per_task)
             job.training_busy_before = device.training_busy_s
             job.inference_busy_before = device.inference_busy_s
-            device.rounds.begin(now, job.duration_s, job.target)
+            device.rounds.begin(now, job.duration_s, job.order.target_samples)
             device.training_enabled = True
         job.ce_before = list(self.counters.ce_sum_per_task)
         job.arrivals = [0] * len(self.config.tasks)
@@ -327,6 +306,6 @@ class FederatedRounds:
             tasks=tasks,
             ce_sums={t: ce[k] - job.ce_before[k] for k, t in enumerate(tasks)},
         )
-        job.result = ({"device": self.config.device_id, "samples": samples, "metrics": metrics}, weights)
+        job.result = (RoundResult(self.config.device_id, samples, metrics), weights)
         self.slot.end(job)
-        log.info("round %s done: %s", job.meta.get("server-round"), metrics)
+        log.info("round %s done: %s", job.order.server_round, metrics)

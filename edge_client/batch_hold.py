@@ -40,7 +40,7 @@ class BatchHold:
 
     def wait_s(self, device: DeviceExecutor[Any], now_s: float) -> float:
         """How much longer the executor should wait before taking work from `device` (0: now)."""
-        return self.wait_for_s(device.backlog_total, now_s, sum(device.rates.fast_rates_per_s))
+        return self.wait_for_s(device.queues.total, now_s, sum(device.rates.fast_rates_per_s))
 
     def wait_for_s(self, waiting: int, now_s: float, rate_per_s: float) -> float:
         """The same, with `waiting` requests queued and requests arriving at `rate_per_s`. Below

@@ -18,6 +18,7 @@ import numpy as np
 from dartfl.errors import ProtocolError
 from edge_client.fl_sim_client import RoundOutcome
 from edge_client.round_channel import request_round
+from edge_client.round_messages import RoundOrder
 from fltask.config import FlConfig
 
 __all__ = ["run_agent_round"]
@@ -29,30 +30,26 @@ SLACK_S = 120.0
 def run_agent_round(
     cfg: FlConfig, address: str, server_round: int, global_weights: Mapping[str, np.ndarray]
 ) -> RoundOutcome:
-    meta = {
-        "server-round": server_round,
-        "round-deadline-s": cfg.round_deadline_s,
-        "round-target-samples": cfg.round_target_samples,
-        "tasks": list(cfg.task_names),
-        "policy": cfg.policy,
-        "loss-weighting": cfg.weighting,
-        "learning-rate": cfg.round_learning_rate(server_round),
-        "step-samples": cfg.step_samples,
-    }
+    order = RoundOrder(
+        server_round=server_round,
+        deadline_s=cfg.round_deadline_s,
+        target_samples=cfg.round_target_samples,
+        tasks=tuple(cfg.task_names),
+        policy=cfg.policy,
+        loss_weighting=cfg.weighting,
+        learning_rate=cfg.round_learning_rate(server_round),
+        step_samples=cfg.step_samples,
+    )
     started = time.monotonic()
-    reply, weights = request_round(address, meta, global_weights, timeout_s=cfg.round_deadline_s + SLACK_S)
+    result, weights = request_round(address, order, global_weights, timeout_s=cfg.round_deadline_s + SLACK_S)
     elapsed = time.monotonic() - started
-    samples = reply.get("samples")
-    metrics = reply.get("metrics")
-    if not isinstance(samples, dict) or not isinstance(metrics, dict):
-        raise ProtocolError("bad-reply", f"the agent's round reply lacks samples or metrics: {sorted(reply)}")
     missing = set(global_weights) - set(weights)
     if missing:
         raise ProtocolError("bad-reply", f"the agent's update lacks weights {sorted(missing)[:5]}")
-    out_metrics = {str(k): float(v) for k, v in metrics.items()}
-    out_metrics["channel-wall-s"] = elapsed  # the ClientApp's view: handover + round + reply
+    metrics = dict(result.metrics)
+    metrics["channel-wall-s"] = elapsed  # the ClientApp's view: handover + round + reply
     return RoundOutcome(
         weights=weights,
-        samples_per_task={t: int(samples.get(t, 0)) for t in cfg.task_names},
-        metrics=out_metrics,
+        samples_per_task={t: result.samples.get(t, 0) for t in cfg.task_names},
+        metrics=metrics,
     )

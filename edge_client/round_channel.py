@@ -5,13 +5,13 @@ inference server and co-scheduler) is long-lived. The agent runs this tiny HTTP 
 bound to loopback only, and the SuperNode is told its address with
 `--node-config 'agent-address="127.0.0.1:PORT"'`.
 
-    POST /round   body: pack(meta, weights)   -> 200 body: pack(result meta, trained weights)
+    POST /round   body: pack(order, weights)  -> 200 body: pack(result, trained weights)
     GET  /health                              -> 200 JSON {"device": ..., "tasks": [...]}
 
-`meta` of a round: server-round, round-deadline-s (how long to train), round-target-samples;
-the reply's meta holds `samples` (per task) and `metrics` (floats). The body is a 4-byte
-big-endian length, that many bytes of JSON, then an .npz archive of the weights (no pickle).
-Errors come back as 4xx/5xx with a JSON {"error": ...} body.
+The order and the result are `RoundOrder` and `RoundResult` (edge_client/round_messages.py)
+in their JSON form. The body is a 4-byte big-endian length, that many bytes of JSON, then an
+.npz archive of the weights (no pickle). Errors come back as 4xx/5xx with a JSON
+{"error": ...} body.
 """
 
 from __future__ import annotations
@@ -30,12 +30,14 @@ from typing import Any
 import numpy as np
 
 from dartfl.errors import ConfigError, DartflError, ProtocolError
+from edge_client.round_messages import RoundOrder, RoundResult
 
 __all__ = [
     "RoundChannelError",
     "RoundChannelServer",
     "check_local_address",
     "pack",
+    "post_round",
     "request_round",
     "unpack",
 ]
@@ -43,7 +45,8 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 256 * 1024 * 1024
-RoundHandler = Callable[[dict[str, Any], dict[str, np.ndarray]], tuple[dict[str, Any], dict[str, np.ndarray]]]
+Weights = dict[str, np.ndarray]
+RoundHandler = Callable[[RoundOrder, Weights], tuple[RoundResult, Weights]]
 
 
 class RoundChannelError(DartflError):
@@ -97,7 +100,7 @@ def unpack(body: bytes) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
 
 
 class RoundChannelServer:
-    """The agent's side: serve POST /round with `handler(meta, weights)` on a daemon thread."""
+    """The agent's side: serve POST /round with `handler(order, weights)` on a daemon thread."""
 
     def __init__(self, address: str, handler: RoundHandler, health: Callable[[], dict[str, Any]]) -> None:
         host, port = check_local_address(address)
@@ -140,7 +143,7 @@ class RoundChannelServer:
                     return
                 try:
                     meta, weights = unpack(self.rfile.read(length))
-                    out_meta, out_weights = outer.handler(meta, weights)
+                    result, out_weights = outer.handler(RoundOrder.from_json(meta), weights)
                 except (ProtocolError, ConfigError) as exc:
                     self._error(400, str(exc))
                     return
@@ -148,7 +151,7 @@ class RoundChannelServer:
                     log.exception("round failed")
                     self._error(500, f"{type(exc).__name__}: {exc}")
                     return
-                self._send(200, pack(out_meta, out_weights), "application/octet-stream")
+                self._send(200, pack(result.to_json(), out_weights), "application/octet-stream")
 
         self.handler = handler
         self.health = health
@@ -171,9 +174,18 @@ class RoundChannelServer:
 
 
 def request_round(
-    address: str, meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], timeout_s: float
-) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    address: str, order: RoundOrder, weights: Mapping[str, np.ndarray], timeout_s: float
+) -> tuple[RoundResult, Weights]:
     """The ClientApp's side: hand the round to the agent and wait for its update."""
+    reply, trained = post_round(address, order.to_json(), weights, timeout_s)
+    return RoundResult.from_json(reply), trained
+
+
+def post_round(
+    address: str, meta: Mapping[str, Any], weights: Mapping[str, np.ndarray], timeout_s: float
+) -> tuple[dict[str, Any], Weights]:
+    """POST a round's JSON header and weights as they are; the reply's, undecoded (what
+    `request_round` sends, and what a test of the agent's checks sends on purpose)."""
     host, port = check_local_address(address)
     conn = http.client.HTTPConnection(host, port, timeout=timeout_s)
     try:

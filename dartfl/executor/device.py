@@ -40,7 +40,9 @@ from dartfl.executor.admission import AdmissionMargin, earliest_finish_s
 from dartfl.executor.config import ExecutorConfig
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
-from dartfl.executor.lanes import CoreLanes, ServingPrices, serving_prices
+from dartfl.executor.lanes import CoreLanes, ServingLanePrices
+from dartfl.executor.periods import PeriodCounts, PeriodSeries
+from dartfl.executor.queues import TaskQueues
 from dartfl.executor.rounds import RoundClock
 from dartfl.executor.split import SampleSplitter
 from dartfl.executor.work import INFERENCE_LANE, TRAINING_LANE, CoreSwitch, InferenceBatch, Lane, TrainingStep
@@ -52,8 +54,6 @@ __all__ = ["Admission", "DeviceExecutor", "ExecutorConfig"]
 R = TypeVar("R")
 Admission = Literal["queued", "queue-full", "shutting-down"]
 Work = InferenceBatch[R] | TrainingStep | CoreSwitch
-# The series kept per control period when `record_periods` is set.
-PERIOD_KEYS = ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "trained", "inference_cores")
 # Plans a training step on an empty queue from what only a simulator knows (the future).
 StepPlanner = Callable[[float], int]
 
@@ -78,18 +78,14 @@ class DeviceExecutor(Generic[R]):
         self.config = cfg
         self.task_names = tuple(t.name for t in tasks)
         self.slo_s = tuple(t.slo_s for t in tasks)
-        self.capacity = tuple(t.queue_capacity for t in tasks)
         self.policy = policy
         self.profile = profile
         self.cores = profile.cores.count
         # Split only where both the device and the driver can: a one-lane driver time-shares.
         splits = cfg.lanes == 2 and profile.cores.can_split
         self.lanes = CoreLanes(self.cores) if splits else None
-        self._serving: ServingPrices | None = None
-        # An item's duration over its solo time while the other lane computes (interference).
-        self._slowdown = (
-            1.0 + profile.cores.inference_interference,
-            1.0 + profile.cores.training_interference,
+        self.prices = ServingLanePrices(  # slowed while the other lane computes (interference)
+            (1.0 + profile.cores.inference_interference, 1.0 + profile.cores.training_interference)
         )
         self.costs: CostModel = costs if costs is not None else StaticCosts(profile, self.task_names)
         self.rounds = rounds
@@ -97,14 +93,8 @@ class DeviceExecutor(Generic[R]):
         self.rates = EwmaRates(k, cfg.rate_time_constant_s)
         self.gate = ShareGate()
         self.splitter = SampleSplitter(k)
-        # Per task: arrival times and the driver's handles, oldest first (parallel deques).
-        self._times: list[deque[float]] = [deque() for _ in range(k)]
-        self._items: list[deque[R]] = [deque() for _ in range(k)]
-        self.backlog_total = 0
-        self.max_backlog = 0
-        self._arrivals = [0] * k
-        self._misses = [0] * k
-        self._training_misses = [0] * k
+        self.queues: TaskQueues[R] = TaskQueues(self.slo_s, [t.queue_capacity for t in tasks])
+        self.counts = PeriodCounts(k)
         self.trained_per_task = [0] * k
         self.inference_busy_s = 0.0
         self.training_busy_s = 0.0
@@ -124,8 +114,7 @@ class DeviceExecutor(Generic[R]):
         target = cfg.admission_miss_target
         self.margin = AdmissionMargin(target) if target is not None and cfg.deadline_admission else None
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
-        self.periods: dict[str, list[float]] = {key: [] for key in PERIOD_KEYS}
-        self.period_shares: list[tuple[float, ...]] = []
+        self.series = PeriodSeries()
         self.training_enabled = True  # False: serve only (a federated agent between rounds)
         self.train_until_s = math.inf  # no training step starts at or after it (a run's horizon)
         self.closed = False  # shutting down: every new request is refused
@@ -140,28 +129,25 @@ class DeviceExecutor(Generic[R]):
 
         `waited_s`: how long it had already waited on its way here (edge_client/transit.py);
         its SLO runs from then, so its latency and its deadline count that wait."""
-        self._arrivals[task] += 1
+        counts = self.counts
+        counts.arrivals[task] += 1
         self.refusal_training_delay_s, self.refusal_delay_cause_s = 0.0, math.nan
         if self.closed:
-            self._misses[task] += 1
+            counts.misses[task] += 1
             return "shutting-down"
         arrival_s = now_s - waited_s
-        if len(self._times[task]) >= self.capacity[task] or not self._in_time(now_s, arrival_s, task):
-            self._misses[task] += 1  # a rejection counts as a miss
+        if self.queues.full(task) or not self._in_time(now_s, arrival_s, task):
+            counts.misses[task] += 1  # a rejection counts as a miss
             return "queue-full"
-        self._times[task].append(arrival_s)
-        self._items[task].append(request)
+        self.queues.push(task, arrival_s, request)
         self.training_delay.request_queued(now_s)  # training can hold it back from now on
-        self.backlog_total += 1
-        if self.backlog_total > self.max_backlog:
-            self.max_backlog = self.backlog_total
         return "queued"
 
     def _in_time(self, now_s: float, arrival_s: float, task: int) -> bool:
         if not self.config.deadline_admission:
             return True
         deadline = arrival_s + self.slo_s[task]
-        backlog, heads = [len(q) for q in self._times], self.head_deadlines_s()
+        backlog, heads = self.queues.lengths(), self.queues.head_deadlines_s()
         planned = deadline if self.margin is None else arrival_s + self.margin.fraction * self.slo_s[task]
 
         def earliest(fixed: Sequence[float], per: Sequence[float]) -> float:
@@ -170,7 +156,7 @@ class DeviceExecutor(Generic[R]):
                 now_s, self.busy_until_s, task, backlog, heads, left_s, fixed, per, self.profile.max_batch
             )
 
-        finish = earliest(*self._serving_prices())
+        finish = earliest(*self.prices.inference(self.costs))
         if finish <= planned:
             return True
         self.past_deadline += 1
@@ -178,43 +164,18 @@ class DeviceExecutor(Generic[R]):
         if self._step_running is not None:
             start, end = self._step_running
             delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
-        if self._serving is not None:  # split: the cores given to training are delay too
+        if self.prices.split is not None:  # split: the cores given to training are delay too
             whole = earliest(self.costs.batch_fixed_s, self.costs.per_request_s)
             if finish > whole:
                 delay, cause = delay + finish - whole, now_s
         if delay > 0.0 and finish - delay <= deadline:
-            self._training_misses[task] += 1
+            self.counts.training_misses[task] += 1
             self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
         return False
 
-    def _refresh_serving(self) -> None:
-        """The serving lane's prices while the device is split (None: the cost model's, the
-        time-shared device's): its one-core costs, sped up and slowed by interference."""
-        lanes = self.lanes
-        split = self.costs.split if lanes is not None and lanes.held[0] < self.cores else None
-        if lanes is None or split is None:
-            self._serving = None
-            return
-        self._serving = serving_prices(split, max(1, lanes.held[0]), self._slowdown)
-
-    def _serving_prices(self) -> tuple[Sequence[float], Sequence[float]]:
-        if self._serving is not None:
-            return self._serving[0], self._serving[1]
-        return self.costs.batch_fixed_s, self.costs.per_request_s
-
-    def _serving_step(self) -> tuple[float, float]:
-        if self._serving is not None:
-            return self._serving[2], self._serving[3]
-        return self.costs.microbatch_fixed_s, self.costs.per_sample_s
-
     def backlog(self) -> tuple[int, ...]:
-        return tuple(len(q) for q in self._times)
-
-    def oldest_age_s(self, now_s: float) -> tuple[float, ...]:
-        return tuple(now_s - q[0] if q else 0.0 for q in self._times)
-
-    def head_deadlines_s(self) -> list[float]:
-        return [q[0] + slo if q else math.inf for q, slo in zip(self._times, self.slo_s, strict=True)]
+        """Requests queued now, per task."""
+        return self.queues.lengths()
 
     def close(self) -> None:
         """Refuse every request from now on; what is queued stays to be served or drained."""
@@ -222,30 +183,25 @@ class DeviceExecutor(Generic[R]):
 
     def drain(self) -> list[tuple[int, R]]:
         """Remove everything still queued, as (task, request), to refuse it."""
-        left = [(k, r) for k, items in enumerate(self._items) for r in items]
-        for times, items in zip(self._times, self._items, strict=True):
-            times.clear()
-            items.clear()
-        self.backlog_total = 0
-        return left
+        return self.queues.drain()
 
     # -- the control period -----------------------------------------------------------------------
 
     @property
     def period_arrivals(self) -> tuple[int, ...]:
         """Arrivals per task since the last tick (rejected ones included)."""
-        return tuple(self._arrivals)
+        return tuple(self.counts.arrivals)
 
     def observation(self, now_s: float) -> Observation:
-        costs, rounds = self.costs, self.rounds
+        costs, rounds, counts = self.costs, self.rounds, self.counts
         return Observation(
             now_s=now_s,
             period_s=self.config.period_s,
-            backlog=self.backlog(),
-            oldest_age_s=self.oldest_age_s(now_s),
-            arrivals_since_last=tuple(self._arrivals),
-            slo_misses_since_last=tuple(self._misses),
-            training_misses_since_last=tuple(self._training_misses),
+            backlog=self.queues.lengths(),
+            oldest_age_s=self.queues.oldest_age_s(now_s),
+            arrivals_since_last=tuple(counts.arrivals),
+            slo_misses_since_last=tuple(counts.misses),
+            training_misses_since_last=tuple(counts.training_misses),
             arrival_rate_per_s=self.rates.rates_per_s,
             slo_s=self.slo_s,
             batch_fixed_s=costs.batch_fixed_s,
@@ -265,7 +221,7 @@ class DeviceExecutor(Generic[R]):
     def tick(self, now_s: float, elapsed_s: float | None = None) -> Allocation:
         """End the control period at `now_s` (it lasted `elapsed_s`, the nominal period if
         None) and decide the next one's allocation."""
-        self.rates.update(self._arrivals, self.config.period_s if elapsed_s is None else elapsed_s)
+        self.rates.update(self.counts.arrivals, self.config.period_s if elapsed_s is None else elapsed_s)
         obs = self.observation(now_s)
         started = self.timer()
         self.policy.update(obs)
@@ -274,19 +230,11 @@ class DeviceExecutor(Generic[R]):
         self.alloc = alloc
         if self.lanes is not None:
             self.lanes.want(alloc.inference_cores or self.cores)
-            self._refresh_serving()  # the cost model may have learnt
-        k = len(self._arrivals)
-        self._arrivals, self._misses, self._training_misses = [0] * k, [0] * k, [0] * k
+            self.prices.refresh(self.costs, self.lanes)  # the cost model may have learnt
+        self.counts.reset()
         if self.config.record_periods:
-            rec = self.periods
-            rec["t_s"].append(now_s)
-            rec["backlog"].append(self.backlog_total)
-            rec["inference_share"].append(alloc.inference_share)
-            rec["microbatch"].append(alloc.microbatch)
-            rec["max_batch"].append(alloc.max_batch)
-            rec["trained"].append(sum(self.trained_per_task))
-            rec["inference_cores"].append(self.lanes.target if self.lanes is not None else self.cores)
-            self.period_shares.append(alloc.task_shares)
+            cores = self.lanes.target if self.lanes is not None else self.cores
+            self.series.record(now_s, self.queues.total, alloc, sum(self.trained_per_task), cores)
         return alloc
 
     def close_due_rounds(self, now_s: float) -> None:
@@ -311,7 +259,7 @@ class DeviceExecutor(Generic[R]):
         if moved is not None:
             lanes.held[i] = moved
             if i == 0:
-                self._refresh_serving()
+                self.prices.refresh(self.costs, lanes)
             return CoreSwitch(lane, held, moved, now_s)
         if held == 0:
             return None
@@ -324,21 +272,22 @@ class DeviceExecutor(Generic[R]):
         """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""
         alloc = self.alloc
         training_open = self.training_open(now_s)
-        if self.backlog_total == 0:
+        backlog = self.queues.total
+        if backlog == 0:
             self.training_delay.device_free_and_empty()
-        if self.gate.should_serve(self.backlog_total, alloc.inference_share, training_open):
+        if self.gate.should_serve(backlog, alloc.inference_share, training_open):
             return self.take_batch(now_s, alloc.max_batch)
         if not training_open:
             return None
         m = alloc.microbatch
-        if self.step_planner is not None and self.backlog_total == 0:
+        if self.step_planner is not None and backlog == 0:
             m = self.step_planner(now_s)
         if m <= 0:
             return None
         lanes = self.lanes
         if not self.config.concurrent_steps and lanes is not None and lanes.busy_since_s[1] >= 0.0:
             return None  # one model trains one step at a time: the training lane has it
-        a_t, c_t = self._serving_step()
+        a_t, c_t = self.prices.step(self.costs)
         self.busy_until_s = now_s + a_t + c_t * m
         self._step_running = (now_s, self.busy_until_s)
         return TrainingStep(
@@ -361,28 +310,20 @@ class DeviceExecutor(Generic[R]):
 
     def take_batch(self, now_s: float, max_batch: int) -> InferenceBatch[R] | None:
         """A batch of at most `max_batch` from the most urgent task's queue (None if all empty)."""
-        task = most_urgent(self.head_deadlines_s())
+        queues = self.queues
+        task = most_urgent(queues.head_deadlines_s())
         if task < 0:
             return None
-        times, items = self._times[task], self._items[task]
-        size = min(len(times), max_batch)
+        size = min(len(queues.times[task]), max_batch)
         cores = self.lanes.held[0] if self.lanes is not None else self.cores
-        fixed, per = self._serving_prices()
+        fixed, per = self.prices.inference(self.costs)
         run_s = fixed[task] + per[task] * size
         delay = self.training_delay
-        if self._serving is not None:  # split: what the whole device would have saved is delay
+        if self.prices.split is not None:  # split: what the whole device would have saved is delay
             costs = self.costs
             delay.lane_slowed(now_s, run_s - costs.batch_fixed_s[task] - costs.per_request_s[task] * size)
-        batch = InferenceBatch(
-            task,
-            [items.popleft() for _ in range(size)],
-            [times.popleft() for _ in range(size)],
-            now_s,
-            cores,
-            delay.delay_s,
-            delay.cause_s,
-        )
-        self.backlog_total -= size
+        requests, arrivals = queues.pop(task, size)
+        batch = InferenceBatch(task, requests, arrivals, now_s, cores, delay.delay_s, delay.cause_s)
         self.busy_until_s = now_s + run_s
         return batch
 
@@ -395,17 +336,13 @@ class DeviceExecutor(Generic[R]):
             if now_s - arrived > slo:
                 late += 1
                 if is_training_miss(now_s - arrived, slo, delay):
-                    self._training_misses[k] += 1
-        self._misses[k] += late
+                    self.counts.training_misses[k] += 1
+        self.counts.misses[k] += late
         if self.margin is not None:
             self.margin.answered(late, len(batch.arrivals_s) - late)
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s
-        if self.lanes is None:
-            self.costs.observe_batch(k, len(batch.arrivals_s), duration_s)
-            return
-        solo_s = self.lanes.solo_s(0, now_s, duration_s, self._slowdown[0])
-        cores = batch.cores if batch.cores < self.cores else None
+        solo_s, cores = self._solo(0, now_s, duration_s, batch.cores)
         self.costs.observe_batch(k, len(batch.arrivals_s), solo_s, cores)
 
     def step_done(
@@ -433,14 +370,19 @@ class DeviceExecutor(Generic[R]):
             self.last_step_end_s = now_s
             self.training_delay.step_ended(now_s, step.started_s)
             self._step_running = None
-        if self.lanes is None:
-            self.costs.observe_step(step.samples, duration_s)
-            return samples_per_task
         lane = 0 if step.lane == INFERENCE_LANE else 1
-        solo_s = self.lanes.solo_s(lane, now_s, duration_s, self._slowdown[lane])
-        cores = step.cores if step.cores < self.cores else None
+        solo_s, cores = self._solo(lane, now_s, duration_s, step.cores)
         self.costs.observe_step(step.samples, solo_s, cores)
         return samples_per_task
+
+    def _solo(self, lane: int, now_s: float, duration_s: float, cores: int) -> tuple[float, int | None]:
+        """What the cost model learns from an item that ran `duration_s` on `cores` of `lane`:
+        its duration without the other lane's interference, and its cores (None: the whole
+        device, time-shared)."""
+        if self.lanes is None:
+            return duration_s, None
+        solo_s = self.lanes.solo_s(lane, now_s, duration_s, self.prices.slowdown[lane])
+        return solo_s, cores if cores < self.cores else None
 
     def switch_done(self, switch: CoreSwitch, now_s: float, duration_s: float) -> None:
         """`switch`'s lane now runs on its new cores; resizing it took `duration_s`."""

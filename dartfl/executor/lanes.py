@@ -13,9 +13,12 @@ finished item overlapped with the other lane (interference: docs/profiles.md, "C
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from dartfl.executor.costs import CostModel
 from dartfl.types import CoreCosts
 
-__all__ = ["CoreLanes", "ServingPrices", "serving_prices"]
+__all__ = ["CoreLanes", "ServingLanePrices", "ServingPrices", "serving_prices"]
 
 # A serving lane's prices: per task (batch-fixed, per-request), then a step's (fixed, per sample).
 ServingPrices = tuple[tuple[float, ...], tuple[float, ...], float, float]
@@ -85,3 +88,34 @@ class CoreLanes:
         self.busy_done_s[lane] += now_s - since
         self.busy_since_s[lane] = -1.0
         return max(0.0, overlap)
+
+
+class ServingLanePrices:
+    """What work on the serving lane costs now. Time-shared (or with no per-core costs known):
+    the cost model's own prices, live as it learns. Split: `serving_prices` of the lane's
+    cores, recomputed by `refresh` when the lane's cores move or at a tick."""
+
+    __slots__ = ("slowdown", "split")
+
+    def __init__(self, slowdown: tuple[float, float]) -> None:
+        self.slowdown = slowdown  # (inference, training): an item's duration over its solo time
+        self.split: ServingPrices | None = None  # None: not split, the cost model's prices
+
+    def refresh(self, costs: CostModel, lanes: CoreLanes | None) -> None:
+        split = costs.split if lanes is not None and lanes.held[0] < lanes.total else None
+        if lanes is None or split is None:
+            self.split = None
+            return
+        self.split = serving_prices(split, max(1, lanes.held[0]), self.slowdown)
+
+    def inference(self, costs: CostModel) -> tuple[Sequence[float], Sequence[float]]:
+        """Per task: a batch's fixed cost and its cost per request."""
+        if self.split is not None:
+            return self.split[0], self.split[1]
+        return costs.batch_fixed_s, costs.per_request_s
+
+    def step(self, costs: CostModel) -> tuple[float, float]:
+        """A training step's fixed cost and its cost per sample."""
+        if self.split is not None:
+            return self.split[2], self.split[3]
+        return costs.microbatch_fixed_s, costs.per_sample_s

@@ -246,8 +246,8 @@ def _record(
     fluid = fluid_terms(profile, names, counts)
     # The queue drains after the horizon and the step in flight finishes: the run lasts until then.
     last_answer = float(np.nanmax(finish)) if np.isfinite(finish).any() else 0.0
-    periods = {key: np.asarray(v, dtype=np.float64) for key, v in device.periods.items()}
-    periods["task_shares"] = np.asarray(device.period_shares, dtype=np.float64).reshape(-1, len(names))
+    periods = {key: np.asarray(v, dtype=np.float64) for key, v in device.series.values.items()}
+    periods["task_shares"] = np.asarray(device.series.shares, dtype=np.float64).reshape(-1, len(names))
     return RunRecord(
         policy=policy.name,
         task_names=names,
@@ -262,7 +262,7 @@ def _record(
         inference_busy_s=device.inference_busy_s,
         inference_min_s=fluid.inference_min_s,
         cheapest_sample_s=fluid.cheapest_sample_s,
-        max_backlog=device.max_backlog,
+        max_backlog=device.queues.peak,
         decision_us=device.decision_us(),
         periods=periods,
         training_delay_s=out.delay_s,

@@ -27,7 +27,7 @@ def test_a_full_queue_or_a_closed_device_refuses_and_the_refusal_is_a_miss_of_th
     assert device.admit(0.0, 1, "late") == "shutting-down"
     obs = device.observation(0.1)
     assert obs.backlog == (2, 0) and obs.arrivals_since_last == (3, 1)
-    assert obs.slo_misses_since_last == (1, 1) and device.max_backlog == 2
+    assert obs.slo_misses_since_last == (1, 1) and device.queues.peak == 2
     device.tick(0.25)
     assert device.observation(0.3).arrivals_since_last == (0, 0)  # a tick starts a new period
     assert device.drain() == [(0, "r0"), (0, "r1")] and device.backlog() == (0, 0)

@@ -23,7 +23,7 @@ from dartfl.profiles import get_profile
 from dartfl.types import CoreModel
 from edge_client.agent import Agent, AgentConfig
 from edge_client.client_app import app
-from edge_client.round_channel import RoundChannelError, check_local_address, pack, request_round
+from edge_client.round_channel import RoundChannelError, check_local_address, pack, post_round
 from fltask.config import FlConfig
 from fltask.model import build_model, get_weights
 from fltask.records import arrays_to_weights, weights_to_arrays
@@ -124,21 +124,23 @@ def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> N
     address = agent.round_channel_address
     assert address is not None
     with pytest.raises(RoundChannelError, match="tasks"):
-        request_round(address, {"round-deadline-s": 0.5, "tasks": ["digits"]}, {}, timeout_s=10)
+        post_round(address, {"round-deadline-s": 0.5, "tasks": ["digits"]}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="learning-rate"):
-        request_round(address, {"round-deadline-s": 0.5, "learning-rate": -1}, {}, timeout_s=10)
+        post_round(address, {"round-deadline-s": 0.5, "learning-rate": -1}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="step-samples"):
-        request_round(address, {"round-deadline-s": 0.5, "step-samples": 0}, {}, timeout_s=10)
+        post_round(address, {"round-deadline-s": 0.5, "step-samples": 0}, {}, timeout_s=10)
+    with pytest.raises(RoundChannelError, match="bad round metadata"):
+        post_round(address, {"round-deadline-s": 0.5, "server-round": "third"}, {}, timeout_s=10)
     # The agent trains and serves under its own policy: a run of another is refused, not
     # filed under the wrong name.
     with pytest.raises(
         RoundChannelError, match=r"policy .inference-first. differs.*--policy inference-first"
     ):
-        request_round(address, {"round-deadline-s": 0.5, "policy": "inference-first"}, {}, timeout_s=10)
+        post_round(address, {"round-deadline-s": 0.5, "policy": "inference-first"}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match=r"loss-weighting .uniform. differs.*--loss-weights uniform"):
-        request_round(address, {"round-deadline-s": 0.5, "loss-weighting": "uniform"}, {}, timeout_s=10)
+        post_round(address, {"round-deadline-s": 0.5, "loss-weighting": "uniform"}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="install"):
-        request_round(address, {"round-deadline-s": 0.5}, {"nope": np.zeros(2)}, timeout_s=10)
+        post_round(address, {"round-deadline-s": 0.5}, {"nope": np.zeros(2)}, timeout_s=10)
     # Malformed bodies get a 400 naming the problem; the agent serves on.
     host, port = check_local_address(address)
     for body in (pack({}, {})[:-10], struct.pack(">I", 2) + b"{}", _npy_body(), b"\x00\x00\x00\x09not json!"):
