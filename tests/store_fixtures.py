@@ -113,6 +113,16 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
 }
 
 
+@contextmanager
+def locked_copy(template: Path, directory: Path) -> Iterator[Path]:
+    """A copy of `template` in `directory` (runs.sqlite), held `locked` while the block runs;
+    the lock is gone after it."""
+    path = directory / "runs.sqlite"
+    shutil.copyfile(template, path)
+    with locked(path):
+        yield path
+
+
 def damaged_copy(template: Path, directory: Path, damage: str) -> Path:
     """A copy of `template` in `directory`, damaged by DAMAGE[damage]."""
     path = directory / f"{damage}.sqlite"
@@ -121,4 +131,4 @@ def damaged_copy(template: Path, directory: Path, damage: str) -> Path:
     return path
 
 
-__all__ = ["DAMAGE", "SIM_LABELS", "damaged_copy", "healthy_store", "locked"]
+__all__ = ["DAMAGE", "SIM_LABELS", "damaged_copy", "healthy_store", "locked", "locked_copy"]

@@ -22,7 +22,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -32,7 +31,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import dartfl
@@ -371,7 +369,7 @@ def test_fl_sim_runs_the_packaged_app_on_the_wheels_code(fresh: FreshVenv) -> No
 
 def test_edge_run_serves_a_request_through_its_own_mosquitto(fresh: FreshVenv, tmp_path: Path) -> None:
     from dartfl.profiles import get_profile, profile_to_toml
-    from tests.messaging.mqtt_fixtures import Requester
+    from tests.messaging.mqtt_fixtures import ask_then_stop
 
     profile = tmp_path / "x86.toml"
     profile.write_text(profile_to_toml(get_profile("x86-1core")))
@@ -381,38 +379,11 @@ def test_edge_run_serves_a_request_through_its_own_mosquitto(fresh: FreshVenv, t
         [str(fresh.bin / "dartfl"), *args], cwd=fresh.cwd, env=fresh.env, text=True,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
     )  # fmt: skip
-    try:
-        url = _served_url(agent, timeout_s=180)
-        requester = Requester(url, "wheel-asker")
-        try:
-            reply, _ = requester.ask("wheel", "digits", np.zeros((28, 28), np.uint8))
-        finally:
-            requester.close()
-        assert reply.status == "ok" and reply.label is not None
-        agent.send_signal(signal.SIGTERM)
-        out, err = agent.communicate(timeout=60)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+    _, reply, out, err = ask_then_stop(agent, "wheel", timeout_s=180)
+    assert reply.status == "ok" and reply.label is not None
     assert agent.returncode == 0, err[-2000:]
     report = json.loads(out.strip().splitlines()[-1])
     assert report["device"] == "wheel"
-
-
-def _served_url(agent: subprocess.Popen[str], timeout_s: float) -> str:
-    """The broker URL from the agent's "... serving TASKS on mqtt://..." line on stderr."""
-    assert agent.stderr is not None
-    deadline = time.monotonic() + timeout_s
-    lines = []
-    while time.monotonic() < deadline:
-        line = agent.stderr.readline()
-        if not line and agent.poll() is not None:
-            break
-        lines.append(line)
-        if found := re.search(r" serving \S+ on (mqtt://127\.0\.0\.1:\d+)", line):
-            return found.group(1)
-    raise AssertionError("the agent never said where it serves:\n" + "".join(lines)[-3000:])
 
 
 @pytest.fixture

@@ -204,35 +204,11 @@ def test_edge_run_without_a_broker_and_without_mosquitto_says_what_to_install_at
 
 @pytest.mark.integration
 def test_edge_run_without_a_broker_serves_through_its_own_mosquitto_and_stops_it(tmp_path: Path) -> None:
-    import re
-
-    import numpy as np
-
     cmd = [sys.executable, "-m", "dartfl.cli.main", "edge", "run", "--device", "solo", "--tasks", "digits"]
     cmd += ["--max-train", "200", "--publish-every-s", "0", "--profile-file", str(_x86_profile(tmp_path))]
     agent = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert agent.stderr is not None
-        url = ""
-        deadline = time.monotonic() + 120
-        while not url and time.monotonic() < deadline:  # "... serving digits on mqtt://127.0.0.1:P"
-            line = agent.stderr.readline()
-            assert line or agent.poll() is None, "the agent exited before serving"
-            if found := re.search(r"serving digits on (mqtt://127\.0\.0\.1:\d+)", line):
-                url = found.group(1)
-        assert url, "the agent never said where it serves"
-        requester = fx.Requester(url, "asker")
-        try:
-            reply, _ = requester.ask("solo", "digits", np.zeros((28, 28), np.uint8))
-        finally:
-            requester.close()
-        assert reply.status == "ok" and reply.label is not None and 0 <= reply.label <= 9
-        agent.send_signal(signal.SIGTERM)
-        out, _ = agent.communicate(timeout=60)
-    finally:
-        if agent.poll() is None:
-            agent.kill()
-            agent.wait()
+    url, reply, out, _ = fx.ask_then_stop(agent, "solo", timeout_s=120)
+    assert reply.status == "ok" and reply.label is not None and 0 <= reply.label <= 9
     assert agent.returncode == 0
     assert json.loads(out.strip().splitlines()[-1])["device"] == "solo"
     port = int(url.rsplit(":", 1)[1])

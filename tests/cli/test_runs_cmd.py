@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -13,7 +12,7 @@ from dartfl.arrivals import Arrivals
 from dartfl.cli.main import main
 from dartfl.store import SCHEMA_VERSION, RunStore
 from dartfl.store import connection as store_connection
-from tests.store_fixtures import damaged_copy, healthy_store, locked
+from tests.store_fixtures import damaged_copy, healthy_store, locked_copy
 
 
 @pytest.fixture
@@ -220,9 +219,7 @@ def test_runs_list_on_a_locked_store_exits_1_saying_so(
     template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_connection, "READ_BUSY_TIMEOUT_S", 0.1)
-    path = tmp_path / "runs.sqlite"
-    shutil.copyfile(template, path)
-    with locked(path):
+    with locked_copy(template, tmp_path) as path:
         assert main(["runs", "list", "--store", str(path)]) == 1
     assert capsys.readouterr().err.startswith(f"dartfl: failed: {path} is locked by another process")
 

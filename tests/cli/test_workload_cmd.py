@@ -19,18 +19,12 @@ from dartfl.cli.workload_args import (
     workload_config,
 )
 from dartfl.errors import ConfigError, TraceFormatError
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from tests.profile_fixtures import SMALL
 from workloads.registry import GENERATOR_NAMES
 from workloads.rescale import offered_load
 from workloads.traces.time_task import read_time_task_csv
 
 ROOT = Path(__file__).resolve().parents[2]
-PROFILE = DeviceProfile(
-    name="public-small",
-    inference=InferenceCost(batch_fixed_s=0.005, per_request_s=0.0025),
-    max_batch=32,
-    training=TrainingCost(microbatch_fixed_s=0.012, per_sample_s=0.007, max_microbatch=32),
-)
 
 
 def _one_line_error(err: str) -> str:
@@ -269,17 +263,17 @@ def test_target_load_without_a_profile_is_an_error() -> None:
 
 def test_target_load_sizes_a_generated_workload_keeping_its_duration() -> None:
     args = _parse(["--workload", "mmpp", "--duration-s", "300", "--zipf", "1", "--target-load", "0.5"])
-    arrivals = arrivals_from_args(args, PROFILE)
+    arrivals = arrivals_from_args(args, SMALL)
     assert arrivals.duration_s == 300.0
-    assert offered_load(arrivals, PROFILE) == pytest.approx(0.5, rel=0.03)
+    assert offered_load(arrivals, SMALL) == pytest.approx(0.5, rel=0.03)
 
 
 def test_target_load_rescales_a_trace_exactly(tmp_path: Path) -> None:
     trace = tmp_path / "t.csv"
     trace.write_text("time_s,task\n" + "".join(f"{i * 0.37:.3f},{'ab'[i % 2]}\n" for i in range(500)))
-    arrivals = arrivals_from_args(_parse(["--trace", str(trace), "--target-load", "0.7"]), PROFILE)
+    arrivals = arrivals_from_args(_parse(["--trace", str(trace), "--target-load", "0.7"]), SMALL)
     assert arrivals.task_names == ("a", "b")  # the file's own tasks, not the --tasks default
-    assert offered_load(arrivals, PROFILE) == pytest.approx(0.7, rel=1e-12)
+    assert offered_load(arrivals, SMALL) == pytest.approx(0.7, rel=1e-12)
 
 
 def test_rate_rescales_a_trace(tmp_path: Path) -> None:
@@ -319,25 +313,23 @@ def test_generator_only_flags_with_a_trace_are_errors(tmp_path: Path, argv: list
     trace = tmp_path / "t.csv"
     trace.write_text("time_s,task\n1,a\n")
     with pytest.raises(ConfigError, match=message):
-        arrivals_from_args(_parse(["--trace", str(trace), *argv]), PROFILE)
+        arrivals_from_args(_parse(["--trace", str(trace), *argv]), SMALL)
 
 
 def test_duration_with_a_trace_keeps_its_first_seconds_after_rescaling(tmp_path: Path) -> None:
     # `edge replay --trace T --duration-s S` replayed the whole trace (the flag was refused).
     trace = tmp_path / "t.csv"
     trace.write_text("time_s,task\n" + "".join(f"{t},a\n" for t in range(100)))
-    first = arrivals_from_args(_parse(["--trace", str(trace), "--duration-s", "10.5"]), PROFILE)
+    first = arrivals_from_args(_parse(["--trace", str(trace), "--duration-s", "10.5"]), SMALL)
     assert first.num_requests == 11 and first.duration_s == 10.5
     # --rate 2 halves the trace's time axis (about 1 request/s now): 10.5 s then hold 21 requests.
-    faster = arrivals_from_args(
-        _parse(["--trace", str(trace), "--rate", "2", "--duration-s", "10.5"]), PROFILE
-    )
+    faster = arrivals_from_args(_parse(["--trace", str(trace), "--rate", "2", "--duration-s", "10.5"]), SMALL)
     assert faster.num_requests > first.num_requests
 
 
 def test_rate_and_target_load_together_are_an_error_for_generators() -> None:
     with pytest.raises(ConfigError, match="pass only one of them"):
-        arrivals_from_args(_parse(["--workload", "poisson", "--rate", "5", "--target-load", "0.5"]), PROFILE)
+        arrivals_from_args(_parse(["--workload", "poisson", "--rate", "5", "--target-load", "0.5"]), SMALL)
 
 
 def test_bad_trace_surfaces_as_trace_format_error(tmp_path: Path) -> None:

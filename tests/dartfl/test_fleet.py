@@ -19,9 +19,9 @@ from dartfl.policies import DartConfig, DartPolicy, make_policy
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
 from dartfl.sim.fleet import FleetArrivals, FleetConfig, FleetResult, bin_arrivals, run_fleet, simulate_fleet
-from dartfl.sim.fleet_policies import FleetDart, FleetObservation, make_fleet_policy
+from dartfl.sim.fleet_policies import FleetAllocation, FleetDart, FleetObservation, make_fleet_policy
 from dartfl.store import RunStore
-from dartfl.types import DeviceProfile, Observation, TaskSpec
+from dartfl.types import Allocation, DeviceProfile, Observation, TaskSpec
 
 # The fluid model does not refuse by deadline (docs/fleet.md): compare it with the exact
 # simulator doing the same.
@@ -66,6 +66,28 @@ def _random_observation(
     )
 
 
+def _one_period(
+    fleet: FleetDart, scalar: list[DartPolicy], observations: list[Observation]
+) -> tuple[FleetAllocation, list[Allocation]]:
+    """Both ports update on one period's observations (device i's scalar policy on the i-th)
+    and decide: the fleet's decision and the scalar ones."""
+    stacked = FleetObservation.stack(observations)
+    fleet.update(stacked)
+    decided = fleet.decide(stacked)
+    wants = []
+    for policy, obs in zip(scalar, observations, strict=True):
+        policy.update(obs)
+        wants.append(policy.decide(obs))
+    return decided, wants
+
+
+def _assert_decides_as(decided: FleetAllocation, i: int, want: Allocation, where: object) -> None:
+    """Device i's row of the fleet's decision is the scalar policy's decision `want`."""
+    assert decided.microbatch[i] == want.microbatch, where
+    assert decided.inference_share[i] == want.inference_share, where
+    assert decided.max_batch[i] == want.max_batch, where
+
+
 def test_fleet_dart_decides_exactly_as_scalar_dart_over_random_observation_sequences() -> None:
     """1,200 device-periods: 30 fleets of 10 devices, 4 periods each, with update() state
     (miss queue, peak rates, recent counts) carried between periods; random knobs."""
@@ -90,15 +112,9 @@ def test_fleet_dart_decides_exactly_as_scalar_dart_over_random_observation_seque
         for step in range(4):
             now = float(rng.uniform(0.5, 50.0)) + step * period
             observations = [_random_observation(rng, k, now, period, deadline, target) for _ in range(10)]
-            stacked = FleetObservation.stack(observations)
-            fleet.update(stacked)
-            decided = fleet.decide(stacked)
-            for i, (policy, obs) in enumerate(zip(scalar, observations, strict=True)):
-                policy.update(obs)
-                want = policy.decide(obs)
-                assert decided.microbatch[i] == want.microbatch
-                assert decided.inference_share[i] == want.inference_share
-                assert decided.max_batch[i] == want.max_batch
+            decided, wants = _one_period(fleet, scalar, observations)
+            for i, (obs, want) in enumerate(zip(observations, wants, strict=True)):
+                _assert_decides_as(decided, i, want, where=i)
                 np.testing.assert_allclose(decided.task_shares[i], want.task_shares, rtol=0, atol=1e-15)
                 compared += 1
                 seen["share<1"] += want.inference_share < 1.0
@@ -169,15 +185,9 @@ def test_fleet_dart_keeps_the_scalar_learnt_state_over_long_sequences() -> None:
         fleet = FleetDart(config)
         for t in range(80):
             observations = [stream[t] for stream in streams]
-            stacked = FleetObservation.stack(observations)
-            fleet.update(stacked)
-            decided = fleet.decide(stacked)
-            for i, (policy, obs) in enumerate(zip(scalar, observations, strict=True)):
-                policy.update(obs)
-                want = policy.decide(obs)
-                assert decided.microbatch[i] == want.microbatch, (t, i)
-                assert decided.inference_share[i] == want.inference_share
-                assert decided.max_batch[i] == want.max_batch
+            decided, wants = _one_period(fleet, scalar, observations)
+            for i, (policy, obs, want) in enumerate(zip(scalar, observations, wants, strict=True)):
+                _assert_decides_as(decided, i, want, where=(t, i))
                 assert fleet.debt.queue[i] == policy.debt.queue
                 np.testing.assert_array_equal(fleet.envelope.q[:, i], policy.envelope.q)
                 seen["stopped"] += policy.debt.queue >= policy.debt.debt_limit > 0
@@ -193,10 +203,7 @@ def test_fleet_baselines_decide_exactly_as_scalar_baselines(spec: str) -> None:
     observations = [_random_observation(rng, 3, 5.0, 0.25, math.inf, 0) for _ in range(50)]
     decided = make_fleet_policy(spec).decide(FleetObservation.stack(observations))
     for i, obs in enumerate(observations):
-        want = make_policy(spec).decide(obs)
-        assert decided.microbatch[i] == want.microbatch
-        assert decided.inference_share[i] == want.inference_share
-        assert decided.max_batch[i] == want.max_batch
+        _assert_decides_as(decided, i, make_policy(spec).decide(obs), where=i)
 
 
 def test_policies_without_a_fleet_port_are_refused_with_the_ported_names() -> None:

@@ -44,16 +44,20 @@ def test_a_miss_is_training_caused_when_the_delay_explains_it_or_training_made_i
     assert caused.tolist() == [True, False, False, False, True, False]
 
 
-def test_the_overshoot_counts_the_misses_still_to_come_at_one_tick() -> None:
-    # Three misses caused by a step allowed at tick 0.25 and counted at ticks 0.5, 1.0, 1.0;
-    # one caused by a step allowed at tick 1.5 and counted at 1.75. At tick 0.25 all three of
-    # the first are still to come: E = 3.
-    run = _record(
+def _four_training_misses() -> RunRecord:
+    """Three misses caused by a step allowed at tick 0.25 and counted at ticks 0.5, 1.0, 1.0;
+    one caused by a step allowed at tick 1.5 and counted at 1.75; one request on time."""
+    return _record(
         arrival=[0.3, 0.6, 0.7, 1.6, 0.1],
         finish=[0.45, 0.8, 0.85, 1.72, 0.15],
         delay=[0.1, 0.15, 0.1, 0.1, 0.0],
         cause=[0.3, 0.3, 0.3, 1.6, np.nan],
     )
+
+
+def test_the_overshoot_counts_the_misses_still_to_come_at_one_tick() -> None:
+    # At tick 0.25 all three of the first misses are still to come: E = 3.
+    run = _four_training_misses()
     bound = miss_budget_bound(run, budget=0.01, debt_limit=2.0)
     assert bound.training_misses == 4 and bound.overshoot == 3
     assert bound.arrivals == 5
@@ -62,10 +66,5 @@ def test_the_overshoot_counts_the_misses_still_to_come_at_one_tick() -> None:
 
 
 def test_the_bound_fails_when_misses_exceed_budget_debt_and_overshoot() -> None:
-    run = _record(
-        arrival=[0.3, 0.6, 0.7, 1.6, 0.1],
-        finish=[0.45, 0.8, 0.85, 1.72, 0.15],
-        delay=[0.1, 0.15, 0.1, 0.1, 0.0],
-        cause=[0.3, 0.3, 0.3, 1.6, np.nan],
-    )
+    run = _four_training_misses()
     assert not miss_budget_bound(run, budget=0.0, debt_limit=0.5).holds  # 4 > 0 + 0.5 + 3

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dartfl import profiles
 from dartfl.errors import ConfigError
 from dartfl.profiles import (
     BUILTIN_PROFILE_NAMES,
@@ -18,19 +19,18 @@ from dartfl.profiles import (
 )
 from dartfl.types import DeviceProfile, InferenceCost, RequestPathCost, TrainingCost
 
-CONTRACT_EXAMPLE = """\
-name = "edge-small"
-[inference]
-batch-fixed-s = 0.004
-per-request-s = 0.002
-max-batch = 32
-[training]
-microbatch-fixed-s = 0.010
-per-sample-s = 0.006
-max-microbatch = 32
-[inference.tasks.fashion]   # optional per-task override; missing keys inherit from [inference]
-per-request-s = 0.003
-"""
+
+def _docstring_example() -> str:
+    """The TOML example that dartfl/profiles.py's docstring gives for a measured device."""
+    doc = profiles.__doc__ or ""
+    assert "own TOML file:\n\n" in doc, "dartfl/profiles.py's docstring lost its TOML example"
+    block = doc.split("own TOML file:\n\n", 1)[1].split("\n\n", 1)[0]
+    return "".join(line.removeprefix("    ") + "\n" for line in block.splitlines())
+
+
+DOCSTRING_EXAMPLE = _docstring_example()
+# Its required tables and a task override, without the optional [request-path] and [cores].
+CONTRACT_EXAMPLE = DOCSTRING_EXAMPLE.split("[request-path]", 1)[0]
 
 
 def _write(tmp_path: Path, text: str, name: str = "profile.toml") -> Path:
@@ -112,6 +112,15 @@ def test_contract_example_loads_and_task_override_inherits(tmp_path: Path) -> No
     assert fashion.per_request_s == 0.003
     assert fashion.batch_fixed_s == 0.004  # inherited from [inference]
     assert profile.inference_for("mnist") == profile.inference
+
+
+def test_the_whole_docstring_example_loads_with_its_request_path_and_cores(tmp_path: Path) -> None:
+    profile = load_profile_toml(_write(tmp_path, DOCSTRING_EXAMPLE))
+    assert profile.request_path == RequestPathCost(receive_s=6e-5, ingress_s=2e-5, egress_s=6e-5)
+    # The path is priced into the task override too.
+    assert profile.inference_for("fashion").per_request_s == pytest.approx(0.003 + 1.4e-4)
+    assert profile.cores.count == 4 and profile.cores.inference_speedup == (1.0, 1.59, 1.98, 2.26)
+    assert (profile.cores.inference_interference, profile.cores.switch_s) == (0.15, 0.005)
 
 
 def test_integers_are_accepted_where_seconds_are_expected(tmp_path: Path) -> None:

@@ -114,17 +114,21 @@ def test_payload_fields_win_over_mqtt5_properties() -> None:
     assert request.correlation_data == b"\x00\xff"  # still echoed raw on an MQTT 5 reply
 
 
-def test_encode_request_refuses_what_the_decoder_would_reject() -> None:
+@pytest.mark.parametrize(
+    ("request_id", "image", "reply_to", "sent_at"),
+    [
+        pytest.param("x" * 65, IMAGE, REPLY, None, id="id-too-long"),
+        pytest.param("r", IMAGE, "a/+/b", None, id="wildcard-reply-topic"),
+        pytest.param("r", IMAGE.astype(np.float32), REPLY, None, id="float32-image"),
+        pytest.param("r", IMAGE[:27], REPLY, None, id="short-image"),
+        pytest.param("r", IMAGE, REPLY, float("nan"), id="nan-sent-at"),
+    ],
+)
+def test_encode_request_refuses_what_the_decoder_would_reject(
+    request_id: str, image: np.ndarray, reply_to: str, sent_at: float | None
+) -> None:
     with pytest.raises(InputError):
-        p.encode_request("x" * 65, IMAGE, REPLY)
-    with pytest.raises(InputError):
-        p.encode_request("r", IMAGE, "a/+/b")
-    with pytest.raises(InputError):
-        p.encode_request("r", IMAGE.astype(np.float32), REPLY)
-    with pytest.raises(InputError):
-        p.encode_request("r", IMAGE[:27], REPLY)
-    with pytest.raises(InputError):
-        p.encode_request("r", IMAGE, REPLY, sent_at=float("nan"))
+        p.encode_request(request_id, image, reply_to, sent_at=sent_at)
 
 
 # --- requests: every error code -------------------------------------------------------------

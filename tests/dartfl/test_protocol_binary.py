@@ -83,13 +83,19 @@ def test_a_bad_binary_request_keeps_its_id_and_reply_topic_for_the_error_reply()
     assert info.value.code == "unknown-task" and info.value.reply_to == REPLY
 
 
-def test_the_encoder_refuses_what_the_decoder_would() -> None:
+@pytest.mark.parametrize(
+    ("request_id", "image", "reply_to"),
+    [
+        pytest.param("x" * 65, IMAGE, REPLY, id="id-too-long"),
+        pytest.param("r", IMAGE, "dartfl/v1/dev/req/mnist", id="request-topic-as-reply-topic"),
+        pytest.param("r", IMAGE.astype(np.int16), REPLY, id="int16-image"),
+    ],
+)
+def test_the_encoder_refuses_what_the_decoder_would(
+    request_id: str, image: np.ndarray, reply_to: str
+) -> None:
     with pytest.raises(InputError):
-        p.encode_binary_request("x" * 65, IMAGE, REPLY)
-    with pytest.raises(InputError):
-        p.encode_binary_request("r", IMAGE, "dartfl/v1/dev/req/mnist")
-    with pytest.raises(InputError):
-        p.encode_binary_request("r", IMAGE.astype(np.int16), REPLY)
+        p.encode_binary_request(request_id, image, reply_to)
 
 
 def test_binary_replies_round_trip_in_all_three_kinds() -> None:

@@ -13,13 +13,7 @@ from dartfl.policies import make_policy
 from dartfl.sim import SimConfig, simulate
 from dartfl.store import to_jsonable
 from dartfl.types import DeviceProfile, InferenceCost, TaskSpec, TrainingCost
-
-SMALL = DeviceProfile(
-    name="small",
-    inference=InferenceCost(batch_fixed_s=0.005, per_request_s=0.0025),
-    max_batch=32,
-    training=TrainingCost(microbatch_fixed_s=0.012, per_sample_s=0.007, max_microbatch=32),
-)
+from tests.profile_fixtures import SMALL
 
 
 def single_server(service_s: float) -> DeviceProfile:

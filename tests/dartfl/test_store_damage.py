@@ -22,7 +22,7 @@ from dartfl.store import (
     StoreWriteError,
 )
 from dartfl.store import connection as store_connection
-from tests.store_fixtures import damaged_copy, healthy_store, locked
+from tests.store_fixtures import damaged_copy, healthy_store, locked_copy
 
 
 @pytest.fixture(scope="module")
@@ -171,9 +171,7 @@ def test_a_locked_store_says_so_instead_of_hanging_or_a_traceback(
 ) -> None:
     monkeypatch.setattr(store_connection, "READ_BUSY_TIMEOUT_S", 0.1)
     monkeypatch.setattr(store_connection, "BUSY_TIMEOUT_S", 0.1)
-    path = tmp_path / "runs.sqlite"
-    path.write_bytes(template.read_bytes())
-    with locked(path), pytest.raises(StoreBusyError) as caught:
+    with locked_copy(template, tmp_path) as path, pytest.raises(StoreBusyError) as caught:
         RunStore(path, read_only=read_only)
     assert _one_line(caught.value) == (
         f"{path} is locked by another process (waited 0.1 s): retry once it is done; "

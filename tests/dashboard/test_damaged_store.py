@@ -13,7 +13,7 @@ from streamlit.testing.v1 import AppTest
 from dartfl.paths import STORE_ENV
 from dartfl.store import connection as store_connection
 from dashboard.config import BROKER_ENV
-from tests.store_fixtures import damaged_copy, healthy_store, locked
+from tests.store_fixtures import damaged_copy, healthy_store, locked_copy
 
 APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 PAGES = {
@@ -119,9 +119,7 @@ def test_a_locked_store_says_so_on_every_page(
     monkeypatch: pytest.MonkeyPatch, template: Path, tmp_path: Path
 ) -> None:
     monkeypatch.setattr(store_connection, "READ_BUSY_TIMEOUT_S", 0.1)
-    path = tmp_path / "runs.sqlite"
-    path.write_bytes(template.read_bytes())
-    with locked(path):
+    with locked_copy(template, tmp_path) as path:
         for page, at in _visit(monkeypatch, path):
             (error,) = _errors(at)
             assert error.startswith(f"{path} is locked by another process (waited 0.1 s)"), page

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import logging
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from dashboard import synthetic
 from dashboard.recorder import Recorder
 from messaging.brokers import free_port
 from messaging.link import Message
-from tests.store_fixtures import damaged_copy, healthy_store, locked
+from tests.store_fixtures import damaged_copy, healthy_store, locked_copy
 
 NOW = 1_700_000_000.0
 
@@ -170,9 +169,7 @@ def test_dartfl_record_on_a_locked_store_exits_1_saying_so(
     template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store_connection, "BUSY_TIMEOUT_S", 0.1)
-    path = tmp_path / "runs.sqlite"
-    shutil.copyfile(template, path)
-    with locked(path):
+    with locked_copy(template, tmp_path) as path:
         assert main(["record", "--broker", f"mqtt://127.0.0.1:{free_port()}", "--store", str(path)]) == 1
     assert capsys.readouterr().err == (
         f"dartfl: failed: {path} is locked by another process (waited 0.1 s): retry once it is done; "

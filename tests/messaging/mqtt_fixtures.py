@@ -2,7 +2,8 @@
 requester, all speaking dartfl.protocol over messaging.link. Logged in, each one's client id
 and (for the requester) reply namespace is its account's name. And `mqtt311_only_peer`, an
 MQTT 3.1.1 server that refuses MQTT 5 as an older broker does (it routes nothing: the
-version negotiation is all it is for).
+version negotiation is all it is for). And `ask_then_stop`, for a `dartfl edge run` agent
+started as a process: one request once it says where it serves, then SIGTERM.
 
 Import explicitly (`from tests.messaging import mqtt_fixtures as fx`) and wrap the
 generators in a local fixture; nothing here is collected or auto-loaded.
@@ -13,7 +14,10 @@ from __future__ import annotations
 import contextlib
 import itertools
 import queue
+import re
+import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Collection, Iterator
@@ -25,7 +29,15 @@ from messaging.brokers import BrokerHandle, start_mosquitto
 from messaging.link import MQTT_V311, Message, MqttLink, connect
 from messaging.security import MqttSecurity
 
-__all__ = ["EchoDevice", "Requester", "expected_label", "mosquitto_broker", "mqtt311_only_peer"]
+__all__ = [
+    "EchoDevice",
+    "Requester",
+    "ask_then_stop",
+    "expected_label",
+    "mosquitto_broker",
+    "mqtt311_only_peer",
+    "served_url",
+]
 
 
 def mosquitto_broker() -> Iterator[BrokerHandle]:
@@ -240,3 +252,40 @@ class Requester:
 
     def close(self) -> None:
         self.link.close()
+
+
+def served_url(agent: subprocess.Popen[str], timeout_s: float) -> str:
+    """The broker URL from the agent's "... serving TASKS on mqtt://..." line on stderr."""
+    assert agent.stderr is not None
+    deadline = time.monotonic() + timeout_s
+    lines = []
+    while time.monotonic() < deadline:
+        line = agent.stderr.readline()
+        if not line and agent.poll() is not None:
+            break
+        lines.append(line)
+        if found := re.search(r" serving \S+ on (mqtt://127\.0\.0\.1:\d+)", line):
+            return found.group(1)
+    raise AssertionError("the agent never said where it serves:\n" + "".join(lines)[-3000:])
+
+
+def ask_then_stop(
+    agent: subprocess.Popen[str], device: str, timeout_s: float
+) -> tuple[str, protocol.Reply, str, str]:
+    """Ask `agent` (`dartfl edge run --device DEVICE` serving digits, stdout and stderr piped)
+    one digits request once it says where it serves, then stop it with SIGTERM: the broker URL,
+    the reply, its stdout and the rest of its stderr. It is killed if anything fails on the way."""
+    try:
+        url = served_url(agent, timeout_s)
+        requester = Requester(url, f"{device}-asker")
+        try:
+            reply, _ = requester.ask(device, "digits", np.zeros((28, 28), np.uint8))
+        finally:
+            requester.close()
+        agent.send_signal(signal.SIGTERM)
+        out, err = agent.communicate(timeout=60)
+    finally:
+        if agent.poll() is None:
+            agent.kill()
+            agent.wait()
+    return url, reply, out, err

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -11,19 +13,30 @@ from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
 from workloads.registry import GENERATOR_NAMES, generate, generate_times, generator_params
 
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _documented_generators() -> list[tuple[str, str]]:
+    """docs/workloads.md's table of generators: each row's name and parameters cell, in order."""
+    table = (ROOT / "docs" / "workloads.md").read_text(encoding="utf-8")
+    return re.findall(r"^\| `([a-z-]+)` \| ([^|]+) \|", table, re.MULTILINE)
+
 
 def test_generator_names_are_exactly_the_documented_ones() -> None:
-    assert GENERATOR_NAMES == (
-        "poisson",
-        "mmpp",
-        "gamma",
-        "pareto-onoff",
-        "diurnal",
-        "step",
-        "flash-crowd",
-        "hawkes",
-        "compound",
-    )
+    assert tuple(name for name, _ in _documented_generators()) == GENERATOR_NAMES
+
+
+def test_every_parameter_is_documented_with_its_default() -> None:
+    for name, cell in _documented_generators():
+        documented = dict(re.findall(r"`([a-z-]+)` \(([^)]+)\)", cell))
+        defaults = generator_params(name)
+        assert set(documented) == set(defaults), name
+        for key, text in documented.items():
+            # None: derived from the duration ("duration/2"); "0: off" documents what 0 means.
+            if defaults[key] is None:
+                assert "duration" in text, (name, key)
+            else:
+                assert float(text.split(":")[0]) == defaults[key], (name, key)
 
 
 def test_unknown_generator_lists_the_valid_names() -> None:

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
-from dartfl.types import DeviceProfile, InferenceCost, TrainingCost
+from dartfl.types import InferenceCost
+from tests.profile_fixtures import SMALL
 from workloads.registry import generate
 from workloads.rescale import capacity_for, offered_load, rate_for_load, rescale_to_load, scale_to_rate
 
-PROFILE = DeviceProfile(
-    name="test",
-    inference=InferenceCost(batch_fixed_s=0.005, per_request_s=0.0025),
-    max_batch=32,
-    training=TrainingCost(microbatch_fixed_s=0.012, per_sample_s=0.007, max_microbatch=32),
-    # "big" costs 4x per request: the load depends on the task mix, not just the rate.
-    task_inference={"big": InferenceCost(batch_fixed_s=0.02, per_request_s=0.01)},
-)
+# "big" costs 4x per request: the load depends on the task mix, not just the rate.
+PROFILE = replace(SMALL, task_inference={"big": InferenceCost(batch_fixed_s=0.02, per_request_s=0.01)})
 CHEAP = 0.0025 + 0.005 / 32
 BIG = 0.01 + 0.02 / 32
 
