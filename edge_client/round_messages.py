@@ -69,14 +69,19 @@ class RoundOrder:
         if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
             raise ConfigError(f"step-samples must be an integer >= 1, got {step!r}")
         tasks = meta.get("tasks")
+        if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
+            raise ConfigError(f"tasks must be a list of task names, got {tasks!r}")
         policy, weighting = meta.get("policy"), meta.get("loss-weighting")
+        for key, value in (("policy", policy), ("loss-weighting", weighting)):
+            if value is not None and not isinstance(value, str):
+                raise ConfigError(f"{key} must be a string, got {value!r}")
         return cls(
             server_round=server_round,
             deadline_s=deadline_s,
             target_samples=target,
-            tasks=None if tasks is None else tuple(str(t) for t in tasks),
-            policy=None if policy is None else str(policy),
-            loss_weighting=None if weighting is None else str(weighting),
+            tasks=None if tasks is None else tuple(tasks),
+            policy=policy,
+            loss_weighting=weighting,
             learning_rate=None if lr is None else float(lr),
             step_samples=step,
         )

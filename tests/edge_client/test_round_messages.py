@@ -40,6 +40,11 @@ def test_an_order_and_a_result_round_trip_through_their_json() -> None:
         ({"learning-rate": "0.1"}, "learning-rate must be a number > 0"),
         ({"step-samples": 0}, "step-samples must be an integer >= 1"),
         ({"step-samples": True}, "step-samples must be an integer >= 1"),
+        ({"tasks": 3}, "tasks must be a list of task names"),
+        ({"tasks": "digits"}, "tasks must be a list of task names"),
+        ({"tasks": ["digits", 7]}, "tasks must be a list of task names"),
+        ({"policy": 5}, "policy must be a string"),
+        ({"loss-weighting": ["demand"]}, "loss-weighting must be a string"),
     ],
 )
 def test_a_bad_order_field_is_refused_by_name(meta: dict[str, object], problem: str) -> None:

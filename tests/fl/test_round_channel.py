@@ -131,6 +131,8 @@ def test_bad_rounds_are_refused_and_the_channel_is_local_only(agent: Agent) -> N
         post_round(address, {"round-deadline-s": 0.5, "step-samples": 0}, {}, timeout_s=10)
     with pytest.raises(RoundChannelError, match="bad round metadata"):
         post_round(address, {"round-deadline-s": 0.5, "server-round": "third"}, {}, timeout_s=10)
+    with pytest.raises(RoundChannelError, match="tasks must be a list"):
+        post_round(address, {"round-deadline-s": 0.5, "tasks": 3}, {}, timeout_s=10)
     # The agent trains and serves under its own policy: a run of another is refused, not
     # filed under the wrong name.
     with pytest.raises(
