@@ -21,7 +21,7 @@ from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from dartfl.cli.sim_cmd import add_store_arguments
+from dartfl.cli.sim_cmd import add_control_arguments, add_store_arguments
 from dartfl.cli.workload_args import WORKLOAD_NAMES, parse_tasks, seed_arg
 from dartfl.errors import ConfigError
 
@@ -79,12 +79,7 @@ def register(sub: Any) -> None:
         help="run the profile on its first N cores (1: one-core time sharing; the fleet model "
         "time-shares all of a device's cores and refuses a policy that splits them)",
     )
-    d.add_argument(
-        "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
-    )
-    d.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
-    d.add_argument("--period-s", type=float, default=0.25, help="control period in s (default 0.25)")
-    d.add_argument("--round-s", type=float, default=60.0, help="FL round length in s (default 60)")
+    add_control_arguments(d)
     d.add_argument("--round-target", type=int, default=0, help="samples owed per round (default 0)")
     p.add_argument(
         "--policy",
@@ -103,6 +98,8 @@ def register(sub: Any) -> None:
 
 
 def _check(args: argparse.Namespace) -> None:
+    from dartfl.cli.simulation import check_slo_and_queue
+
     if args.devices < 1:
         raise ConfigError(f"--devices must be >= 1, got {args.devices}")
     if not (math.isfinite(args.duration_s) and args.duration_s > 0):
@@ -113,10 +110,7 @@ def _check(args: argparse.Namespace) -> None:
         )
     if not 0.0 <= args.load_jitter < 1.0:
         raise ConfigError(f"--load-jitter must lie in [0, 1), got {args.load_jitter}")
-    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
-        raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
-    if args.queue_capacity < 1:
-        raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
+    check_slo_and_queue(args)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
 
@@ -133,17 +127,14 @@ def _mix(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dartfl.cli.simulation import on_cores
-    from dartfl.profiles import resolve_profile
+    from dartfl.cli.simulation import device_profile
     from dartfl.sim.fleet import FleetConfig, run_fleet
     from dartfl.sim.fleet_policies import make_fleet_policy
     from dartfl.types import TaskSpec
     from workloads.fleet import FleetWorkloads, device_counts
 
     _check(args)
-    if args.profile is None and args.profile_file is None:
-        raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
-    profile = on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
+    profile = device_profile(args)
     specs = args.policies or list(DEFAULT_POLICIES)
     for spec in specs:
         make_fleet_policy(spec)  # a bad name fails before any work

@@ -65,12 +65,7 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="run the profile on its first N cores (1: one-core time sharing, as before cores were modelled)",
     )
-    g.add_argument(
-        "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
-    )
-    g.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
-    g.add_argument("--period-s", type=float, default=0.25, help="control period in s (default 0.25)")
-    g.add_argument("--round-s", type=float, default=60.0, help="FL round length in s (default 60)")
+    add_control_arguments(g)
     g.add_argument(
         "--round-target", type=int, default=0, help="samples owed per round (default 0: no deadline pressure)"
     )
@@ -80,6 +75,16 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         help="admit every request a queue has room for, even one that cannot make its SLO "
         "(the behaviour before deadline-aware admission; docs/allocator.md)",
     )
+
+
+def add_control_arguments(g: argparse._ArgumentGroup) -> None:
+    """What a simulated device is held to and how often it decides; `sim` and `fleet` share them."""
+    g.add_argument(
+        "--slo-ms", type=float, default=250.0, help="latency SLO of every task in ms (default 250)"
+    )
+    g.add_argument("--queue-capacity", type=int, default=1024, help="per-task queue bound (default 1024)")
+    g.add_argument("--period-s", type=float, default=0.25, help="control period in s (default 0.25)")
+    g.add_argument("--round-s", type=float, default=60.0, help="FL round length in s (default 60)")
 
 
 def add_store_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,13 +16,8 @@ from dartfl.types import DeviceProfile
 
 def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
     """The profile and simulator config from the device flags (tasks come with the workload)."""
-    if args.profile is None and args.profile_file is None:
-        raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
-    profile = on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
-    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
-        raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
-    if args.queue_capacity < 1:
-        raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
+    profile = device_profile(args)
+    check_slo_and_queue(args)
     config = SimConfig(
         period_s=args.period_s,
         round_s=args.round_s,
@@ -30,6 +25,21 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
         deadline_admission=not args.no_deadline_admission,
     )
     return profile, config
+
+
+def device_profile(args: argparse.Namespace) -> DeviceProfile:
+    """The profile --profile or --profile-file names, on the cores --cores keeps."""
+    if args.profile is None and args.profile_file is None:
+        raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
+    return on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
+
+
+def check_slo_and_queue(args: argparse.Namespace) -> None:
+    """The checks of --slo-ms and --queue-capacity, which every simulated device takes."""
+    if not (math.isfinite(args.slo_ms) and args.slo_ms > 0):
+        raise ConfigError(f"--slo-ms must be > 0, got {args.slo_ms}")
+    if args.queue_capacity < 1:
+        raise ConfigError(f"--queue-capacity must be >= 1, got {args.queue_capacity}")
 
 
 def on_cores(profile: DeviceProfile, cores: int | None) -> DeviceProfile:
