@@ -77,8 +77,8 @@ bench: venv system-deps
 	    echo "no benchmarks yet (benchmarks/run_all.py is missing)"; \
 	fi
 
-# The installable package; tests/test_wheel.py builds it the same way and installs it outside
-# the checkout. No build isolation: setuptools comes from the venv, nothing from the index.
+# The installable package; tests/wheel_fixtures.py builds it the same way and installs it
+# outside the checkout. No build isolation: setuptools comes from the venv, nothing from the index.
 wheel: venv
 	$(BIN)/python -m pip wheel --no-deps --no-build-isolation -w dist .
 

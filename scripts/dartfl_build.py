@@ -15,8 +15,8 @@ Only import statements change, found by Python's own parser (never by a text sea
 comment, a string or a name that merely looks like a package is left alone; the few places that
 name a package in a string derive it from their own `__name__` or a module object instead
 (orchestration/flower_app.py). `import server.rounds` (which binds `server`) cannot be renamed
-in place and stops the build with the line to change. tests/test_wheel.py checks the result:
-every shipped module imports in a fresh venv that has no module of the old names.
+in place and stops the build with the line to change. tests/test_wheel_contents.py checks the
+result: every shipped module imports in a fresh venv that has no module of the old names.
 
 sdists and editable installs are setuptools' own: the sdist is the repository's layout (its
 wheel is built by this backend), and an editable install is a checkout's names.

@@ -12,7 +12,8 @@ from dartfl.store import RunStore
 
 # tls_files, tls_broker, strict_broker: a throwaway CA and Mosquitto TLS listeners (edge and CLI tests)
 # small_tasks, task_classes, exported_pair, one_torch_thread: real task data and ONNX models
-pytest_plugins = ["tests.messaging.tls_fixtures", "tests.ml_fixtures"]
+# wheel, fresh: the built wheel and a fresh venv outside the repository it is installed into
+pytest_plugins = ["tests.messaging.tls_fixtures", "tests.ml_fixtures", "tests.wheel_fixtures"]
 
 
 @pytest.fixture(autouse=True)

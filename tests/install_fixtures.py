@@ -1,6 +1,6 @@
 """What an install of DART-FL brings with it, read from the installed distributions' metadata:
 the closure of its requirements (every published extra), whether each one is satisfied, and
-each distribution's files (for tests/test_wheel.py's fresh venv).
+each distribution's files (for tests/wheel_fixtures.py's fresh venv).
 
 Import explicitly (`from tests import install_fixtures as inst`); nothing here is collected.
 """

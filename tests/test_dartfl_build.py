@@ -1,7 +1,7 @@
 """scripts/dartfl_build.py renames the wheel's packages and exactly their imports.
 
 Hermetic: import statements rewritten from source text, and a tiny wheel renamed in place
-whose RECORD must then match what it holds. tests/test_wheel.py builds the real wheel.
+whose RECORD must then match what it holds. tests/wheel_fixtures.py builds the real wheel.
 """
 
 from __future__ import annotations

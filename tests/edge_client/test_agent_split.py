@@ -15,7 +15,7 @@ from dartfl.profiles import get_profile
 from dartfl.types import CoreModel, DeviceProfile
 from edge_client.agent import Agent, AgentConfig
 from messaging.brokers import BrokerHandle
-from tests.edge_client.test_agent import Client, Load, Running, broker  # noqa: F401
+from tests.edge_client.agent_fixtures import Client, Load, Running
 
 pytestmark = pytest.mark.integration
 
@@ -44,7 +44,7 @@ def start_split_agent(url: str, policy: str) -> Running:
 
 
 def test_a_split_agent_serves_and_trains_at_once_and_moves_cores_without_losing_a_request(
-    broker: BrokerHandle,  # noqa: F811
+    broker: BrokerHandle,
 ) -> None:
     running = start_split_agent(broker.url, "cores:1")
     agent, client = running.agent, Client(broker.url)

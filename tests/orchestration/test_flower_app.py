@@ -50,7 +50,7 @@ def test_the_repository_package_list_is_the_one_pyproject_builds() -> None:
 
 
 def test_a_checkout_imports_its_folders_under_their_own_names() -> None:
-    # The wheel's names (dartfl_server...) are tests/test_wheel.py's business.
+    # The wheel's names (dartfl_server...) are tests/test_wheel_contents.py's business.
     assert INSTALLED_PACKAGES == REPOSITORY_PACKAGES
     assert (SERVER_APP, CLIENT_APP) == ("server.server_app:app", "edge_client.client_app:app")
 

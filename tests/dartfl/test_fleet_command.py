@@ -1,0 +1,85 @@
+"""The `dartfl fleet` command: its JSON contract and the run it records, its table, the same
+numbers for the same seed, and bad input refused with exit code 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dartfl.cli.main import main
+from dartfl.store import RunStore
+
+CONTRACT_KEYS = {
+    "policy",
+    "devices",
+    "requests",
+    "rejected",
+    "slo_attainment",
+    "slo_attainment_p5",
+    "slo_attainment_p50",
+    "train_samples",
+    "harvest_efficiency",
+    "harvest_efficiency_p5",
+    "harvest_efficiency_p50",
+    "max_backlog",
+}
+FLEET_ARGS = [
+    "fleet",
+    "--devices",
+    "6",
+    "--duration-s",
+    "30",
+    "--profile",
+    "pi4",
+    "--cores",
+    "1",
+    "--workers",
+    "1",
+    "--seed",
+    "4",
+]
+
+
+def test_fleet_json_has_the_contract_keys_and_is_recorded(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = tmp_path / "runs.sqlite"
+    args = [*FLEET_ARGS, "--policy", "dart", "--policy", "inference-first:4", "--json", "--store", str(store)]
+    assert main(args) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [r["policy"] for r in out["results"]] == ["dart", "inference-first:4"]
+    for result in out["results"]:
+        assert set(result) >= CONTRACT_KEYS
+        assert result["devices"] == 6
+    with RunStore(store) as runs:
+        run = runs.get_run(out["run_id"])
+        assert run is not None and run.kind == "fleet" and run.status == "ok"
+        assert set(runs.results(out["run_id"])) == {"dart", "inference-first:4"}
+
+
+def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FLEET_ARGS, "--no-store"]) == 0
+    table = capsys.readouterr().out
+    assert "dart" in table and "inference-first:4" in table and "harvest" in table
+    assert main([*FLEET_ARGS, "--no-store", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["results"]
+    assert main([*FLEET_ARGS, "--no-store", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"] == first
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--policy", "threshold"],
+        ["--workload-mix", "poisson,bogus"],
+        ["--devices", "0"],
+        ["--load-jitter", "1.5"],
+        ["--cores", "4", "--policy", "dart"],  # DART would split the cores: not modelled
+        ["--cores", "5"],
+    ],
+)
+def test_fleet_bad_input_exits_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*FLEET_ARGS, "--no-store", *extra]) == 2
+    assert "dartfl: error:" in capsys.readouterr().err
