@@ -15,11 +15,12 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    Lambda_c -> 1 the safe step of docs/allocator.md is s <= (B - A) / 2.
 3. The training lane trains in steps the serving lane can wait for: in a burst the serving
    lane falls behind by rho'_k - 1 seconds of work per second until the training lane
-   hands its cores back (one step, one period, one switch), so the step is capped where that
-   delay reaches B. The burst is rho'_k, or at least one the whole device, time-shared,
-   could still carry (rho_N = 1): time sharing survives it, so a split must too. Where not
-   even a one-sample step fits (a tight SLO), steps are full: a cap would only waste their
-   fixed cost.
+   hands its cores back (one step, one period, one switch), and the whole device then works
+   the lag off R_k times faster than the lane (R_k: the device's speed over the lane's), so
+   the step is capped where the delay, (rho'_k - 1) / R_k per second of it, reaches B. The
+   burst is rho'_k, or at least one the whole device, time-shared, could still carry
+   (rho_N = 1): time sharing survives it, so a split must too. Where not even a one-sample
+   step fits (a tight SLO), steps are full: a cap would only waste their fixed cost.
 4. Value per second, in trained samples: the training lane's rate, plus the serving lane's
    (1 - rho_k) of idle time at its step rate, less the misses the split risks, priced as
    DART prices a miss against a sample: the arrivals whose wait exceeds B less their own
@@ -291,18 +292,23 @@ class CoreSplit:
             #    smaller ones for the split it settles on).
             m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
             # 3. The training lane's step, capped so that a burst can reclaim cores:
-            #    (rho_burst - 1) (step + period + switch) <= B, for the remembered burst rate
-            #    or one that the whole device, time-shared, could still carry.
+            #    (rho_burst - 1) (step + period + switch) / reclaimed <= B, for the
+            #    remembered burst rate or one the whole device, time-shared, could carry.
             m_split = m_max
-            rho_peak = max(one.peak * p.scale, carried * p.scale)
+            reclaimed = carried * p.scale  # the whole device's speed over the serving lane's
+            rho_peak = max(one.peak * p.scale, reclaimed)
+            # In T seconds of a burst the lane falls (rho_peak - 1) T behind; the whole
+            # device, once it has the cores back, works that lag off `reclaimed` times
+            # faster, so the last request of the burst waits (rho_peak - 1) T / reclaimed.
+            behind = (rho_peak - 1.0) / reclaimed
             if rho_peak > 1.0:
                 # No step at all may be short enough (a tight SLO): then capping one only
                 # wastes its fixed cost, and a burst is the value's business (step 4).
-                m_fit = _steps_within(budget_s / (rho_peak - 1.0) - tau - split.switch_s, p.train_step, m_max)
+                m_fit = _steps_within(budget_s / behind - tau - split.switch_s, p.train_step, m_max)
                 m_split = m_fit if m_fit > 0 else m_max
             steps.append((m_lane, m_split))
             held_s = p.train_step[0] + p.train_step[1] * m_split
-            in_time.append(rho_peak <= 1.0 or (rho_peak - 1.0) * (held_s + tau + split.switch_s) <= budget_s)
+            in_time.append(rho_peak <= 1.0 or behind * (held_s + tau + split.switch_s) <= budget_s)
             # 4. Trained samples per second.
             rate[k - 1] = _rate(m_split, p.train_step) + max(0.0, 1.0 - rho) * _rate(m_lane, p.serve_step)
         # A backlog is helped by more serving cores only if they come in time: taken from a
