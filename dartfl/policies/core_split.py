@@ -5,8 +5,9 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
 1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
    interference, and a training lane of N - k; k = N is time sharing. For each, the load the
    serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k), the load a burst
-   brings is rho'_k (DART's planning rates, its remembered peak, and the busiest period of
-   the burst memory, `CoreSplit.update`), and its backlog drains in
+   brings is rho'_k (DART's planning rates at their upper two-sigma bound, its remembered
+   peak, and the busiest period of the burst memory, `CoreSplit.update`), and its backlog
+   drains in
    D_k = sum_i Q_i c_i(k) / (1 - rho_k).
 2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
    lane's costs): its share, batch cap and the step size m_k it trains in its idle time.
@@ -260,6 +261,10 @@ class CoreSplit:
         # Per split k = 1..N: training rate, misses per second, and misses of the backlog.
         rate, late, queued = [0.0] * n, [0.0] * n, [0.0] * n
         # 1. The demand on the whole device and on one core (scaled to each serving lane).
+        # A burst's rate is read from one period's count, n ~ Poisson: plan for its upper
+        # two-sigma bound, (n + 2 sqrt(n)) / tau, so that a lane judged to carry the burst
+        # is not one that the burst's own noise overruns in a quarter of its periods.
+        planned = [r + 2.0 * math.sqrt(r / tau) if r > 0.0 else 0.0 for r in planned]
         d = _demand(obs, rates, planned, peak, obs.batch_fixed_s, obs.per_request_s)
         one = _demand(obs, rates, planned, peak, split.batch_fixed_s, split.per_request_s)
         # A one-core request's price over a time-shared one's: the serving lane's load (per

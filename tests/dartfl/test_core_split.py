@@ -122,6 +122,23 @@ def test_the_training_lanes_step_is_the_longest_the_reclaimed_device_can_work_of
     assert m < obs.max_microbatch and wait_s(m) <= budget < wait_s(m + 1)
 
 
+def test_a_burst_that_fills_the_serving_lane_on_average_takes_cores_back() -> None:
+    # This period's count loads the 2-core serving lane to `util` of its capacity. The count
+    # is Poisson: at 95% its own noise overruns the lane in about a quarter of the burst's
+    # periods (MMPP bursts at pi5 did: 0.41x the best static split), so the lane must grow;
+    # at 50% it need not.
+    def cores_after(util: float) -> int:
+        obs = observation("pi5", 0.3, backlog=5, current=2)
+        split = obs.split
+        assert split is not None
+        scale = (1 + split.inference_interference) / split.inference_speedup[1]
+        count = round(util * obs.period_s / (3 * split.per_request_s[0] * scale))
+        return cores_of(dart(), dataclasses.replace(obs, arrivals_since_last=(count,) * 3))
+
+    assert cores_after(0.5) == 2
+    assert cores_after(0.95) > 2
+
+
 def test_the_split_moves_only_for_a_gain_past_the_band_and_the_switch_cost() -> None:
     obs = observation("pi4", 0.0, current=1)  # at 1 core; 2 serve a little better idle
     assert cores_of(dart(hysteresis=0.0), obs) == 2
