@@ -2,8 +2,10 @@
 
 For each model width (default: 1, where the request path dominates, and 24, a Pi-like model):
 1. `dartfl edge profile` measures this machine's end-to-end costs (the model and the request
-   path) for that width.
-2. A Pareto on/off workload at mean load 0.5 of that profile, 120 s, is written to a trace.
+   path) for that width; an inference-only agent on that profile then serves the warm-up that
+   `edge replay --target-load` sends, and a request is priced as that replay prices it (the
+   larger of the agent's metered terms and its process CPU per request, orchestration/pricing.py).
+2. A Pareto on/off workload at mean load 0.5 of that price, 120 s, is written to a trace.
 3. `dartfl edge replay --spawn-agent` replays it against a real agent (Mosquitto, ONNX
    Runtime serving, PyTorch training) once with DART and once with inference-only.
 4. `dartfl sim` runs the same trace on the measured profile; its p99 latency and trained
@@ -34,7 +36,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_output import print_json
 
 import workloads
-from dartfl.profiles import load_profile_toml
+from dartfl.cli.replay_cmd import _as_uint8
+from dartfl.profiles import load_profile_toml, profile_to_toml
+from dartfl.types import DeviceProfile
+from fltask.data import load_tasks
+from messaging.brokers import start_mosquitto
+from orchestration.agent_watch import wait_for_agent
+from orchestration.pricing import price_at_least, price_under_traffic
+from orchestration.replay import ReplayOptions
 from orchestration.replay_report import HEADLINE_KEYS
 
 DARTFL = str(Path(sys.executable).parent / "dartfl")
@@ -76,7 +85,9 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
     subprocess.run(
         [DARTFL, "edge", "profile", *model, *cores, "-o", str(profile_path)], check=True, capture_output=True
     )
-    profile = load_profile_toml(profile_path)
+    measured = load_profile_toml(profile_path)
+    profile = _priced_under_traffic(measured, profile_path, model, args.slo_ms / 1e3)
+    profile_path.write_text(profile_to_toml(profile))
 
     # The tasks cost about the same on this model, so the mix hardly moves the load.
     rate = workloads.rate_for_load(profile, TASKS, [1.0] * len(TASKS), args.load)
@@ -110,7 +121,12 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
 
     keys = (*HEADLINE_KEYS, "send_lag_s", "late_replies", "unsent")
     report = {
-        "profile": {"width": width, "file": profile_path.read_text()},
+        "profile": {
+            "width": width,
+            "file": profile_path.read_text(),
+            "measured_capacity_per_s": measured.capacity_per_s(TASKS, (1.0,) * len(TASKS)),
+            "priced_capacity_per_s": profile.capacity_per_s(TASKS, (1.0,) * len(TASKS)),
+        },
         "workload": {
             "name": args.workload,
             "load": args.load,
@@ -141,6 +157,37 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
             1, d_real["train_samples"]
         )
     return report
+
+
+def _priced_under_traffic(
+    measured: DeviceProfile, profile_path: Path, model: list[str], slo_s: float
+) -> DeviceProfile:
+    """`measured`, its requests priced as `edge replay --target-load` prices them after its
+    warm-up against an inference-only agent on that profile (its cores and model kept)."""
+    broker = start_mosquitto()
+    agent_cmd = [DARTFL, "edge", "run", "--broker", broker.url, "--policy", "inference-only"]
+    agent_cmd += [
+        *model,
+        "--slo-ms",
+        f"{slo_s * 1e3:g}",
+        "--max-train",
+        "100",
+        "--profile-file",
+        str(profile_path),
+    ]
+    agent = subprocess.Popen(agent_cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_agent(broker.url, "edge-1", timeout_s=120.0)
+        tasks = load_tasks(TASKS, max_train=1, max_test=1000)
+        images = {name: _as_uint8(tasks[name]) for name in TASKS}
+        options = ReplayOptions(broker.url, "edge-1", slo_s)
+        priced = price_under_traffic(options, images, measured, TASKS, "inference-only")
+    finally:
+        agent.terminate()
+        agent.wait(30)
+        broker.stop()
+    mix = (1.0,) * len(TASKS)
+    return price_at_least(measured, TASKS, mix, 1.0 / priced.capacity_per_s(TASKS, mix))
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ class Counters:
     ce_sum_per_task: list[float] = field(default_factory=list)  # training cross-entropy, summed
     overhead_cpu_s: float = 0.0  # allocator + queueing + MQTT callbacks, thread CPU time
     compute_cpu_s: float = 0.0  # inference batches and training steps, thread CPU time
+    training_cpu_s: float = 0.0  # training steps alone (part of compute_cpu_s), thread CPU time
     started_s: float = field(default_factory=time.monotonic)
 
 
@@ -95,6 +96,7 @@ def build_report(
         overhead_cpu_s=c.overhead_cpu_s,
         compute_cpu_s=c.compute_cpu_s,
         process_cpu_s=time.process_time(),
+        training_cpu_s=c.training_cpu_s,
         profile=profile,
         **split,
     )

@@ -98,6 +98,7 @@ class ModelTraining:
             cpu_s = time.thread_time() - cpu0
             with self.lock:
                 self.counters.compute_cpu_s += cpu_s
+                self.counters.training_cpu_s += cpu_s
                 for k, ce in enumerate(result.ce_sum_per_task):
                     self.counters.ce_sum_per_task[k] += ce
                 self.device.step_done(step, time.monotonic(), result.duration_s, result.samples_per_task)

@@ -157,6 +157,9 @@ class Telemetry:
     overhead_cpu_s: float | None = None
     compute_cpu_s: float | None = None
     process_cpu_s: float | None = None
+    # The training steps' share of compute_cpu_s: what the process spends on anything else
+    # serves requests (orchestration/pricing.py prices a request by it).
+    training_cpu_s: float | None = None
     profile: DeviceProfile | None = None
     # A device split into lanes (docs/architecture.md): the cores each holds now, each lane's
     # compute seconds so far, and the changes of split made.
@@ -183,7 +186,7 @@ class Telemetry:
             _seconds(name, getattr(self, name))
         for name in ("uptime_s", "slo_ms", "training_busy_s", "inference_busy_s", "idle_s"):
             _seconds(name, getattr(self, name))
-        for name in ("decision_us_p50", "overhead_cpu_s", "compute_cpu_s", "process_cpu_s"):
+        for name in ("decision_us_p50", "overhead_cpu_s", "compute_cpu_s", "process_cpu_s", "training_cpu_s"):
             _seconds(name, getattr(self, name))
         _share("inference_share", self.inference_share)
         _share("slo_attainment_window", self.slo_attainment_window)
