@@ -36,14 +36,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_output import print_json
 
 import workloads
-from dartfl.cli.replay_cmd import _as_uint8
 from dartfl.profiles import load_profile_toml, profile_to_toml
 from dartfl.types import DeviceProfile
 from fltask.data import load_tasks
 from messaging.brokers import start_mosquitto
 from orchestration.agent_watch import wait_for_agent
 from orchestration.pricing import price_at_least, price_under_traffic
-from orchestration.replay import ReplayOptions
+from orchestration.replay import ReplayOptions, request_images
 from orchestration.replay_report import HEADLINE_KEYS
 
 DARTFL = str(Path(sys.executable).parent / "dartfl")
@@ -179,7 +178,7 @@ def _priced_under_traffic(
     try:
         wait_for_agent(broker.url, "edge-1", timeout_s=120.0)
         tasks = load_tasks(TASKS, max_train=1, max_test=1000)
-        images = {name: _as_uint8(tasks[name]) for name in TASKS}
+        images = {name: request_images(tasks[name]) for name in TASKS}
         options = ReplayOptions(broker.url, "edge-1", slo_s)
         priced = price_under_traffic(options, images, measured, TASKS, "inference-only")
     finally:

@@ -34,6 +34,7 @@ from dartfl.errors import ConfigError, DartflError
 from dartfl.metrics import RunRecord
 from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
+from fltask.data import TaskData
 from messaging.accounts import grant_hint
 from messaging.link import MQTT_V311, MqttAclError, MqttLink, connect
 from messaging.messages import Message
@@ -45,7 +46,7 @@ from orchestration.resend import RESEND_AFTER_S, Resender
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ReplayOptions", "ReplayOutcome", "profile_of", "replay"]
+__all__ = ["ReplayOptions", "ReplayOutcome", "profile_of", "replay", "request_images"]
 
 ANONYMOUS_REQUESTER = "replay"  # the requester name on a broker without logins
 PROBE_ID = "probe"
@@ -137,6 +138,12 @@ class _Inbox:
     def replies(self) -> Replies:
         with self.lock:
             return Replies(self.status.copy(), self.finish_s.copy(), self.labels.copy(), self.late.copy())
+
+
+def request_images(task: TaskData) -> tuple[npt.NDArray[np.uint8], npt.NDArray[np.int64]]:
+    """A task's test images as a replay sends them, 8-bit pixels (the wire's format), and
+    their labels."""
+    return np.round(task.x_test[:, 0] * 255).astype(np.uint8), task.y_test
 
 
 def profile_of(sighting: AgentSighting) -> DeviceProfile:

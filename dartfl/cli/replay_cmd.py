@@ -145,12 +145,12 @@ def _run_replay(
     security: MqttSecurity | None,
 ) -> _Replayed:
     from fltask.data import load_tasks
-    from orchestration.replay import ReplayOptions, profile_of, replay
+    from orchestration.replay import ReplayOptions, profile_of, replay, request_images
 
     profile = file_profile or profile_of(sighting)
     names = arrivals.task_names if arrivals is not None else _unsized(args).task_names
     tasks = load_tasks(names, max_train=1, max_test=1000)
-    images = {name: _as_uint8(tasks[name]) for name in names}
+    images = {name: request_images(tasks[name]) for name in names}
     payload = args.payload
     forms = sighting.status.payloads if sighting.status is not None else ("json",)
     if payload == "binary" and "binary" not in forms:
@@ -286,12 +286,6 @@ def _echo_agent_log(agent_log: IO[bytes]) -> None:
     text = _agent_stderr(agent_log)
     if text:
         sys.stderr.write(text if text.endswith("\n") else text + "\n")
-
-
-def _as_uint8(task: Any) -> tuple[Any, Any]:
-    import numpy as np
-
-    return np.round(task.x_test[:, 0] * 255).astype(np.uint8), task.y_test
 
 
 def start_local_broker() -> BrokerHandle:
