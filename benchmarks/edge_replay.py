@@ -183,7 +183,11 @@ def _priced_under_traffic(
         priced = price_under_traffic(options, images, measured, TASKS, "inference-only")
     finally:
         agent.terminate()
-        agent.wait(30)
+        try:
+            agent.wait(30)
+        except subprocess.TimeoutExpired:
+            agent.kill()  # a stuck agent must not outlive the benchmark
+            agent.wait()
         broker.stop()
     mix = (1.0,) * len(TASKS)
     return price_at_least(measured, TASKS, mix, 1.0 / priced.capacity_per_s(TASKS, mix))

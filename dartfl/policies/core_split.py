@@ -54,6 +54,9 @@ __all__ = ["CoreSplit", "CoreSplitConfig"]
 # How long a burst that overloads a serving lane is taken to last (step 4): the smoothing of
 # the arrival rates (2 s) catches up with it by then, and the lane is judged at its rate.
 BURST_S = 2.5
+# A burst's rate is read from one period's Poisson count n: it is planned at its upper bound
+# of this many standard deviations, (n + z sqrt(n)) / tau (step 1).
+BURST_SIGMAS = 2.0
 
 
 @dataclass(frozen=True)
@@ -261,12 +264,11 @@ class CoreSplit:
         # Per split k = 1..N: training rate, misses per second, and misses of the backlog.
         rate, late, queued = [0.0] * n, [0.0] * n, [0.0] * n
         # 1. The demand on the whole device and on one core (scaled to each serving lane).
-        # A burst's rate is read from one period's count, n ~ Poisson: plan for its upper
-        # two-sigma bound, (n + 2 sqrt(n)) / tau, so that a lane judged to carry the burst
-        # is not one that the burst's own noise overruns in a quarter of its periods.
-        planned = [r + 2.0 * math.sqrt(r / tau) if r > 0.0 else 0.0 for r in planned]
-        d = _demand(obs, rates, planned, peak, obs.batch_fixed_s, obs.per_request_s)
-        one = _demand(obs, rates, planned, peak, split.batch_fixed_s, split.per_request_s)
+        # A lane judged to carry a burst at its count's mean is overrun by the count's own
+        # noise in a quarter of the burst's periods (docs/allocator.md): plan at its bound.
+        bursts = [r + BURST_SIGMAS * math.sqrt(r / tau) if r > 0.0 else 0.0 for r in planned]
+        d = _demand(obs, rates, bursts, peak, obs.batch_fixed_s, obs.per_request_s)
+        one = _demand(obs, rates, bursts, peak, split.batch_fixed_s, split.per_request_s)
         # A one-core request's price over a time-shared one's: the serving lane's load (per
         # unit of scale) when arrivals fill the whole device.
         carried = one.each_s / d.each_s if d.each_s > 0 else one.mean_per_s / d.mean_per_s

@@ -158,6 +158,11 @@ def test_telemetry_says_where_the_devices_time_went(broker: BrokerHandle) -> Non
     assert sum(snap.training_busy_s_per_task.values()) == pytest.approx(snap.training_busy_s)
     busy = snap.inference_busy_s + snap.training_busy_s
     assert snap.idle_s == pytest.approx(snap.uptime_s - busy)  # the three add up to the uptime
+    # The CPU clocks nest: training steps within compute, compute within the process (the
+    # warm-up's price reads the process's CPU less training's, orchestration/pricing.py).
+    assert snap.training_cpu_s is not None and snap.compute_cpu_s is not None
+    assert snap.process_cpu_s is not None
+    assert 0 < snap.training_cpu_s < snap.compute_cpu_s <= snap.process_cpu_s
 
 
 @pytest.mark.slow
