@@ -19,15 +19,28 @@ every core, so the time the whole device would have saved on each batch counts a
 delay for its busy period, its own requests included; and a refusal counts the difference
 between its earliest finish on the lane and on the whole device.
 
-The tracker is plain floats, updated at four points of the executor's loop
+On a real device a request can also wait before the executor sees it: in the broker and the
+socket buffers, while the agent's network thread is short of CPU (edge_client/transit.py
+measures that wait). Training competes for that CPU, on any lane, so a refusal also counts the
+training time that ran during the request's transit (`TrainingTimeline.seconds_since`), up to
+the transit wait itself: without that term the closed loop never sees the requests a step
+starved on their way in, and keeps training while the broker's queue grows (issue 13).
+
+The trackers are plain floats, updated at a few points of the executor's loop
 (dartfl/executor/device.py), which the simulator and the agent share.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
+from typing import Final
 
-__all__ = ["BusyPeriodDelay", "is_training_miss"]
+__all__ = ["STEPS_REMEMBERED", "BusyPeriodDelay", "TrainingTimeline", "is_training_miss"]
+
+# Training steps a timeline remembers: at a few milliseconds a step, seconds of history, more
+# than the SLO-sized transit waits it is asked about. An older wait is priced by what is left.
+STEPS_REMEMBERED: Final = 1024
 
 
 class BusyPeriodDelay:
@@ -74,6 +87,31 @@ class BusyPeriodDelay:
         self.delay_s = 0.0
         self.cause_s = math.nan
         self._waiting_since_s = math.inf
+
+
+class TrainingTimeline:
+    """When training ran lately, on any lane: the latest steps' (end, duration)."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, capacity: int = STEPS_REMEMBERED) -> None:
+        self._steps: deque[tuple[float, float]] = deque(maxlen=capacity)
+
+    def step_ended(self, now_s: float, duration_s: float) -> None:
+        self._steps.append((now_s, duration_s))
+
+    def seconds_since(self, since_s: float, now_s: float, running_since_s: tuple[float, ...] = ()) -> float:
+        """Training seconds in [since_s, now_s]: the remembered steps' parts in it plus those of
+        the steps running now (their start times). Lanes that train at once add up, and the
+        sum is capped at the window's length: one cause cannot delay a request by more."""
+        total = 0.0
+        for end_s, duration_s in reversed(self._steps):  # newest first: stop at the window's start
+            if end_s <= since_s:
+                break
+            total += min(duration_s, end_s - since_s)
+        for start_s in running_since_s:
+            total += max(0.0, now_s - max(start_s, since_s))
+        return min(total, max(0.0, now_s - since_s))
 
 
 def is_training_miss(latency_s: float, slo_s: float, delay_s: float) -> bool:

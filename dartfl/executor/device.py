@@ -33,7 +33,7 @@ from typing import Generic, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from dartfl.attribution import BusyPeriodDelay, is_training_miss
+from dartfl.attribution import BusyPeriodDelay, TrainingTimeline, is_training_miss
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
 from dartfl.executor.admission import AdmissionMargin, earliest_finish_s
@@ -105,6 +105,7 @@ class DeviceExecutor(Generic[R]):
         self.last_step_end_s = -math.inf  # when the latest step on the serving lane ended
         # Which late answers training caused: the training time of each busy period.
         self.training_delay = BusyPeriodDelay()
+        self.training_timeline = TrainingTimeline()  # what training may have cost a request in transit
         self._step_running: tuple[float, float] | None = None  # (start, expected end)
         # The last refusal's training delay (0: training did not cause it) and its step's start.
         self.refusal_training_delay_s = 0.0
@@ -136,14 +137,14 @@ class DeviceExecutor(Generic[R]):
             counts.misses[task] += 1
             return "shutting-down"
         arrival_s = now_s - waited_s
-        if self.queues.full(task) or not self._in_time(now_s, arrival_s, task):
+        if self.queues.full(task) or not self._in_time(now_s, arrival_s, task, waited_s):
             counts.misses[task] += 1  # a rejection counts as a miss
             return "queue-full"
         self.queues.push(task, arrival_s, request)
         self.training_delay.request_queued(now_s)  # training can hold it back from now on
         return "queued"
 
-    def _in_time(self, now_s: float, arrival_s: float, task: int) -> bool:
+    def _in_time(self, now_s: float, arrival_s: float, task: int, waited_s: float = 0.0) -> bool:
         if not self.config.deadline_admission:
             return True
         deadline = arrival_s + self.slo_s[task]
@@ -168,10 +169,23 @@ class DeviceExecutor(Generic[R]):
             whole = earliest(self.costs.batch_fixed_s, self.costs.per_request_s)
             if finish > whole:
                 delay, cause = delay + finish - whole, now_s
+        if waited_s > 0.0:  # training starves the request path too: its part of the transit wait
+            trained_s = self.training_timeline.seconds_since(arrival_s, now_s, self._steps_running())
+            starved = min(waited_s, trained_s)
+            if starved > 0.0:
+                delay, cause = delay + starved, now_s
         if delay > 0.0 and finish - delay <= deadline:
             self.counts.training_misses[task] += 1
             self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
         return False
+
+    def _steps_running(self) -> tuple[float, ...]:
+        """Start times of the training steps running now, on either lane."""
+        running: tuple[float, ...] = () if self._step_running is None else (self._step_running[0],)
+        lanes = self.lanes
+        if lanes is not None and lanes.busy_since_s[1] >= 0.0:
+            running += (lanes.busy_since_s[1],)
+        return running
 
     def backlog(self) -> tuple[int, ...]:
         """Requests queued now, per task."""
@@ -365,6 +379,7 @@ class DeviceExecutor(Generic[R]):
                 self.training_busy_s_per_task[k] += duration_s * got / total
         self.rounds.trained += step.samples
         self.training_busy_s += duration_s
+        self.training_timeline.step_ended(now_s, duration_s)
         if step.lane == INFERENCE_LANE:  # only a step on the serving lane holds requests back
             self.gate.trained(duration_s, step.inference_share)
             self.last_step_end_s = now_s

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dartfl.arrivals import Arrivals
-from dartfl.attribution import BusyPeriodDelay, is_training_miss
+from dartfl.attribution import BusyPeriodDelay, TrainingTimeline, is_training_miss
 from dartfl.metrics import summarize, training_caused_misses
 from dartfl.policies import make_policy
 from dartfl.sim import SimConfig, simulate
@@ -52,6 +52,19 @@ PROFILE = DeviceProfile(
     max_batch=8,
     training=TrainingCost(0.02, 0.02, 16),
 )
+
+
+def test_a_timeline_counts_the_training_inside_a_window_running_steps_included() -> None:
+    timeline = TrainingTimeline(capacity=3)
+    for end in (1.0, 2.0, 3.0):
+        timeline.step_ended(end, 0.5)  # steps 0.5-1.0, 1.5-2.0, 2.5-3.0
+    assert timeline.seconds_since(1.75, 3.2) == pytest.approx(0.25 + 0.5)
+    assert timeline.seconds_since(3.0, 3.2) == 0.0
+    assert timeline.seconds_since(3.0, 3.2, running_since_s=(3.1,)) == pytest.approx(0.1)
+    # Two lanes training at once cannot delay a request by more than the window's length.
+    assert timeline.seconds_since(2.5, 3.0, running_since_s=(2.0,)) == pytest.approx(0.5)
+    timeline.step_ended(4.0, 0.5)  # the oldest step is forgotten
+    assert timeline.seconds_since(0.0, 4.0) == pytest.approx(1.5)
 
 
 def _clumpy_trace(seed: int) -> Arrivals:

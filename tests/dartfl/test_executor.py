@@ -79,6 +79,31 @@ def test_a_deadline_refusal_behind_a_step_is_training_caused_and_a_full_queue_is
     assert obs.slo_misses_since_last == (1, 1) and obs.training_misses_since_last == (1, 0)
 
 
+def test_a_refusal_that_waited_on_its_way_while_training_ran_is_training_caused() -> None:
+    device = _device(spec="inference-first:16")
+    device.tick(0.25)
+    step = device.next_work(0.25)
+    assert isinstance(step, TrainingStep)
+    device.step_done(step, 0.50, 0.25)
+    # Sent at 0.32 (deadline 0.42), read at 0.52: 0.18 s of its 0.2 s transit had a step
+    # running, and without that it would have been served in time.
+    assert device.admit(0.52, 0, "starved", waited_s=0.20) == "queue-full"
+    assert device.refusal_training_delay_s == pytest.approx(0.18)
+    # Sent at 0.30, read at 0.80: late by more than the 0.2 s of training in its transit.
+    assert device.admit(0.80, 0, "late anyway", waited_s=0.50) == "queue-full"
+    assert device.refusal_training_delay_s == 0.0
+    obs = device.observation(0.9)
+    assert obs.slo_misses_since_last == (2, 0) and obs.training_misses_since_last == (1, 0)
+
+
+def test_a_transit_wait_with_no_training_in_it_is_not_training_caused() -> None:
+    device = _device(spec="inference-only")
+    device.tick(0.25)
+    assert device.admit(0.52, 0, "slow broker", waited_s=0.20) == "queue-full"
+    assert device.refusal_training_delay_s == 0.0
+    assert device.observation(0.6).training_misses_since_last == (0, 0)
+
+
 def test_periodic_rounds_close_at_their_ends_with_what_they_trained() -> None:
     rounds = RoundClock(1.0, 100, horizon_s=2.5)
     rounds.trained = 30
