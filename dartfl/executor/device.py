@@ -170,8 +170,8 @@ class DeviceExecutor(Generic[R]):
             if finish > whole:
                 delay, cause = delay + finish - whole, now_s
         if waited_s > 0.0:  # training starves the request path too: its part of the transit wait
-            trained_s = self.training_timeline.seconds_since(arrival_s, now_s, self._steps_running())
-            starved = min(waited_s, trained_s)
+            # At most the wait itself: the timeline caps its sum at the window [arrival, now].
+            starved = self.training_timeline.seconds_since(arrival_s, now_s, self._steps_running())
             if starved > 0.0:
                 delay, cause = delay + starved, now_s
         if delay > 0.0 and finish - delay <= deadline:
