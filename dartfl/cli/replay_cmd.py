@@ -159,27 +159,37 @@ def _run_replay(
     options = ReplayOptions(
         url, args.device, args.slo_ms / 1e3, payload, settle_s=args.settle_s, security=security
     )
+    sized_per_s = None
     if arrivals is None:  # sized by the agent's price: the one it measures under traffic
         from orchestration.pricing import price_under_traffic
 
         profile = price_under_traffic(options, images, profile, names, args.policy, args.seed)
         arrivals = arrivals_from_args(args, profile)
+        sized_per_s = profile.capacity_per_s(names, (1.0,) * len(names))
     started_s = time.time()  # the run store's start of the run, recorded once it is over
     with _Progress(arrivals.num_requests, args.device) as on_progress:
         outcome = replay(arrivals, options, images, profile, args.policy, on_progress)
-    return _Replayed(outcome, arrivals, started_s)
+    return _Replayed(outcome, arrivals, started_s, sized_per_s)
 
 
 class _Replayed:
-    """A replay's outcome and the arrivals it sent (they may have been sized after the agent)."""
+    """A replay's outcome and the arrivals it sent (they may have been sized after the agent:
+    then `sized_per_s` is the capacity, requests per second of an even task mix, that
+    --target-load was read against)."""
 
-    def __init__(self, outcome: ReplayOutcome, arrivals: Arrivals, started_s: float) -> None:
+    def __init__(
+        self, outcome: ReplayOutcome, arrivals: Arrivals, started_s: float, sized_per_s: float | None
+    ) -> None:
         self.outcome, self.arrivals, self.started_s = outcome, arrivals, started_s
         self.record = outcome.record
+        self.sized_per_s = sized_per_s
 
     @property
     def summary(self) -> dict[str, Any]:
-        return self.outcome.summary
+        summary = self.outcome.summary
+        if self.sized_per_s is not None:
+            summary["sized_capacity_per_s"] = self.sized_per_s
+        return summary
 
 
 class _Progress:

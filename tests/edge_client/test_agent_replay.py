@@ -53,7 +53,12 @@ def test_a_replay_sized_by_the_agent_is_sized_by_what_it_measures_under_traffic(
     assert "under traffic" in caplog.text  # it says why it sends before the replay
     learnt = protocol.profile_from_json(out["agent_report"]["profile"])
     measured = learnt.capacity_per_s(TASKS, (1.0,) * len(TASKS))
+    sized = out["sized_capacity_per_s"]
+    assert sized < said / 20  # the warm-up found out what the agent's requests cost
+    # The price moves with the host's load between the warm-up and the end of the replay (on a
+    # busy 2-core CI host: 1,086/s after the warm-up, 672/s at the end), but stays far from
+    # the profile's 248,062/s.
+    assert measured / 2.5 < sized < measured * 2.5
     rate = out["requests"] / 5.0
-    assert measured < said / 20  # the agent found out what its requests cost
-    assert rate == pytest.approx(0.3 * measured, rel=0.5)  # and the replay was sized by it
+    assert rate == pytest.approx(0.3 * sized, rel=0.2)  # and the replay was sized by it
     assert out["lost"] == 0 and out["replies"] == out["requests"]
