@@ -50,11 +50,13 @@ class BusyPeriodDelay:
     served; `cause_s` is when the latest step that added to it started (NaN: none).
     """
 
-    __slots__ = ("_waiting_since_s", "cause_s", "delay_s")
+    __slots__ = ("_waiting_since_s", "cause_s", "charged", "delay_s", "split_s")
 
     def __init__(self) -> None:
         self.delay_s = 0.0
         self.cause_s = math.nan
+        self.charged = 0  # misses counted against this busy period's training so far
+        self.split_s = 0.0  # the part of `delay_s` a core split added (`lane_slowed`)
         self._waiting_since_s = math.inf
 
     def request_queued(self, now_s: float) -> None:
@@ -74,6 +76,7 @@ class BusyPeriodDelay:
         device: everyone waiting in this busy period, the batch included, is that much later."""
         if extra_s > 0.0:
             self.delay_s += extra_s
+            self.split_s += extra_s
             self.cause_s = now_s
 
     def delay_behind_step_s(self, now_s: float, step_start_s: float, step_end_s: float) -> float:
@@ -82,10 +85,21 @@ class BusyPeriodDelay:
         since = max(step_start_s, min(self._waiting_since_s, now_s))
         return self.delay_s + max(0.0, step_end_s - since)
 
+    def charge(self, delay_s: float, catch_up_per_s: float) -> bool:
+        """Count one more miss against a training delay of `delay_s` in this busy period, if
+        the delay can account for it: inference-only, with that much more device time, could
+        have served at most `delay_s x catch_up_per_s` more requests (rounded up)."""
+        if self.charged < delay_s * catch_up_per_s - 1e-9:  # not one more for a rounding error
+            self.charged += 1
+            return True
+        return False
+
     def device_free_and_empty(self) -> None:
         """The device fell free with no request waiting: the busy period is over."""
         self.delay_s = 0.0
         self.cause_s = math.nan
+        self.charged = 0
+        self.split_s = 0.0
         self._waiting_since_s = math.inf
 
 

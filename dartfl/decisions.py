@@ -68,7 +68,9 @@ class Observation:
     `training_misses_since_last` counts the misses of requests that waited while a training
     step ran (empty: the executor cannot tell, so every miss counts).
     `split` prices the lanes of a device whose cores can be split (None: one core, time
-    sharing only); `inference_cores` is the split in force (all cores: time-shared).
+    sharing only); `inference_cores` is the split in force (all cores: time-shared);
+    `split_misses_since_last` counts the misses that the slower serving lane of a split alone
+    explains, however long its busy period (dartfl.attribution).
     """
 
     now_s: float
@@ -92,6 +94,7 @@ class Observation:
     round_trained_samples: int = 0
     inference_cores: int = 1
     split: CoreCosts | None = None
+    split_misses_since_last: tuple[int, ...] = ()  # misses a core split's slower lane explains
 
     def __post_init__(self) -> None:
         k = len(self.backlog)
@@ -102,8 +105,9 @@ class Observation:
                 raise ConfigError(
                     f"observation field {name} has {len(getattr(self, name))} entries, expected {k}"
                 )
-        if self.training_misses_since_last and len(self.training_misses_since_last) != k:
-            raise ConfigError(f"observation field training_misses_since_last must have {k} entries or none")
+        for name in ("training_misses_since_last", "split_misses_since_last"):
+            if getattr(self, name) and len(getattr(self, name)) != k:
+                raise ConfigError(f"observation field {name} must have {k} entries or none")
         if not self.period_s > 0:
             raise ConfigError(f"period_s must be > 0, got {self.period_s}")
         if self.max_batch < 1 or self.max_microbatch < 1:

@@ -262,8 +262,10 @@ class Agent:
                     self._cond.wait(hold)  # let a few more requests join this batch
                     continue
                 work = self.device.next_work(time.monotonic())
-                if work is None:
+                expired = self.device.take_expired() if self.device.expired else ()
+                if work is None and not expired:
                     self._cond.wait(max(0.0, min(next_tick - time.monotonic(), 0.05)))
+            self._server.refuse_expired(expired)
             if isinstance(work, InferenceBatch):
                 self._serve(work)
             elif isinstance(work, TrainingStep):
@@ -285,6 +287,8 @@ class Agent:
         while time.monotonic() < deadline:
             with self._cond:
                 batch = self.device.take_batch(time.monotonic(), self.profile.max_batch)
+                expired = self.device.take_expired()
+            self._server.refuse_expired(expired)
             if batch is None:
                 break
             drained += self._serve(batch)

@@ -8,7 +8,7 @@ executor afterwards with what it returns."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -83,3 +83,14 @@ class BatchServer:
         for topic, records in together.items():
             self.reply(topic, (b"".join(records), protocol.REPLY_CONTENT_TYPE), None)
         return Served(done, compute_cpu_s, time.thread_time() - started)
+
+    def refuse_expired(self, expired: Sequence[tuple[int, QueuedRequest, float, float]]) -> None:
+        """Answer the queued requests the executor refused once they could no longer make
+        their deadline (`DeviceExecutor.expire_hopeless`): `queue-full`, as at admission."""
+        if not expired:
+            return
+        self.stats.rejected_now(time.monotonic(), len(expired))
+        for task, r, _delay, _cause in expired:
+            refused = protocol.refusal(r.binary, r.id, "queue-full", self.config.tasks[task])
+            self.recent.answered(r.reply_to, r.id, refused)
+            self.reply(r.reply_to, refused, r.correlation_data)

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
+
+from dartfl.executor.queues import TaskQueues
 
 __all__ = ["AdmissionMargin", "earliest_finish_s"]
 
@@ -29,21 +32,27 @@ def earliest_finish_s(
     now_s: float,
     busy_until_s: float,
     task: int,
-    backlog: Sequence[int],
-    head_deadlines_s: Sequence[float],
+    queues: TaskQueues[Any],
     slo_s: float,
     batch_fixed_s: Sequence[float],
     per_request_s: Sequence[float],
     max_batch: int,
 ) -> float:
-    """The earliest time a request of `task` (SLO `slo_s`) arriving at `now_s` can be answered."""
-    own = backlog[task]
-    own_head = head_deadlines_s[task] if own else now_s + slo_s
-    t = max(now_s, busy_until_s)
-    for k, queued in enumerate(backlog):
-        if k != task and queued and head_deadlines_s[k] < own_head:
-            t += batch_fixed_s[k] + per_request_s[k] * min(queued, max_batch)
+    """The earliest time a request of `task` (with `slo_s` of its SLO left) arriving at `now_s`
+    can be answered, with `queues` as they are now."""
+    own = len(queues.times[task])
     n = own + 1
+    batch_head = (own // max_batch) * max_batch  # where the newcomer's batch starts in its queue
+    if batch_head < own:
+        head_due_s = queues.arrival_at(task, batch_head) + queues.slo_s[task]
+    else:
+        head_due_s = now_s + slo_s
+    t = max(now_s, busy_until_s)
+    for k in range(len(queues.times)):
+        if k != task:
+            due = queues.due_before(k, head_due_s)
+            if due:
+                t += math.ceil(due / max_batch) * batch_fixed_s[k] + per_request_s[k] * due
     return t + n * per_request_s[task] + math.ceil(n / max_batch) * batch_fixed_s[task]
 
 

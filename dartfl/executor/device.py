@@ -112,6 +112,8 @@ class DeviceExecutor(Generic[R]):
         self.refusal_delay_cause_s = math.nan
         self.busy_until_s = -math.inf  # when the work item running now is expected to end
         self.past_deadline = 0  # requests refused because they could not make their SLO
+        self.expired_total = 0  # queued requests refused once they could no longer make it
+        self.expired: list[tuple[int, R, float, float]] = []  # for the driver to answer
         target = cfg.admission_miss_target
         self.margin = AdmissionMargin(target) if target is not None and cfg.deadline_admission else None
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
@@ -148,13 +150,12 @@ class DeviceExecutor(Generic[R]):
         if not self.config.deadline_admission:
             return True
         deadline = arrival_s + self.slo_s[task]
-        backlog, heads = self.queues.lengths(), self.queues.head_deadlines_s()
         planned = deadline if self.margin is None else arrival_s + self.margin.fraction * self.slo_s[task]
 
         def earliest(fixed: Sequence[float], per: Sequence[float]) -> float:
             left_s = deadline - now_s  # of its SLO, after its wait on the way here
             return earliest_finish_s(
-                now_s, self.busy_until_s, task, backlog, heads, left_s, fixed, per, self.profile.max_batch
+                now_s, self.busy_until_s, task, self.queues, left_s, fixed, per, self.profile.max_batch
             )
 
         finish = earliest(*self.prices.inference(self.costs))
@@ -162,6 +163,7 @@ class DeviceExecutor(Generic[R]):
             return True
         self.past_deadline += 1
         delay, cause = self.training_delay.delay_s, self.training_delay.cause_s
+        split_s = self.training_delay.split_s
         if self._step_running is not None:
             start, end = self._step_running
             delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
@@ -169,15 +171,33 @@ class DeviceExecutor(Generic[R]):
             whole = earliest(self.costs.batch_fixed_s, self.costs.per_request_s)
             if finish > whole:
                 delay, cause = delay + finish - whole, now_s
+                split_s += finish - whole
+        self._count_split_miss(task, finish, deadline, split_s)
         if waited_s > 0.0:  # training starves the request path too: its part of the transit wait
             # At most the wait itself: the timeline caps its sum at the window [arrival, now].
             starved = self.training_timeline.seconds_since(arrival_s, now_s, self._steps_running())
             if starved > 0.0:
                 delay, cause = delay + starved, now_s
-        if delay > 0.0 and finish - delay <= deadline:
+        if (
+            delay > 0.0
+            and finish - delay <= deadline
+            and self.training_delay.charge(delay, self._catch_up_per_s())
+        ):
             self.counts.training_misses[task] += 1
             self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
         return False
+
+    def _count_split_miss(self, task: int, finish_s: float, deadline_s: float, split_s: float) -> None:
+        """A miss that the split's slower serving lane alone explains: it would have made its
+        deadline `split_s` sooner. Not capped like training's: it steers the split, which
+        gives up misses for a bonus (docs/allocator.md, "What the split has cost")."""
+        if split_s > 0.0 and finish_s - split_s <= deadline_s:
+            self.counts.split_misses[task] += 1
+
+    def _catch_up_per_s(self) -> float:
+        """Requests inference-only could serve in one more second of the whole device: one
+        per its cheapest marginal per-request cost (a request added to a batch that runs anyway)."""
+        return 1.0 / max(min(self.costs.per_request_s), 1e-9)
 
     def _steps_running(self) -> tuple[float, ...]:
         """Start times of the training steps running now, on either lane."""
@@ -216,6 +236,7 @@ class DeviceExecutor(Generic[R]):
             arrivals_since_last=tuple(counts.arrivals),
             slo_misses_since_last=tuple(counts.misses),
             training_misses_since_last=tuple(counts.training_misses),
+            split_misses_since_last=tuple(counts.split_misses) if self.lanes is not None else (),
             arrival_rate_per_s=self.rates.rates_per_s,
             slo_s=self.slo_s,
             batch_fixed_s=costs.batch_fixed_s,
@@ -286,6 +307,7 @@ class DeviceExecutor(Generic[R]):
         """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""
         alloc = self.alloc
         training_open = self.training_open(now_s)
+        self.expire_hopeless(now_s)
         backlog = self.queues.total
         if backlog == 0:
             self.training_delay.device_free_and_empty()
@@ -322,9 +344,47 @@ class DeviceExecutor(Generic[R]):
             return None
         return TrainingStep(m, alloc.task_shares, alloc.loss_weights, 1.0, now_s, TRAINING_LANE, cores)
 
+    def expire_hopeless(self, now_s: float) -> None:
+        """Refuse the queued requests that can no longer be answered in time, even alone and
+        starting now: serving them would only take the device from requests that still can
+        (docs/allocator.md, "Queues"). The driver answers them (`take_expired`)."""
+        if not self.config.deadline_admission:
+            return
+        queues = self.queues
+        fixed, per = self.prices.inference(self.costs)
+        for k, times in enumerate(queues.times):
+            if not times or times[0] + self.slo_s[k] >= now_s + fixed[k] + per[k]:
+                continue
+            finish = now_s + fixed[k] + per[k]
+            latest = finish - self.slo_s[k]
+            n = 0
+            while n < len(times) and times[n] < latest:
+                n += 1
+            requests, arrivals = queues.pop(k, n)
+            self.counts.misses[k] += n
+            self.expired_total += n
+            delay = self.training_delay
+            # On the whole device it could have started `lane_s` sooner.
+            lane_s = fixed[k] + per[k] - self.costs.batch_fixed_s[k] - self.costs.per_request_s[k]
+            for request, arrived in zip(requests, arrivals, strict=True):
+                self._count_split_miss(k, finish, arrived + self.slo_s[k], delay.split_s + max(0.0, lane_s))
+                caused = delay.delay_s > 0.0 and finish - delay.delay_s <= arrived + self.slo_s[k]
+                if caused and delay.charge(delay.delay_s, self._catch_up_per_s()):
+                    self.counts.training_misses[k] += 1
+                    self.expired.append((k, request, delay.delay_s, delay.cause_s))
+                else:
+                    self.expired.append((k, request, 0.0, math.nan))
+
+    def take_expired(self) -> list[tuple[int, R, float, float]]:
+        """The requests refused since the last call because they could no longer make their
+        deadline, as (task, request, training delay that caused it or 0, its cause)."""
+        expired, self.expired = self.expired, []
+        return expired
+
     def take_batch(self, now_s: float, max_batch: int) -> InferenceBatch[R] | None:
         """A batch of at most `max_batch` from the most urgent task's queue (None if all empty)."""
         queues = self.queues
+        self.expire_hopeless(now_s)
         task = most_urgent(queues.head_deadlines_s())
         if task < 0:
             return None
@@ -337,20 +397,28 @@ class DeviceExecutor(Generic[R]):
             costs = self.costs
             delay.lane_slowed(now_s, run_s - costs.batch_fixed_s[task] - costs.per_request_s[task] * size)
         requests, arrivals = queues.pop(task, size)
-        batch = InferenceBatch(task, requests, arrivals, now_s, cores, delay.delay_s, delay.cause_s)
+        batch = InferenceBatch(
+            task, requests, arrivals, now_s, cores, delay.delay_s, delay.cause_s, delay.split_s
+        )
         self.busy_until_s = now_s + run_s
         return batch
 
-    def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> None:
-        """The batch was answered at `now_s` after running `duration_s`."""
+    def batch_done(self, batch: InferenceBatch[R], now_s: float, duration_s: float) -> tuple[int, ...]:
+        """The batch was answered at `now_s` after running `duration_s`. Returns the positions
+        in the batch of the requests training made miss (usually none)."""
         k = batch.task
         slo, delay = self.slo_s[k], batch.training_delay_s
         late = 0
-        for arrived in batch.arrivals_s:
+        caused: tuple[int, ...] = ()
+        for i, arrived in enumerate(batch.arrivals_s):
             if now_s - arrived > slo:
                 late += 1
-                if is_training_miss(now_s - arrived, slo, delay):
+                self._count_split_miss(k, now_s, arrived + slo, batch.split_delay_s)
+                if is_training_miss(now_s - arrived, slo, delay) and self.training_delay.charge(
+                    delay, self._catch_up_per_s()
+                ):
                     self.counts.training_misses[k] += 1
+                    caused += (i,)
         self.counts.misses[k] += late
         if self.margin is not None:
             self.margin.answered(late, len(batch.arrivals_s) - late)
@@ -358,6 +426,7 @@ class DeviceExecutor(Generic[R]):
         self.inference_busy_s += duration_s
         solo_s, cores = self._solo(0, now_s, duration_s, batch.cores)
         self.costs.observe_batch(k, len(batch.arrivals_s), solo_s, cores)
+        return caused
 
     def step_done(
         self,

@@ -17,16 +17,22 @@ PERIOD_KEYS = ("t_s", "backlog", "inference_share", "microbatch", "max_batch", "
 
 class PeriodCounts:
     """Per task, since the last tick: arrivals (refused ones too), SLO misses (refusals count),
-    and the misses training caused."""
+    the misses training caused, and those a core split alone explains."""
 
     def __init__(self, tasks: int) -> None:
         self.arrivals = [0] * tasks
         self.misses = [0] * tasks
         self.training_misses = [0] * tasks
+        self.split_misses = [0] * tasks
 
     def reset(self) -> None:
         k = len(self.arrivals)
-        self.arrivals, self.misses, self.training_misses = [0] * k, [0] * k, [0] * k
+        self.arrivals, self.misses, self.training_misses, self.split_misses = (
+            [0] * k,
+            [0] * k,
+            [0] * k,
+            [0] * k,
+        )
 
 
 class PeriodSeries:

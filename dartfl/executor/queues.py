@@ -8,6 +8,7 @@ deques always have the same length.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from collections.abc import Sequence
@@ -54,6 +55,22 @@ class TaskQueues(Generic[R]):
     def head_deadlines_s(self) -> list[float]:
         """When each queue's oldest request misses its SLO (inf for an empty queue)."""
         return [q[0] + slo if q else math.inf for q, slo in zip(self.times, self.slo_s, strict=True)]
+
+    def due_before(self, task: int, deadline_s: float) -> int:
+        """How many of `task`'s queued requests are due before `deadline_s`."""
+        times = self.times[task]
+        if not times:
+            return 0
+        latest_arrival = deadline_s - self.slo_s[task]
+        if times[-1] < latest_arrival:  # the common case: all of them (equal SLOs, FIFO)
+            return len(times)
+        if times[0] >= latest_arrival:
+            return 0
+        return bisect.bisect_left(times, latest_arrival)
+
+    def arrival_at(self, task: int, position: int) -> float:
+        """The arrival time of `task`'s request at `position` (0: the oldest)."""
+        return self.times[task][position]
 
     def drain(self) -> list[tuple[int, R]]:
         """Remove everything, as (task, request)."""

@@ -40,6 +40,7 @@ class InferenceBatch(Generic[R]):
     cores: int = 1  # the serving lane's cores: run the batch with this many threads
     training_delay_s: float = 0.0
     delay_cause_s: float = math.nan
+    split_delay_s: float = 0.0  # the part of `training_delay_s` a core split added
 
 
 @dataclass(frozen=True, slots=True)

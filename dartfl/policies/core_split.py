@@ -57,6 +57,10 @@ BURST_S = 2.5
 # A burst's rate is read from one period's Poisson count n: it is planned at its upper bound
 # of this many standard deviations, (n + z sqrt(n)) / tau (step 1).
 BURST_SIGMAS = 2.0
+# What splits have cost (step 4): misses per second of split, forgotten over SPLIT_MEMORY_S
+# towards a prior of PRIOR_SPLIT_S seconds of split without a miss.
+SPLIT_MEMORY_S = 600.0
+PRIOR_SPLIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -215,9 +219,19 @@ class CoreSplit:
         self._prices: list[_Prices] = []
         self._rule = SplitRule(0.0, 0.0, self.config.hold_s, self.config.hysteresis)
         self.burst_work = 0.0  # remembered busiest period: one-core seconds of arrivals per second
+        self._risk_period_s = -1.0
+        self._risk_decay = 1.0
+        self.reset()
 
     def reset(self) -> None:
         self.burst_work = 0.0
+        self.split_misses = 0.0  # exponentially weighted: misses the split alone explains
+        self.split_seconds = 0.0  # and seconds spent split
+
+    @property
+    def split_cost_per_s(self) -> float:
+        """Misses per second of split, learnt from the device's own history (step 4)."""
+        return self.split_misses / (self.split_seconds + PRIOR_SPLIT_S)
 
     def update(self, obs: Observation, decay: float) -> None:
         """Remember the busiest period's work, decaying by `decay` a period (DART's burst
@@ -227,6 +241,12 @@ class CoreSplit:
         split = obs.split
         if split is None:
             return
+        tau = obs.period_s
+        if tau != self._risk_period_s:
+            self._risk_period_s, self._risk_decay = tau, math.exp(-tau / SPLIT_MEMORY_S)
+        d = self._risk_decay
+        self.split_misses = self.split_misses * d + sum(obs.split_misses_since_last)
+        self.split_seconds = self.split_seconds * d + (tau if obs.inference_cores < split.cores else 0.0)
         work = sum(n * c for n, c in zip(obs.arrivals_since_last, split.per_request_s, strict=True))
         self.burst_work = max(work / obs.period_s, self.burst_work * decay)
 
@@ -325,6 +345,10 @@ class CoreSplit:
             for k in range(current + 1, n + 1):
                 queued[k - 1] = queued[current - 1]
         values = [r - miss_price * (m + q) for r, m, q in zip(rate, late, queued, strict=True)]
+        # What splits have cost here: the model above misses the bursts nobody announces.
+        learnt = miss_price * self.split_cost_per_s
+        for k in range(1, n):
+            values[k - 1] -= learnt
         # Fewer serving cores only once they would carry the remembered burst: on/off sources
         # come back, and each way down and up again costs two switches and a reclaim.
         for k in range(1, current):

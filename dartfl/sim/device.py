@@ -175,7 +175,7 @@ def _run_events(
         # 1. A running work item ends: answer its requests or bank its samples.
         for lane in (0, 1):
             if ends[lane] == now:
-                _finished(lanes.finish(lane, now), now, device, out, on_step)
+                _finished(*lanes.finish(lane, now), now, device, out, on_step)
 
         # Every FL round that has ended closes, with the steps done by its end (the last round
         # too: it ends at the horizon, where no control tick falls).
@@ -195,15 +195,19 @@ def _run_events(
             ticks += 1
             next_tick = ticks * period_s
 
-        # 4. A free lane asks the executor for its next work item; time runs it.
+        # 4. A free lane asks the executor for its next work item; time runs it. Requests
+        #    that can no longer make their deadline are refused on the way.
         if ends[0] == math.inf:
             lanes.start(0, now)
         if ends[1] == math.inf and lanes.training_lane_wanted():
             lanes.start(1, now)
+        if device.expired:
+            _expired(device, now, out)
 
 
 def _finished(
     work: Work | None,
+    caused: tuple[int, ...],
     now: float,
     device: DeviceExecutor[int],
     out: _Outcomes,
@@ -213,11 +217,20 @@ def _finished(
     if isinstance(work, InferenceBatch):
         for r in work.requests:
             out.finish_s[r] = now
-        if work.training_delay_s > 0.0:
-            out.delay_s[work.requests] = work.training_delay_s
-            out.delay_cause_s[work.requests] = work.delay_cause_s
+        for i in caused:  # a miss carries the delay that caused it (dartfl.metrics)
+            out.delay_s[work.requests[i]] = work.training_delay_s
+            out.delay_cause_s[work.requests[i]] = work.delay_cause_s
     elif on_step is not None and isinstance(work, TrainingStep):
         on_step(work.samples, device.alloc.task_shares, device.alloc.loss_weights)
+
+
+def _expired(device: DeviceExecutor[int], now: float, out: _Outcomes) -> None:
+    """Step 4's refusals: queued requests that could no longer make their deadline."""
+    for _task, i, delay_s, cause_s in device.take_expired():
+        out.rejected[i] = True
+        if delay_s > 0.0:
+            out.delay_s[i] = delay_s
+            out.delay_cause_s[i] = cause_s
 
 
 def _admit(device: DeviceExecutor[int], time_s: float, task: int, i: int, out: _Outcomes) -> None:

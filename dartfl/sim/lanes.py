@@ -98,16 +98,18 @@ class SimLanes:
         self.end_s[lane] = now + duration * self.slowdown[lane]
         self._rescale(1 - lane, now, 1.0 / self.slowdown[1 - lane])
 
-    def finish(self, lane: int, now: float) -> Work | None:
-        """The item on `lane` ends now: hand it back to the executor."""
+    def finish(self, lane: int, now: float) -> tuple[Work | None, tuple[int, ...]]:
+        """The item on `lane` ends now: hand it back to the executor. Returns it, with the
+        positions of the requests in it that training made miss (a batch's)."""
         work, device = self.work[lane], self.device
+        caused: tuple[int, ...] = ()
         duration = (
             now - self.start_s[lane]
             if self.stretched[lane] or self.rate[lane] != 1.0
             else self.duration_s[lane]
         )
         if isinstance(work, InferenceBatch):
-            device.batch_done(work, now, duration)
+            caused = device.batch_done(work, now, duration)
         elif isinstance(work, TrainingStep):
             device.step_done(work, now, duration)
             if lane == 1:
@@ -118,7 +120,7 @@ class SimLanes:
         self.work[lane], self.end_s[lane], self.computing[lane] = None, math.inf, False
         if was_computing and self.computing[1 - lane]:
             self._rescale(1 - lane, now, 1.0)  # the other lane runs alone again
-        return work
+        return work, caused
 
     def _rescale(self, lane: int, now: float, rate: float) -> None:
         """`lane`'s running item goes on at `rate` solo seconds per second from `now`."""

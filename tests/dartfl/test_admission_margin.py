@@ -36,6 +36,7 @@ def _overload(target: float | None, slowdown: float = 1.4, seconds: float = 120.
             device.tick(tick)
             tick += 0.25
         work = device.next_work(now)
+        refused += len(device.take_expired())  # queued, then refused once it could not make it
         if isinstance(work, InferenceBatch):
             size = len(work.requests)
             took = slowdown * 0.010 * size * float(rng.uniform(0.8, 1.2))
