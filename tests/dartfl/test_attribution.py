@@ -97,3 +97,43 @@ def test_misses_of_an_overloaded_device_that_trains_nothing_are_not_training_cau
     caused = training_caused_misses(record)
     assert caused is not None and not caused.any()
     assert summarize(record)["slo_attainment"] < 1.0
+
+
+def test_a_busy_periods_delay_is_charged_no_more_misses_than_the_device_could_have_served() -> None:
+    delay = BusyPeriodDelay()
+    # 0.1 s behind, at 200 requests a second of the whole device: 20 more could have been served.
+    charged = sum(delay.charge(0.1, 200.0) for _ in range(50))
+    assert charged == 20
+    assert delay.charge(0.105, 200.0)  # a longer delay explains one more
+    delay.device_free_and_empty()
+    assert delay.charged == 0 and delay.charge(0.001, 200.0)  # a new busy period, a new count
+
+
+def _overload_trace(seed: int) -> Arrivals:
+    """A quiet minute with clumps, 30 s at 3x the capacity of PROFILE, 30 quiet seconds."""
+    rng = np.random.default_rng(seed)
+    capacity = 1.0 / (0.004 + 0.002 / 8)
+    quiet = rng.uniform(0.0, 60.0, 600)
+    clumps = np.concatenate([t + rng.uniform(0.0, 0.05, 40) for t in rng.uniform(1.0, 59.0, 10)])
+    over = rng.uniform(60.0, 90.0, int(3 * capacity * 30))
+    times = np.sort(np.concatenate([quiet, clumps, over, rng.uniform(90.0, 120.0, 300)]))
+    return Arrivals(times, np.zeros(times.size, dtype=np.int64), ("a",), 120.0)
+
+
+@pytest.mark.parametrize("seed", [0, 3])
+@pytest.mark.parametrize("spec", ["inference-first:16", "inference-first:4", "dart"])
+def test_in_an_overload_the_count_tracks_the_misses_training_really_cost(spec: str, seed: int) -> None:
+    # Issue 12: before the cap, every refusal of the 30-s overload was explained by the
+    # training delay of its endless busy period (20,191 counted against a net cost of 15-843).
+    arrivals = _overload_trace(seed)
+    tasks = [TaskSpec("a", 0.15)]
+    alone = simulate(arrivals, PROFILE, tasks, make_policy("inference-only"), SimConfig())
+    shared = simulate(arrivals, PROFILE, tasks, make_policy(spec), SimConfig())
+    met_alone = alone.finish_s - alone.arrival_s <= 0.15
+    met_shared = shared.finish_s - shared.arrival_s <= 0.15
+    net = int((met_alone & ~met_shared).sum() - (~met_alone & met_shared).sum())
+    caused = training_caused_misses(shared)
+    assert caused is not None
+    overload_misses = int((~met_alone).sum())
+    assert overload_misses > 10_000  # the overload is deep: inference alone misses this many
+    assert 0.7 * net - 10 <= caused.sum() <= 1.3 * net + 10

@@ -214,3 +214,21 @@ def test_in_the_tight_slo_regime_dart_trains_on_spare_cores_at_inference_only_sl
     }
     assert runs["dart"]["train_samples"] > 0
     assert runs["dart"]["slo_attainment"] >= runs["inference-only"]["slo_attainment"] - 0.01
+
+
+def test_a_split_that_has_cost_misses_is_given_up_and_tried_again_once_forgotten() -> None:
+    # Issue 12: on traffic whose bursts nothing announces, the split's model sees no risk,
+    # yet each burst that lands on a split costs misses the whole device would have avoided.
+    policy = dart()
+    quiet = observation("pi4", 0.1, current=2)
+    assert cores_of(policy, quiet) < 4
+    hit = dataclasses.replace(quiet, split_misses_since_last=(40, 40, 40))
+    for _ in range(8):  # two seconds of split, each period with misses only the split explains
+        policy.update(hit)
+    assert policy.cores.split_cost_per_s > 10.0
+    assert cores_of(policy, quiet) == 4
+    time_shared = observation("pi4", 0.1)
+    for _ in range(int(3600 / 0.25)):  # an hour without a split: what it cost is forgotten
+        policy.update(time_shared)
+    assert policy.cores.split_cost_per_s < 0.5  # e^-6 of what it was
+    assert cores_of(policy, time_shared) < 4
