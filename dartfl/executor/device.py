@@ -189,8 +189,8 @@ class DeviceExecutor(Generic[R]):
 
     def _count_split_miss(self, task: int, finish_s: float, deadline_s: float, split_s: float) -> None:
         """A miss that the split's slower serving lane alone explains: it would have made its
-        deadline `split_s` sooner. Not capped like training's: it steers the split, which
-        gives up misses for a bonus (docs/allocator.md, "What the split has cost")."""
+        deadline `split_s` sooner. Not capped as training's are: the split is a bonus, judged
+        by all it may have cost (docs/allocator.md, "What the split has cost")."""
         if split_s > 0.0 and finish_s - split_s <= deadline_s:
             self.counts.split_misses[task] += 1
 

@@ -60,7 +60,7 @@ BURST_SIGMAS = 2.0
 # What splits have cost (step 4): misses per second of split, forgotten over SPLIT_MEMORY_S
 # towards a prior of PRIOR_SPLIT_S seconds of split without a miss.
 SPLIT_MEMORY_S = 600.0
-PRIOR_SPLIT_S = 5.0
+PRIOR_SPLIT_S = 60.0
 
 
 @dataclass(frozen=True)
