@@ -93,6 +93,7 @@ class BusyPeriodDelay:
             self.charged += 1
             return True
         return False
+
     def device_free_and_empty(self) -> None:
         """The device fell free with no request waiting: the busy period is over."""
         self.delay_s = 0.0

@@ -28,7 +28,8 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    service (Kingman's heavy-traffic tail at rho_k); those a burst makes late (falling
    rho'_k - 1 behind for BURST_S seconds); all of them and the excess again when rho_k >= 1;
    the share of the backlog that cannot drain within B; and, time-shared, those its steps
-   hold back (time sharing without training is the k = N candidate where that is better).
+   hold back (the k = N candidate trains in DART's step, a half, a quarter... of it, or not
+   at all, whichever is worth most), less what splits have cost here (`split_cost_per_s`).
 5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k
    only if the gain clears the hysteresis band and repays the moved cores' switch time. It
    moves to fewer serving cores only once they would carry the burst (rho'_k < 1): up at
@@ -299,13 +300,21 @@ class CoreSplit:
         # train costs more in misses than it trains, serving alone on every core.
         step = (obs.microbatch_fixed_s, obs.per_sample_s)
         idle = max(0.0, 1.0 - d.busy)
-        rate[n - 1] = idle * _rate(shared.microbatch, step)
         serving_late = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
-        # Its steps hold requests back: an arrival during one waits out the rest of it.
-        late[n - 1] = serving_late + idle * arrivals * _held_late(shared.microbatch, step, d, budget_s)
-        if rate[n - 1] - miss_price * late[n - 1] < -miss_price * serving_late:
-            shared = dataclasses.replace(shared, microbatch=0)
-            rate[n - 1], late[n - 1] = 0.0, serving_late
+        # Its steps hold requests back: an arrival during one waits out the rest of it. DART's
+        # step, or a shorter one (halving down to one sample), or none: whichever is worth most.
+        best_m, best_value = 0, 0.0
+        m = shared.microbatch
+        while m > 0:
+            held = idle * arrivals * _held_late(m, step, d, budget_s)
+            value = idle * _rate(m, step) - miss_price * held
+            if value > best_value:
+                best_m, best_value = m, value
+            m //= 2
+        if best_m != shared.microbatch:
+            shared = dataclasses.replace(shared, microbatch=best_m)
+        rate[n - 1] = idle * _rate(best_m, step)
+        late[n - 1] = serving_late + idle * arrivals * _held_late(best_m, step, d, budget_s)
         queued[n - 1] = _backlog_late(d.busy, d, 1.0, backlog, hold_s, budget_s)
         current = min(obs.inference_cores, n)
         steps: list[tuple[int, int]] = []

@@ -15,7 +15,7 @@ from dartfl.policies import DartPolicy, make_policy
 from dartfl.policies.core_split import CoreSplit, CoreSplitConfig
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
-from dartfl.types import Observation, TaskSpec
+from dartfl.types import Allocation, Observation, TaskSpec
 from dartfl.unit_split import SplitRule, choose_split, choose_split_small
 
 NAMES = ("a", "b", "c")
@@ -232,3 +232,35 @@ def test_a_split_that_has_cost_misses_is_given_up_and_tried_again_once_forgotten
         policy.update(time_shared)
     assert policy.cores.split_cost_per_s < 0.5  # e^-6 of what it was
     assert cores_of(policy, time_shared) < 4
+
+
+def test_time_sharing_keeps_a_shorter_step_where_dartfls_step_would_hold_requests_late() -> None:
+    # The Jetson under a 30 ms SLO at load 0.5 (azure-conv, 10 s in): DART planned steps of
+    # 14 samples (22 ms). The split's model of a time-shared step finds half of that worth
+    # more; until 2026-12-03 it could only keep the 14 or train nothing (smooth.py: the
+    # Jetson rows at 0.40x the turn-2 DART's harvest).
+    jetson = get_profile("jetson-orin-nano")
+    costs = StaticCosts(jetson, NAMES)
+    obs = Observation(
+        now_s=10.0,
+        period_s=0.25,
+        backlog=(0, 2, 3),
+        oldest_age_s=(0.0, 0.0067, 0.0054),
+        arrivals_since_last=(57, 63, 73),
+        slo_misses_since_last=(0, 0, 0),
+        arrival_rate_per_s=(216.5, 229.3, 263.0),
+        slo_s=(0.03,) * 3,
+        batch_fixed_s=costs.batch_fixed_s,
+        per_request_s=costs.per_request_s,
+        max_batch=jetson.max_batch,
+        microbatch_fixed_s=costs.microbatch_fixed_s,
+        per_sample_s=costs.per_sample_s,
+        max_microbatch=jetson.training.max_microbatch,
+        inference_cores=6,
+        split=costs.split,
+    )
+    shared = Allocation(1.0, (1 / 3,) * 3, (1.0,) * 3, 14, jetson.max_batch)
+    planned = [228.0, 260.0, 328.0]  # DART's planning rates: this period's counts
+    # A miss at 662 samples: DART's price with a miss debt of 32 requests, at V = 0.05.
+    out = CoreSplit().choose(obs, shared, lambda lane: shared, planned, planned, 662.2, 0.0285)
+    assert out.inference_cores is None and 0 < out.microbatch < 14
