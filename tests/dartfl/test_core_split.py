@@ -240,24 +240,14 @@ def test_time_sharing_keeps_a_shorter_step_where_dartfls_step_would_hold_request
     # more; until 2026-12-03 it could only keep the 14 or train nothing (smooth.py: the
     # Jetson rows at 0.40x the turn-2 DART's harvest).
     jetson = get_profile("jetson-orin-nano")
-    costs = StaticCosts(jetson, NAMES)
-    obs = Observation(
+    obs = dataclasses.replace(
+        observation("jetson-orin-nano", 0.5),
         now_s=10.0,
-        period_s=0.25,
         backlog=(0, 2, 3),
         oldest_age_s=(0.0, 0.0067, 0.0054),
         arrivals_since_last=(57, 63, 73),
-        slo_misses_since_last=(0, 0, 0),
         arrival_rate_per_s=(216.5, 229.3, 263.0),
         slo_s=(0.03,) * 3,
-        batch_fixed_s=costs.batch_fixed_s,
-        per_request_s=costs.per_request_s,
-        max_batch=jetson.max_batch,
-        microbatch_fixed_s=costs.microbatch_fixed_s,
-        per_sample_s=costs.per_sample_s,
-        max_microbatch=jetson.training.max_microbatch,
-        inference_cores=6,
-        split=costs.split,
     )
     shared = Allocation(1.0, (1 / 3,) * 3, (1.0,) * 3, 14, jetson.max_batch)
     planned = [228.0, 260.0, 328.0]  # DART's planning rates: this period's counts
