@@ -28,8 +28,9 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    service (Kingman's heavy-traffic tail at rho_k); those a burst makes late (falling
    rho'_k - 1 behind for BURST_S seconds); all of them and the excess again when rho_k >= 1;
    the share of the backlog that cannot drain within B; and, time-shared, those its steps
-   hold back (the k = N candidate trains in DART's step, a half, a quarter... of it, or not
-   at all, whichever is worth most), less what splits have cost here (`split_cost_per_s`).
+   hold back (the k = N candidate trains in DART's step where that is worth it, else in the
+   best of a half, a quarter... of it, or not at all), less what splits have cost here
+   (`split_cost_per_s`).
 5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k
    only if the gain clears the hysteresis band and repays the moved cores' switch time. It
    moves to fewer serving cores only once they would carry the burst (rho'_k < 1): up at
@@ -302,12 +303,16 @@ class CoreSplit:
         idle = max(0.0, 1.0 - d.busy)
         serving_late = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
         # Its steps hold requests back: an arrival during one waits out the rest of it. DART's
-        # step, or a shorter one (halving down to one sample), or none: whichever is worth most.
+        # step where that is worth it; else the best shorter one (halving down to one sample),
+        # or none.
         best_m, best_value = 0, 0.0
         m = shared.microbatch
         while m > 0:
             held = idle * arrivals * _held_late(m, step, d, budget_s)
             value = idle * _rate(m, step) - miss_price * held
+            if value >= 0.0 and m == shared.microbatch:
+                best_m = m
+                break
             if value > best_value:
                 best_m, best_value = m, value
             m //= 2

@@ -234,23 +234,23 @@ def test_a_split_that_has_cost_misses_is_given_up_and_tried_again_once_forgotten
     assert cores_of(policy, time_shared) < 4
 
 
-def test_time_sharing_keeps_a_shorter_step_where_dartfls_step_would_hold_requests_late() -> None:
-    # The Jetson under a 30 ms SLO at load 0.5 (azure-conv, 10 s in): DART planned steps of
-    # 14 samples (22 ms). The split's model of a time-shared step finds half of that worth
-    # more; until 2026-12-03 it could only keep the 14 or train nothing (smooth.py: the
-    # Jetson rows at 0.40x the turn-2 DART's harvest).
+def test_time_sharing_keeps_a_shorter_step_where_darts_step_would_hold_requests_late() -> None:
+    # The Jetson under a 30 ms SLO at load 0.5 (azure-conv, 14 s in): DART planned steps of
+    # 11 samples (14 ms), which the split's model of a time-shared step prices as a net loss.
+    # Until 2026-12-03 it then trained nothing (smooth.py: the Jetson rows at 0.40x the turn-2
+    # DART's harvest); now it takes the best shorter step that is worth it.
     jetson = get_profile("jetson-orin-nano")
     obs = dataclasses.replace(
         observation("jetson-orin-nano", 0.5),
-        now_s=10.0,
-        backlog=(0, 2, 3),
-        oldest_age_s=(0.0, 0.0067, 0.0054),
-        arrivals_since_last=(57, 63, 73),
-        arrival_rate_per_s=(216.5, 229.3, 263.0),
+        now_s=14.0,
+        backlog=(0, 6, 3),
+        oldest_age_s=(0.0, 0.0073, 0.0120),
+        arrivals_since_last=(82, 83, 81),
+        arrival_rate_per_s=(314.7, 296.9, 311.8),
         slo_s=(0.03,) * 3,
     )
-    shared = Allocation(1.0, (1 / 3,) * 3, (1.0,) * 3, 14, jetson.max_batch)
-    planned = [228.0, 260.0, 328.0]  # DART's planning rates: this period's counts
-    # A miss at 662 samples: DART's price with a miss debt of 32 requests, at V = 0.05.
-    out = CoreSplit().choose(obs, shared, lambda lane: shared, planned, planned, 662.2, 0.0285)
-    assert out.inference_cores is None and 0 < out.microbatch < 14
+    shared = Allocation(1.0, (1 / 3,) * 3, (1.0,) * 3, 11, jetson.max_batch)
+    planned = [376.0, 352.0, 352.0]  # DART's planning rates: the busiest recent periods
+    # A miss at 513 samples: DART's price with a miss debt of 25 requests, at V = 0.05.
+    out = CoreSplit().choose(obs, shared, lambda lane: shared, planned, planned, 513.0, 0.0285)
+    assert out.inference_cores is None and 0 < out.microbatch < 11
