@@ -170,6 +170,9 @@ class Allocation:
     time-shares them with training steps of `microbatch`, the rule above) and training on the
     other N - k, concurrently, in steps of `split_microbatch` (None: the largest). None, or
     k >= N, is time sharing on every core: what every policy that knows nothing of cores gets.
+    `reclaim_when_behind`: once the serving lane falls behind, the training lane hands its
+    cores back at its next step's boundary rather than at the next period (a split held as
+    asked, as a static baseline's, does not).
     """
 
     inference_share: float
@@ -179,6 +182,7 @@ class Allocation:
     max_batch: int
     inference_cores: int | None = None
     split_microbatch: int | None = None
+    reclaim_when_behind: bool = False
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.inference_share <= 1.0:

@@ -122,6 +122,8 @@ class DeviceExecutor(Generic[R]):
         self.train_until_s = math.inf  # no training step starts at or after it (a run's horizon)
         self.closed = False  # shutting down: every new request is refused
         self.step_planner: StepPlanner | None = None
+        self.reclaimed = False  # the serving lane fell behind: every core serves until the tick
+        self.reclaims = 0  # how often that happened
         # The first period is a warm-up: with no arrival history yet, serve and do not train.
         self.alloc = Allocation(1.0, (1.0 / k,) * k, (1.0,) * k, 0, profile.max_batch)
 
@@ -264,6 +266,7 @@ class DeviceExecutor(Generic[R]):
         self.decision_ns.append(self.timer() - started)
         self.alloc = alloc
         if self.lanes is not None:
+            self.reclaimed = False
             self.lanes.want(alloc.inference_cores or self.cores)
             self.prices.refresh(self.costs, self.lanes)  # the cost model may have learnt
         self.counts.reset()
@@ -287,9 +290,15 @@ class DeviceExecutor(Generic[R]):
         if lanes is None:
             return self._serving_work(now_s, self.cores)
         i = 0 if lane == INFERENCE_LANE else 1
-        # Work conservation: with no training to do, every core serves.
+        # Work conservation: with no training to do, every core serves; nor once the serving
+        # lane has fallen behind, where the allocation allows it to reclaim the training lane.
         may_train = self.training_enabled and now_s < self.train_until_s
-        lanes.want((self.alloc.inference_cores or self.cores) if may_train else self.cores)
+        reclaimable = i == 1 and self.alloc.reclaim_when_behind and lanes.held[1] > 0
+        if reclaimable and not self.reclaimed and self._serving_behind(now_s):
+            self.reclaimed = True
+            self.reclaims += 1
+        split = may_train and not self.reclaimed
+        lanes.want((self.alloc.inference_cores or self.cores) if split else self.cores)
         held, moved = lanes.held[i], lanes.move(i)
         if moved is not None:
             lanes.held[i] = moved
@@ -302,6 +311,32 @@ class DeviceExecutor(Generic[R]):
         if work is not None:
             lanes.started(i, now_s)
         return work
+
+    def _serving_behind(self, now_s: float) -> bool:
+        """Whether the serving lane has fallen behind, asked at a training-lane step boundary:
+        its queue's work, plus the lag one more training step would add at the arrivals' fast
+        rates, exceeds the time left to the earliest queued deadline. This is the split's
+        counterpart of `ShareGate` (docs/allocator.md, "Reclaiming the cores")."""
+        fixed, per = self.prices.inference(self.costs)
+        work, rho, left_s = 0.0, 0.0, math.inf
+        for k, (times, rate) in enumerate(zip(self.queues.times, self.rates.fast_rates_per_s, strict=True)):
+            rho += rate * per[k]
+            if times:
+                work += fixed[k] + per[k] * len(times)
+                left_s = min(left_s, times[0] + self.slo_s[k] - now_s)
+        if work == 0.0:
+            return False
+        return work + max(0.0, rho - 1.0) * self._training_lane_step_s() > left_s
+
+    def _training_lane_step_s(self) -> float:
+        """How long the training lane's next step would hold its cores."""
+        split, lanes = self.costs.split, self.lanes
+        if split is None or lanes is None:
+            return 0.0
+        m = self.alloc.split_microbatch
+        m = self.profile.training.max_microbatch if m is None else m
+        speedup = split.training_speedup[max(1, lanes.held[1]) - 1]
+        return (split.microbatch_fixed_s + split.per_sample_s * m) / speedup * self.prices.slowdown[1]
 
     def _serving_work(self, now_s: float, cores: int) -> InferenceBatch[R] | TrainingStep | None:
         """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""

@@ -36,6 +36,11 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    moves to fewer serving cores only once they would carry the burst (rho'_k < 1): up at
    once, down slowly, since on/off sources come back.
 
+Two rules around the decision: the device time-shares until it has seen BURST_S seconds of
+arrivals (a split planned on no history once lost a Jetson 49 requests in its first period),
+and a split asks the executor to reclaim the training lane's cores at its next step boundary
+once the serving lane falls behind (`Allocation.reclaim_when_behind`), not a period later.
+
 O(K + N) per period plus one lane decision: every serving-lane price is the one-core price
 scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per split.
 """
@@ -229,6 +234,7 @@ class CoreSplit:
         self.burst_work = 0.0
         self.split_misses = 0.0  # exponentially weighted: misses the split alone explains
         self.split_seconds = 0.0  # and seconds spent split
+        self.seen_s = 0.0  # seconds of arrivals observed: no split before BURST_S of them
 
     @property
     def split_cost_per_s(self) -> float:
@@ -244,6 +250,7 @@ class CoreSplit:
         if split is None:
             return
         tau = obs.period_s
+        self.seen_s += tau
         if tau != self._risk_period_s:
             self._risk_period_s, self._risk_decay = tau, math.exp(-tau / SPLIT_MEMORY_S)
         d = self._risk_decay
@@ -275,7 +282,9 @@ class CoreSplit:
         burst rate the training lane's step must survive;
         `miss_price`: a miss in trained samples; `budget_s`: the latency budget B."""
         split = obs.split
-        if split is None:
+        # A split commits cores against the bursts the device has seen; before it has seen a
+        # burst's length of arrivals, it has no burst to plan for, and time-shares.
+        if split is None or self.seen_s < BURST_S:
             return shared
         (prices, rule), n = self._cached(split), split.cores
         tau, m_max, hold_s = obs.period_s, obs.max_microbatch, self.config.hold_s
@@ -392,4 +401,5 @@ class CoreSplit:
             lane.max_batch,
             inference_cores=k,
             split_microbatch=m_split,
+            reclaim_when_behind=True,
         )

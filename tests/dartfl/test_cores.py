@@ -3,6 +3,7 @@ interference, switch time, and the one-core and time-shared cases that must stay
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -20,9 +21,18 @@ from dartfl.executor import (
 )
 from dartfl.metrics import summarize
 from dartfl.policies import make_policy
+from dartfl.policies.base import Policy
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
-from dartfl.types import CoreModel, DeviceProfile, InferenceCost, TaskSpec, TrainingCost
+from dartfl.types import (
+    Allocation,
+    CoreModel,
+    DeviceProfile,
+    InferenceCost,
+    Observation,
+    TaskSpec,
+    TrainingCost,
+)
 
 TASKS = [TaskSpec("a", 0.25)]
 
@@ -230,3 +240,57 @@ def test_a_split_refusal_is_training_caused_where_the_whole_device_would_have_ad
     assert split_misses == (35,)
     shared, shared_split = refusals("inference-only")  # every core serves: training caused none
     assert len(shared) == 10 and not any(shared) and not any(shared_split)
+
+
+class _Reclaiming(Policy):
+    """`cores:1,0` (one core serves, three train, the serving lane trains nothing), with or
+    without letting the executor reclaim the training lane's cores."""
+
+    def __init__(self, reclaim: bool) -> None:
+        self.inner, self.reclaim = make_policy("cores:1,0"), reclaim
+
+    def decide(self, obs: Observation) -> Allocation:
+        return dataclasses.replace(self.inner.decide(obs), reclaim_when_behind=self.reclaim)
+
+
+def _split_with_a_step_running(reclaim: bool) -> tuple[DeviceExecutor[str], TrainingStep]:
+    device: DeviceExecutor[str] = DeviceExecutor(
+        TASKS,
+        _Reclaiming(reclaim),
+        get_profile("pi4"),
+        RoundClock(60.0, 0),
+        ExecutorConfig(0.25, lanes=2, deadline_admission=False),  # a burst queues in full
+    )
+    device.tick(0.25)
+    device.switch_done(device.next_work(0.25, "inference"), 0.25, 0.0)  # 4 -> 1
+    device.switch_done(device.next_work(0.25, "training"), 0.25, 0.0)  # 0 -> 3
+    step = device.next_work(0.25, "training")
+    assert isinstance(step, TrainingStep) and step.cores == 3
+    return device, step
+
+
+@pytest.mark.parametrize("reclaim", [True, False])
+def test_a_serving_lane_that_falls_behind_gets_cores_back_at_the_next_step_boundary(reclaim: bool) -> None:
+    device, step = _split_with_a_step_running(reclaim)
+    fixed, per = device.prices.inference(device.costs)
+    # A burst: more work queued than the one serving core can finish within the SLO.
+    burst = math.ceil((TASKS[0].slo_s - fixed[0]) / per[0]) + 1
+    for i in range(burst):
+        assert device.admit(0.26, 0, f"r{i}") == "queued"
+    device.step_done(step, 0.3, 0.05)
+    work = device.next_work(0.3, "training")
+    if reclaim:  # the training lane hands its cores back, and the serving lane takes them
+        assert work == CoreSwitch("training", 3, 0, 0.3) and device.reclaims == 1
+        device.switch_done(work, 0.3, 0.0)
+        assert device.next_work(0.3, "inference") == CoreSwitch("inference", 1, 4, 0.3)
+        device.tick(0.5)  # the next period's allocation is in force again
+        assert device.lanes is not None and device.lanes.target == 1
+    else:  # a split held as asked (a static baseline) keeps training
+        assert isinstance(work, TrainingStep) and device.reclaims == 0
+
+
+def test_a_serving_lane_that_keeps_up_keeps_its_split() -> None:
+    device, step = _split_with_a_step_running(True)
+    device.admit(0.26, 0, "r")  # one request: a few milliseconds of a 250-ms SLO
+    device.step_done(step, 0.3, 0.05)
+    assert isinstance(device.next_work(0.3, "training"), TrainingStep) and device.reclaims == 0
