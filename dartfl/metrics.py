@@ -71,6 +71,7 @@ class RunRecord:
     offload_saves_s: float = 0.0
     cores: int = 1
     core_switches: int = 0
+    core_reclaims: int = 0  # splits the executor ended early: the serving lane fell behind
     # Per request, where the executor tracks it (dartfl.attribution): the training time of its
     # busy period before its service started, and when the latest of those steps started.
     training_delay_s: FloatArray | None = None
@@ -240,6 +241,7 @@ def summarize(run: RunRecord, burst_threshold: float | None = None) -> dict[str,
     )
     if run.cores > 1:
         result["core_switches"] = run.core_switches
+        result["core_reclaims"] = run.core_reclaims
         cores = run.periods.get("inference_cores")
         if cores is not None and cores.size:
             result["mean_inference_cores"] = float(cores.mean())

@@ -56,6 +56,7 @@ def build_report(
             "serving_lane_busy_s": lanes.busy_s(0, now),
             "training_lane_busy_s": lanes.busy_s(1, now),
             "core_switches": device.switches,
+            "core_reclaims": device.reclaims,
         }
     return Telemetry(
         device=cfg.device_id,

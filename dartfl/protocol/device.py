@@ -168,6 +168,7 @@ class Telemetry:
     serving_lane_busy_s: float | None = None
     training_lane_busy_s: float | None = None
     core_switches: int | None = None
+    core_reclaims: int | None = None  # splits ended early because the serving lane fell behind
 
     def __post_init__(self) -> None:
         check_name("device", self.device)
@@ -180,7 +181,14 @@ class Telemetry:
         _text("policy", self.policy)
         for name in ("microbatch", "max_batch", "requests", "replies", "rejected", "errors"):
             _count(name, getattr(self, name))
-        for name in ("train_samples", "model_version", "inference_cores", "training_cores", "core_switches"):
+        for name in (
+            "train_samples",
+            "model_version",
+            "inference_cores",
+            "training_cores",
+            "core_switches",
+            "core_reclaims",
+        ):
             _count(name, getattr(self, name))
         for name in ("serving_lane_busy_s", "training_lane_busy_s"):
             _seconds(name, getattr(self, name))

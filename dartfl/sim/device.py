@@ -288,6 +288,7 @@ def _record(
         offload_saves_s=fluid.offload_saves_s,
         cores=profile.cores.count,
         core_switches=device.switches,
+        core_reclaims=device.reclaims,
     )
 
 

@@ -66,6 +66,7 @@ def test_a_split_agent_serves_and_trains_at_once_and_moves_cores_without_losing_
     assert len(replies) == load.sent and {r.status for r in replies} == {"ok"}  # none lost or refused
     assert splits == [(1, 1), (2, 0), (1, 1)]
     assert report["core_switches"] >= 6  # both lanes move at each of the 3 changes (and the drain)
+    assert report["core_reclaims"] == 0  # a static split is held as asked
     assert report["training_lane_busy_s"] > 0.5 and report["serving_lane_busy_s"] > 0.0
     assert report["train_samples"] > 0
     if hasattr(os, "sched_setaffinity") and len(os.sched_getaffinity(0)) >= 2:
