@@ -40,7 +40,7 @@ from dartfl.executor.admission import AdmissionMargin, earliest_finish_s
 from dartfl.executor.config import ExecutorConfig
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
-from dartfl.executor.lanes import CoreLanes, ServingLanePrices
+from dartfl.executor.lanes import CoreLanes, ServingLanePrices, step_prices
 from dartfl.executor.periods import PeriodCounts, PeriodSeries
 from dartfl.executor.queues import TaskQueues
 from dartfl.executor.rounds import RoundClock
@@ -335,8 +335,8 @@ class DeviceExecutor(Generic[R]):
             return 0.0
         m = self.alloc.split_microbatch
         m = self.profile.training.max_microbatch if m is None else m
-        speedup = split.training_speedup[max(1, lanes.held[1]) - 1]
-        return (split.microbatch_fixed_s + split.per_sample_s * m) / speedup * self.prices.slowdown[1]
+        fixed, per_sample = step_prices(split, max(1, lanes.held[1]), self.prices.slowdown[1])
+        return fixed + per_sample * m
 
     def _serving_work(self, now_s: float, cores: int) -> InferenceBatch[R] | TrainingStep | None:
         """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""

@@ -18,22 +18,27 @@ from collections.abc import Sequence
 from dartfl.executor.costs import CostModel
 from dartfl.types import CoreCosts
 
-__all__ = ["CoreLanes", "ServingLanePrices", "ServingPrices", "serving_prices"]
+__all__ = ["CoreLanes", "ServingLanePrices", "ServingPrices", "serving_prices", "step_prices"]
 
 # A serving lane's prices: per task (batch-fixed, per-request), then a step's (fixed, per sample).
 ServingPrices = tuple[tuple[float, ...], tuple[float, ...], float, float]
+
+
+def step_prices(split: CoreCosts, cores: int, slowdown: float) -> tuple[float, float]:
+    """A training step's (fixed, per-sample) cost on `cores` cores while the other lane
+    computes: the one-core costs over the speedup, times the interference `slowdown`."""
+    s_t = slowdown / split.training_speedup[cores - 1]
+    return split.microbatch_fixed_s * s_t, split.per_sample_s * s_t
 
 
 def serving_prices(split: CoreCosts, cores: int, slowdown: tuple[float, float]) -> ServingPrices:
     """What items cost on a serving lane of `cores` cores beside a busy training lane: the
     one-core costs over the speedup, times the interference (`slowdown` per side)."""
     s_i = slowdown[0] / split.inference_speedup[cores - 1]
-    s_t = slowdown[1] / split.training_speedup[cores - 1]
     return (
         tuple(a * s_i for a in split.batch_fixed_s),
         tuple(c * s_i for c in split.per_request_s),
-        split.microbatch_fixed_s * s_t,
-        split.per_sample_s * s_t,
+        *step_prices(split, cores, slowdown[1]),
     )
 
 

@@ -311,20 +311,19 @@ class CoreSplit:
         step = (obs.microbatch_fixed_s, obs.per_sample_s)
         idle = max(0.0, 1.0 - d.busy)
         serving_late = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
+
         # Its steps hold requests back: an arrival during one waits out the rest of it. DART's
-        # step where that is worth it; else the best shorter one (halving down to one sample),
-        # or none.
-        best_m, best_value = 0, 0.0
-        m = shared.microbatch
-        while m > 0:
-            held = idle * arrivals * _held_late(m, step, d, budget_s)
-            value = idle * _rate(m, step) - miss_price * held
-            if value >= 0.0 and m == shared.microbatch:
-                best_m = m
-                break
-            if value > best_value:
-                best_m, best_value = m, value
-            m //= 2
+        # step where that is worth it; else the best shorter one (halving down to one sample)
+        # that is worth anything, or none.
+        def worth(m: int) -> float:
+            return idle * _rate(m, step) - miss_price * (idle * arrivals * _held_late(m, step, d, budget_s))
+
+        best_m = shared.microbatch
+        if best_m > 0 and worth(best_m) < 0.0:
+            shorter = [best_m >> i for i in range(1, best_m.bit_length())]
+            best_m = max(shorter, key=worth, default=0)
+            if best_m > 0 and worth(best_m) <= 0.0:
+                best_m = 0
         if best_m != shared.microbatch:
             shared = dataclasses.replace(shared, microbatch=best_m)
         rate[n - 1] = idle * _rate(best_m, step)
