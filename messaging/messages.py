@@ -4,6 +4,7 @@ the MQTT 5 properties of a publish, and the last `Will` a client leaves with the
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import paho.mqtt.client as paho
 from paho.mqtt.packettypes import PacketTypes
@@ -54,9 +55,10 @@ def message_from_paho(msg: paho.MQTTMessage) -> Message:
 def publish_properties(
     response_topic: str | None, correlation_data: bytes | None, content_type: str | None
 ) -> Properties | None:
-    """The MQTT 5 properties of a publish; None when it sets none."""
-    if response_topic is None and correlation_data is None and content_type is None:
-        return None
+    """The MQTT 5 properties of a publish; None when it sets none. Treat them as read-only:
+    a content type alone (every batch of replies) gets one shared object."""
+    if response_topic is None and correlation_data is None:
+        return None if content_type is None else _content_type_only(content_type)
     props = Properties(PacketTypes.PUBLISH)
     if response_topic is not None:
         props.ResponseTopic = response_topic
@@ -64,4 +66,13 @@ def publish_properties(
         props.CorrelationData = correlation_data
     if content_type is not None:
         props.ContentType = content_type
+    return props
+
+
+# paho builds a Properties object by filling some thirty tables (about as much as the rest
+# of a publish); paho only packs the ones it is given, so one per content type serves all.
+@lru_cache(maxsize=16)
+def _content_type_only(content_type: str) -> Properties:
+    props = Properties(PacketTypes.PUBLISH)
+    props.ContentType = content_type
     return props

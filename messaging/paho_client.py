@@ -1,7 +1,7 @@
 """A paho client set up as every link uses it: the MQTT version by name, paho's VERSION2
 callback API (a bare `Client()` silently selects the old VERSION1 signatures), a bounded
-outgoing queue, the reconnect delays, TLS and login, the last will, and TCP_NODELAY on its
-socket."""
+outgoing queue, the reconnect delays, TLS and login, the last will, TCP_NODELAY on its
+socket, and reads served from a buffer (messaging.buffered_socket)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dartfl.errors import ConfigError
+from messaging.buffered_socket import BufferedReadClient, raw_socket
 from messaging.messages import Will
 from messaging.security import MqttSecurity
 from messaging.tls import apply_security
@@ -48,6 +49,7 @@ RECONNECT_MAX_S: Final = 2
 def set_nodelay(client: paho.Client, userdata: Any, sock: Any) -> None:
     """Requests and replies are single small packets: with Nagle's algorithm against the
     peer's delayed ACK each hop would wait ~40 ms. paho leaves Nagle on, so turn it off."""
+    sock = raw_socket(sock)
     if isinstance(sock, socket.socket) and sock.family in (socket.AF_INET, socket.AF_INET6):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -62,7 +64,7 @@ def paho_client(
             f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
         )
     version = _PROTOCOLS[protocol]
-    client = paho.Client(
+    client = BufferedReadClient(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
         protocol=version,
