@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 import paho.mqtt.client as paho
+from paho.mqtt.enums import MQTTErrorCode
 
 __all__ = ["READ_BYTES", "BufferedReadClient", "BufferedSocket", "raw_socket"]
 
@@ -39,7 +40,7 @@ class BufferedSocket:
     def recv(self, size: int) -> bytes:
         if self._at >= len(self._buffer):
             # Raises as the socket does when it has nothing (BlockingIOError, SSLWantReadError).
-            data = self.raw.recv(max(size, READ_BYTES))
+            data: bytes = self.raw.recv(max(size, READ_BYTES))
             if not data:
                 return data  # the peer closed the connection: paho sees b"" as before
             self._buffer, self._at = data, 0
@@ -70,7 +71,7 @@ class BufferedReadClient(paho.Client):
     def _create_socket(self) -> Any:
         return BufferedSocket(super()._create_socket())
 
-    def loop_read(self, max_packets: int = 1) -> paho.MQTTErrorCode:
+    def loop_read(self, max_packets: int = 1) -> MQTTErrorCode:
         rc = super().loop_read(max_packets)
         # paho reads one packet per wake-up of its loop; go on while the buffer holds more,
         # so their acknowledgements go out together after them (paho writes after reading).
