@@ -5,12 +5,18 @@ under traffic on the 2-core VM, 0.2-0.8 ms a batch against 0.3-0.6 ms a request
 (docs/profiles.md, "The request path"). An executor that takes each request as it comes
 serves batches of one, pays that fixed cost every time, and takes the interpreter from the
 network thread, which then falls behind and lets requests queue in the broker. So when fewer
-than HOLD_BATCH requests wait and the oldest has waited less than the hold (2 ms, or 1% of the
-SLO when that is less), and requests come at least one per hold (500/s), the executor waits
-out the rest of the hold first. A request waits at most that much longer, and on a device with
+than HOLD_BATCH requests wait and the oldest has waited less than the hold (10 ms, or 10% of
+the SLO when that is less), and requests come at least one per hold, the executor waits out
+the rest of the hold first. A request waits at most that much longer, and on a device with
 fewer requests nothing is held. The ingress also wakes the executor only when a queue becomes
 non-empty or the batch is full enough, not for every request: each wake-up is a hand-over of
 the interpreter.
+
+A hold costs latency, not capacity: the executor serves everything that waits once the hold
+is over, so batches grow with the load and a device that keeps up without holds keeps up with
+them. At 2 ms (at most 8 a batch) an agent at width 1 spent 325 us of CPU a request at
+2,500/s and could not keep up with 3,500/s; at 10 ms (up to 32) it spends 265 us and 237 us,
+and keeps 3,500/s under a 100 ms SLO (benchmarks/request_path.py, docs/benchmarks.md).
 
 The simulator has no interpreter to share and keeps taking work at once.
 """
@@ -21,10 +27,11 @@ from typing import Any, Final
 
 from dartfl.executor import DeviceExecutor
 
-__all__ = ["HOLD_BATCH", "HOLD_S", "BatchHold"]
+__all__ = ["HOLD_BATCH", "HOLD_S", "HOLD_SLO_FRACTION", "BatchHold"]
 
-HOLD_S: Final = 0.002
-HOLD_BATCH: Final = 8  # this many waiting: serve now
+HOLD_S: Final = 0.010
+HOLD_SLO_FRACTION: Final = 0.1  # and never more than this much of the SLO
+HOLD_BATCH: Final = 32  # this many waiting (a full batch on the built-in profiles): serve now
 
 
 class BatchHold:
@@ -35,7 +42,7 @@ class BatchHold:
     __slots__ = ("_since_s", "hold_s")
 
     def __init__(self, slo_s: float) -> None:
-        self.hold_s = min(HOLD_S, 0.01 * slo_s)
+        self.hold_s = min(HOLD_S, HOLD_SLO_FRACTION * slo_s)
         self._since_s: float | None = None  # when the executor found the current few waiting
 
     def wait_s(self, device: DeviceExecutor[Any], now_s: float) -> float:

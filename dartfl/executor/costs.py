@@ -141,6 +141,9 @@ class ProfiledCosts:
         self.ingress_s = path.ingress_s
         self.receive_s = path.receive_s
         self._path_seen = 0
+        # (batch_fixed_s, per_request_s) as believed now: admission asks for them for every
+        # request, and they change only when a batch or the request path is told.
+        self._prices: tuple[tuple[float, ...], tuple[float, ...]] | None = None
         self._profile = profile
         self._task_names = tuple(task_names)
         self._split_inference: list[ServiceTimeProfiler] = []
@@ -158,12 +161,18 @@ class ProfiledCosts:
 
     @property
     def batch_fixed_s(self) -> tuple[float, ...]:
-        return tuple(p.fixed_s for p in self.inference)
+        return self._inference_prices()[0]
 
     @property
     def per_request_s(self) -> tuple[float, ...]:
-        extra = self.ingress_s + self.receive_s
-        return tuple(p.per_item_s + extra for p in self.inference)
+        return self._inference_prices()[1]
+
+    def _inference_prices(self) -> tuple[tuple[float, ...], tuple[float, ...]]:
+        if self._prices is None:
+            extra = self.ingress_s + self.receive_s
+            fixed = tuple(p.fixed_s for p in self.inference)
+            self._prices = fixed, tuple(p.per_item_s + extra for p in self.inference)
+        return self._prices
 
     def observe_request_path(self, requests: int, receive_cpu_s: float, ingress_cpu_s: float) -> None:
         """The network thread spent `receive_cpu_s` receiving and `ingress_cpu_s` decoding and
@@ -176,6 +185,7 @@ class ProfiledCosts:
         weight = max(1.0 - (1.0 - PATH_WEIGHT) ** requests, requests / self._path_seen)
         self.receive_s += weight * (receive_cpu_s / requests - self.receive_s)
         self.ingress_s += weight * (ingress_cpu_s / requests - self.ingress_s)
+        self._prices = None
 
     @property
     def microbatch_fixed_s(self) -> float:
@@ -197,6 +207,7 @@ class ProfiledCosts:
     def observe_batch(self, task: int, size: int, duration_s: float, cores: int | None = None) -> None:
         if cores is None or not self._split_inference:
             self.inference[task].observe(size, duration_s)
+            self._prices = None
             return
         speedup = self._profile.cores.inference_speedup[cores - 1]
         self._split_inference[task].observe(size, duration_s * speedup)

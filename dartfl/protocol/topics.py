@@ -4,6 +4,7 @@ QoS levels, error codes, and the topic layout with its naming rules, the reply r
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Final, Literal
 
 from dartfl.errors import ConfigError, ProtocolError
@@ -153,6 +154,13 @@ def reply_topic_problem(value: object, rule: ReplyTopicRule = "requester") -> st
     """Why `value` cannot be a reply topic under `rule`, or None if it can."""
     if not isinstance(value, str):
         return f"must be a string, got {type(value).__name__}"
+    return _text_reply_topic_problem(value, rule)
+
+
+# A requester names the same reply topic on every request: a device checks it once, not for
+# each of thousands a second. Bounded, so a client cycling through topics costs memory once.
+@lru_cache(maxsize=1024)
+def _text_reply_topic_problem(value: str, rule: ReplyTopicRule) -> str | None:
     try:
         size = len(value.encode("utf-8"))
     except UnicodeEncodeError:
