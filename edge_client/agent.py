@@ -114,7 +114,8 @@ class Agent:
         # Prices the network thread's work, told to the cost model under the lock.
         self._path_meter = NetworkThreadMeter(lambda *n: self._costs.observe_request_path(*n), self._cond)
         self._transit = TransitClock()  # how long each request waited on its way here
-        self._hold = BatchHold(config.slo_s)  # under load, batches of more than one request
+        model_s = max(profile.model_inference_for(task).per_request_s for task in config.tasks)
+        self._hold = BatchHold(config.slo_s, model_s)  # under load, batches of more than one request
         self.stats = RequestStats()
         self.recent = RecentRequests()  # a request delivered twice is answered once
         self.counters = Counters(ce_sum_per_task=[0.0] * len(config.tasks), started_s=now)

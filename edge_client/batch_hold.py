@@ -12,6 +12,11 @@ fewer requests nothing is held. The ingress also wakes the executor only when a 
 non-empty or the batch is full enough, not for every request: each wake-up is a hand-over of
 the interpreter.
 
+A hold is for a model that is quick next to it. When a full batch's model time would
+exceed the hold (width 24: some 8 ms a request on the 2-core VM), there is little per-batch
+work to share and the hold would only delay; the agent then takes work at once, as it did
+before holds (a width-24 replay lost 1.5 points of SLO attainment to DART with the hold).
+
 A hold costs latency, not capacity: the executor serves everything that waits once the hold
 is over, so batches grow with the load and a device that keeps up without holds keeps up with
 them. At 2 ms (at most 8 a batch) an agent at width 1 spent 325 us of CPU a request at
@@ -41,8 +46,11 @@ class BatchHold:
 
     __slots__ = ("_since_s", "hold_s")
 
-    def __init__(self, slo_s: float) -> None:
+    def __init__(self, slo_s: float, model_per_request_s: float = 0.0) -> None:
+        """`model_per_request_s`: the model's own time per request (the dearest task's)."""
         self.hold_s = min(HOLD_S, HOLD_SLO_FRACTION * slo_s)
+        if model_per_request_s * HOLD_BATCH > self.hold_s:
+            self.hold_s = 0.0  # a full batch's model time outlasts the hold: nothing to share
         self._since_s: float | None = None  # when the executor found the current few waiting
 
     def wait_s(self, device: DeviceExecutor[Any], now_s: float) -> float:

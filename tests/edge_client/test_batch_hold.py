@@ -27,3 +27,11 @@ def test_no_hold_when_nobody_would_join_or_the_batch_is_full_or_the_slo_is_tight
 def test_the_ingress_wakes_the_executor_when_a_queue_starts_or_a_batch_is_full_only() -> None:
     hold = BatchHold(slo_s=0.25)
     assert [n for n in range(1, 40) if hold.wake(n)] == [1, HOLD_BATCH]
+
+
+def test_no_hold_for_a_model_whose_full_batch_outlasts_the_hold() -> None:
+    quick = BatchHold(slo_s=0.15, model_per_request_s=30e-6)  # width 1: 32 of them take ~1 ms
+    assert quick.wait_for_s(2, 0.0, rate_per_s=2000.0) == pytest.approx(0.010)
+    slow = BatchHold(slo_s=0.15, model_per_request_s=8e-3)  # width 24: a full batch is 256 ms
+    assert slow.hold_s == 0.0
+    assert slow.wait_for_s(2, 0.0, rate_per_s=2000.0) == 0.0
