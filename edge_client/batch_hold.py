@@ -13,9 +13,8 @@ non-empty or the batch is full enough, not for every request: each wake-up is a 
 the interpreter.
 
 A hold is for a model that is quick next to it. When a full batch's model time would
-exceed the hold (width 24: some 8 ms a request on the 2-core VM), there is little per-batch
-work to share and the hold would only delay; the agent then takes work at once, as it did
-before holds (a width-24 replay lost 1.5 points of SLO attainment to DART with the hold).
+exceed the hold (width 24: 8-12 ms a request on the 2-core VM), there is little per-batch
+work to share and the hold would only delay; the agent then takes work at once.
 
 A hold costs latency, not capacity: the executor serves everything that waits once the hold
 is over, so batches grow with the load and a device that keeps up without holds keeps up with
