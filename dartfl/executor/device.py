@@ -33,14 +33,16 @@ from typing import Generic, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from dartfl.attribution import BusyPeriodDelay, TrainingTimeline, is_training_miss
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
-from dartfl.executor.admission import AdmissionMargin, earliest_finish_s
+from dartfl.executor.admission import DeadlineAdmission
 from dartfl.executor.config import ExecutorConfig
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
-from dartfl.executor.lanes import CoreLanes, ServingLanePrices, step_prices
+from dartfl.executor.lane_control import LaneControl
+from dartfl.executor.lanes import CoreLanes, ServingLanePrices
+from dartfl.executor.misses import MissCauses
+from dartfl.executor.observation import Observer
 from dartfl.executor.periods import PeriodCounts, PeriodSeries
 from dartfl.executor.queues import TaskQueues
 from dartfl.executor.rounds import RoundClock
@@ -81,20 +83,31 @@ class DeviceExecutor(Generic[R]):
         self.policy = policy
         self.profile = profile
         self.cores = profile.cores.count
-        # Split only where both the device and the driver can: a one-lane driver time-shares.
-        splits = cfg.lanes == 2 and profile.cores.can_split
-        self.lanes = CoreLanes(self.cores) if splits else None
-        self.prices = ServingLanePrices(  # slowed while the other lane computes (interference)
-            (1.0 + profile.cores.inference_interference, 1.0 + profile.cores.training_interference)
-        )
         self.costs: CostModel = costs if costs is not None else StaticCosts(profile, self.task_names)
         self.rounds = rounds
         self.timer = timer
+        self.queues: TaskQueues[R] = TaskQueues(self.slo_s, [t.queue_capacity for t in tasks])
+        self.counts = PeriodCounts(k)
         self.rates = EwmaRates(k, cfg.rate_time_constant_s)
         self.gate = ShareGate()
         self.splitter = SampleSplitter(k)
-        self.queues: TaskQueues[R] = TaskQueues(self.slo_s, [t.queue_capacity for t in tasks])
-        self.counts = PeriodCounts(k)
+        self.prices = ServingLanePrices(  # slowed while the other lane computes (interference)
+            (1.0 + profile.cores.inference_interference, 1.0 + profile.cores.training_interference)
+        )
+        # Split only where both the device and the driver can: a one-lane driver time-shares.
+        splits = cfg.lanes == 2 and profile.cores.can_split
+        self.lanes = CoreLanes(self.cores) if splits else None
+        self.lane_control = (
+            LaneControl(self.lanes, self.prices, self.queues, self.rates, profile.training.max_microbatch)
+            if self.lanes is not None
+            else None
+        )
+        self.observer = Observer(self.queues, self.counts, self.rates, rounds, profile, self.lanes)
+        # What training and the split held back, and which misses they caused.
+        self.causes = MissCauses(self.slo_s, self.counts, self.lanes)
+        target = cfg.admission_miss_target if cfg.deadline_admission else None
+        self.deadlines = DeadlineAdmission(self.queues, self.prices, profile.max_batch, target, self.causes)
+        # Tallies of the finished work.
         self.trained_per_task = [0] * k
         self.inference_busy_s = 0.0
         self.training_busy_s = 0.0
@@ -103,27 +116,18 @@ class DeviceExecutor(Generic[R]):
         # Each step's duration split by its samples per task: where the training time went.
         self.training_busy_s_per_task = [0.0] * k
         self.last_step_end_s = -math.inf  # when the latest step on the serving lane ended
-        # Which late answers training caused: the training time of each busy period.
-        self.training_delay = BusyPeriodDelay()
-        self.training_timeline = TrainingTimeline()  # what training may have cost a request in transit
-        self._step_running: tuple[float, float] | None = None  # (start, expected end)
+        self.busy_until_s = -math.inf  # when the work item running now is expected to end
         # The last refusal's training delay (0: training did not cause it) and its step's start.
         self.refusal_training_delay_s = 0.0
         self.refusal_delay_cause_s = math.nan
-        self.busy_until_s = -math.inf  # when the work item running now is expected to end
-        self.past_deadline = 0  # requests refused because they could not make their SLO
         self.expired_total = 0  # queued requests refused once they could no longer make it
         self.expired: list[tuple[int, R, float, float]] = []  # for the driver to answer
-        target = cfg.admission_miss_target
-        self.margin = AdmissionMargin(target) if target is not None and cfg.deadline_admission else None
         self.decision_ns: deque[int] = deque(maxlen=cfg.max_decisions)
         self.series = PeriodSeries()
         self.training_enabled = True  # False: serve only (a federated agent between rounds)
         self.train_until_s = math.inf  # no training step starts at or after it (a run's horizon)
         self.closed = False  # shutting down: every new request is refused
         self.step_planner: StepPlanner | None = None
-        self.reclaimed = False  # the serving lane fell behind: every core serves until the tick
-        self.reclaims = 0  # how often that happened
         # The first period is a warm-up: with no arrival history yet, serve and do not train.
         self.alloc = Allocation(1.0, (1.0 / k,) * k, (1.0,) * k, 0, profile.max_batch)
 
@@ -145,69 +149,17 @@ class DeviceExecutor(Generic[R]):
             counts.misses[task] += 1  # a rejection counts as a miss
             return "queue-full"
         self.queues.push(task, arrival_s, request)
-        self.training_delay.request_queued(now_s)  # training can hold it back from now on
+        self.causes.delay.request_queued(now_s)  # training can hold it back from now on
         return "queued"
 
     def _in_time(self, now_s: float, arrival_s: float, task: int, waited_s: float = 0.0) -> bool:
         if not self.config.deadline_admission:
             return True
-        deadline = arrival_s + self.slo_s[task]
-        planned = deadline if self.margin is None else arrival_s + self.margin.fraction * self.slo_s[task]
-
-        def earliest(fixed: Sequence[float], per: Sequence[float]) -> float:
-            left_s = deadline - now_s  # of its SLO, after its wait on the way here
-            return earliest_finish_s(
-                now_s, self.busy_until_s, task, self.queues, left_s, fixed, per, self.profile.max_batch
-            )
-
-        finish = earliest(*self.prices.inference(self.costs))
-        if finish <= planned:
+        refusal = self.deadlines.refusal(now_s, task, arrival_s, waited_s, self.busy_until_s, self.costs)
+        if refusal is None:
             return True
-        self.past_deadline += 1
-        delay, cause = self.training_delay.delay_s, self.training_delay.cause_s
-        split_s = self.training_delay.split_s
-        if self._step_running is not None:
-            start, end = self._step_running
-            delay, cause = self.training_delay.delay_behind_step_s(now_s, start, end), start
-        if self.prices.split is not None:  # split: the cores given to training are delay too
-            whole = earliest(self.costs.batch_fixed_s, self.costs.per_request_s)
-            if finish > whole:
-                delay, cause = delay + finish - whole, now_s
-                split_s += finish - whole
-        self._count_split_miss(task, finish, deadline, split_s)
-        if waited_s > 0.0:  # training starves the request path too: its part of the transit wait
-            # At most the wait itself: the timeline caps its sum at the window [arrival, now].
-            starved = self.training_timeline.seconds_since(arrival_s, now_s, self._steps_running())
-            if starved > 0.0:
-                delay, cause = delay + starved, now_s
-        if (
-            delay > 0.0
-            and finish - delay <= deadline
-            and self.training_delay.charge(delay, self._catch_up_per_s())
-        ):
-            self.counts.training_misses[task] += 1
-            self.refusal_training_delay_s, self.refusal_delay_cause_s = delay, cause
+        self.refusal_training_delay_s, self.refusal_delay_cause_s = refusal
         return False
-
-    def _count_split_miss(self, task: int, finish_s: float, deadline_s: float, split_s: float) -> None:
-        """A miss that the split's slower serving lane alone explains: it would have made its
-        deadline `split_s` sooner. Not capped as training's are: the split is a bonus, judged
-        by all it may have cost (docs/allocator.md, "What the split has cost")."""
-        if split_s > 0.0 and finish_s - split_s <= deadline_s:
-            self.counts.split_misses[task] += 1
-
-    def _catch_up_per_s(self) -> float:
-        """Requests inference-only could serve in one more second of the whole device: one
-        per its cheapest marginal per-request cost (a request added to a batch that runs anyway)."""
-        return 1.0 / max(min(self.costs.per_request_s), 1e-9)
-
-    def _steps_running(self) -> tuple[float, ...]:
-        """Start times of the training steps running now, on either lane."""
-        running: tuple[float, ...] = () if self._step_running is None else (self._step_running[0],)
-        lanes = self.lanes
-        if lanes is not None and lanes.busy_since_s[1] >= 0.0:
-            running += (lanes.busy_since_s[1],)
-        return running
 
     def backlog(self) -> tuple[int, ...]:
         """Requests queued now, per task."""
@@ -229,31 +181,8 @@ class DeviceExecutor(Generic[R]):
         return tuple(self.counts.arrivals)
 
     def observation(self, now_s: float) -> Observation:
-        costs, rounds, counts = self.costs, self.rounds, self.counts
-        return Observation(
-            now_s=now_s,
-            period_s=self.config.period_s,
-            backlog=self.queues.lengths(),
-            oldest_age_s=self.queues.oldest_age_s(now_s),
-            arrivals_since_last=tuple(counts.arrivals),
-            slo_misses_since_last=tuple(counts.misses),
-            training_misses_since_last=tuple(counts.training_misses),
-            split_misses_since_last=tuple(counts.split_misses) if self.lanes is not None else (),
-            arrival_rate_per_s=self.rates.rates_per_s,
-            slo_s=self.slo_s,
-            batch_fixed_s=costs.batch_fixed_s,
-            per_request_s=costs.per_request_s,
-            max_batch=self.profile.max_batch,
-            microbatch_fixed_s=costs.microbatch_fixed_s,
-            per_sample_s=costs.per_sample_s,
-            max_microbatch=self.profile.training.max_microbatch,
-            round_start_s=rounds.start_s,
-            round_deadline_s=rounds.deadline_s,
-            round_target_samples=rounds.target,
-            round_trained_samples=rounds.trained,
-            inference_cores=self.lanes.target if self.lanes is not None else 1,
-            split=costs.split if self.lanes is not None else None,
-        )
+        """What the policy sees now (`Observer`)."""
+        return self.observer.observe(now_s, self.config.period_s, self.costs)
 
     def tick(self, now_s: float, elapsed_s: float | None = None) -> Allocation:
         """End the control period at `now_s` (it lasted `elapsed_s`, the nominal period if
@@ -265,10 +194,8 @@ class DeviceExecutor(Generic[R]):
         alloc = self.policy.decide(obs)
         self.decision_ns.append(self.timer() - started)
         self.alloc = alloc
-        if self.lanes is not None:
-            self.reclaimed = False
-            self.lanes.want(alloc.inference_cores or self.cores)
-            self.prices.refresh(self.costs, self.lanes)  # the cost model may have learnt
+        if self.lane_control is not None:
+            self.lane_control.decided(alloc, self.costs)
         self.counts.reset()
         if self.config.record_periods:
             cores = self.lanes.target if self.lanes is not None else self.cores
@@ -284,59 +211,28 @@ class DeviceExecutor(Generic[R]):
     def training_open(self, now_s: float) -> bool:
         return self.training_enabled and now_s < self.train_until_s and self.alloc.microbatch > 0
 
+    @property
+    def reclaims(self) -> int:
+        """How often the serving lane fell behind and took every core back until the tick."""
+        return 0 if self.lane_control is None else self.lane_control.reclaims
+
     def next_work(self, now_s: float, lane: Lane = INFERENCE_LANE) -> Work[R] | None:
         """The work item `lane` runs now that it is free (None: it stays idle)."""
-        lanes = self.lanes
-        if lanes is None:
+        control = self.lane_control
+        if control is None:
             return self._serving_work(now_s, self.cores)
-        i = 0 if lane == INFERENCE_LANE else 1
-        # Work conservation: with no training to do, every core serves; nor once the serving
-        # lane has fallen behind, where the allocation allows it to reclaim the training lane.
         may_train = self.training_enabled and now_s < self.train_until_s
-        reclaimable = i == 1 and self.alloc.reclaim_when_behind and lanes.held[1] > 0
-        if reclaimable and not self.reclaimed and self._serving_behind(now_s):
-            self.reclaimed = True
-            self.reclaims += 1
-        split = may_train and not self.reclaimed
-        lanes.want((self.alloc.inference_cores or self.cores) if split else self.cores)
-        held, moved = lanes.held[i], lanes.move(i)
-        if moved is not None:
-            lanes.held[i] = moved
-            if i == 0:
-                self.prices.refresh(self.costs, lanes)
-            return CoreSwitch(lane, held, moved, now_s)
+        switch = control.boundary(lane, now_s, self.alloc, may_train, self.costs)
+        if switch is not None:
+            return switch
+        i = 0 if lane == INFERENCE_LANE else 1
+        held = control.lanes.held[i]
         if held == 0:
             return None
         work = self._serving_work(now_s, held) if i == 0 else self._training_lane_work(now_s, held)
         if work is not None:
-            lanes.started(i, now_s)
+            control.lanes.started(i, now_s)
         return work
-
-    def _serving_behind(self, now_s: float) -> bool:
-        """Whether the serving lane has fallen behind, asked at a training-lane step boundary:
-        its queue's work, plus the lag one more training step would add at the arrivals' fast
-        rates, exceeds the time left to the earliest queued deadline. This is the split's
-        counterpart of `ShareGate` (docs/allocator.md, "Reclaiming the cores")."""
-        fixed, per = self.prices.inference(self.costs)
-        work, rho, left_s = 0.0, 0.0, math.inf
-        for k, (times, rate) in enumerate(zip(self.queues.times, self.rates.fast_rates_per_s, strict=True)):
-            rho += rate * per[k]
-            if times:
-                work += fixed[k] + per[k] * len(times)
-                left_s = min(left_s, times[0] + self.slo_s[k] - now_s)
-        if work == 0.0:
-            return False
-        return work + max(0.0, rho - 1.0) * self._training_lane_step_s() > left_s
-
-    def _training_lane_step_s(self) -> float:
-        """How long the training lane's next step would hold its cores."""
-        split, lanes = self.costs.split, self.lanes
-        if split is None or lanes is None:
-            return 0.0
-        m = self.alloc.split_microbatch
-        m = self.profile.training.max_microbatch if m is None else m
-        fixed, per_sample = step_prices(split, max(1, lanes.held[1]), self.prices.slowdown[1])
-        return fixed + per_sample * m
 
     def _serving_work(self, now_s: float, cores: int) -> InferenceBatch[R] | TrainingStep | None:
         """The serving lane's choice: `ShareGate` between inference and steps of `microbatch`."""
@@ -345,7 +241,7 @@ class DeviceExecutor(Generic[R]):
         self.expire_hopeless(now_s)
         backlog = self.queues.total
         if backlog == 0:
-            self.training_delay.device_free_and_empty()
+            self.causes.delay.device_free_and_empty()
         if self.gate.should_serve(backlog, alloc.inference_share, training_open):
             return self.take_batch(now_s, alloc.max_batch)
         if not training_open:
@@ -360,7 +256,7 @@ class DeviceExecutor(Generic[R]):
             return None  # one model trains one step at a time: the training lane has it
         a_t, c_t = self.prices.step(self.costs)
         self.busy_until_s = now_s + a_t + c_t * m
-        self._step_running = (now_s, self.busy_until_s)
+        self.causes.serving_step = (now_s, self.busy_until_s)
         return TrainingStep(
             m, alloc.task_shares, alloc.loss_weights, alloc.inference_share, now_s, INFERENCE_LANE, cores
         )
@@ -370,7 +266,7 @@ class DeviceExecutor(Generic[R]):
         alloc = self.alloc
         if not (self.training_enabled and now_s < self.train_until_s):
             return None
-        if not self.config.concurrent_steps and self._step_running is not None:
+        if not self.config.concurrent_steps and self.causes.serving_step is not None:
             return None  # the serving lane's step has the model
         m = alloc.split_microbatch
         if m is None:
@@ -385,30 +281,9 @@ class DeviceExecutor(Generic[R]):
         (docs/allocator.md, "Queues"). The driver answers them (`take_expired`)."""
         if not self.config.deadline_admission:
             return
-        queues = self.queues
-        fixed, per = self.prices.inference(self.costs)
-        for k, times in enumerate(queues.times):
-            if not times or times[0] + self.slo_s[k] >= now_s + fixed[k] + per[k]:
-                continue
-            finish = now_s + fixed[k] + per[k]
-            latest = finish - self.slo_s[k]
-            n = 0
-            while n < len(times) and times[n] < latest:
-                n += 1
-            requests, arrivals = queues.pop(k, n)
-            self.counts.misses[k] += n
-            self.expired_total += n
-            delay = self.training_delay
-            # On the whole device it could have started `lane_s` sooner.
-            lane_s = fixed[k] + per[k] - self.costs.batch_fixed_s[k] - self.costs.per_request_s[k]
-            for request, arrived in zip(requests, arrivals, strict=True):
-                self._count_split_miss(k, finish, arrived + self.slo_s[k], delay.split_s + max(0.0, lane_s))
-                caused = delay.delay_s > 0.0 and finish - delay.delay_s <= arrived + self.slo_s[k]
-                if caused and delay.charge(delay.delay_s, self._catch_up_per_s()):
-                    self.counts.training_misses[k] += 1
-                    self.expired.append((k, request, delay.delay_s, delay.cause_s))
-                else:
-                    self.expired.append((k, request, 0.0, math.nan))
+        expired = self.deadlines.expire(now_s, self.costs)
+        self.expired_total += len(expired)
+        self.expired += expired
 
     def take_expired(self) -> list[tuple[int, R, float, float]]:
         """The requests refused since the last call because they could no longer make their
@@ -427,7 +302,7 @@ class DeviceExecutor(Generic[R]):
         cores = self.lanes.held[0] if self.lanes is not None else self.cores
         fixed, per = self.prices.inference(self.costs)
         run_s = fixed[task] + per[task] * size
-        delay = self.training_delay
+        delay = self.causes.delay
         if self.prices.split is not None:  # split: what the whole device would have saved is delay
             costs = self.costs
             delay.lane_slowed(now_s, run_s - costs.batch_fixed_s[task] - costs.per_request_s[task] * size)
@@ -442,21 +317,9 @@ class DeviceExecutor(Generic[R]):
         """The batch was answered at `now_s` after running `duration_s`. Returns the positions
         in the batch of the requests training made miss (usually none)."""
         k = batch.task
-        slo, delay = self.slo_s[k], batch.training_delay_s
-        late = 0
-        caused: tuple[int, ...] = ()
-        for i, arrived in enumerate(batch.arrivals_s):
-            if now_s - arrived > slo:
-                late += 1
-                self._count_split_miss(k, now_s, arrived + slo, batch.split_delay_s)
-                if is_training_miss(now_s - arrived, slo, delay) and self.training_delay.charge(
-                    delay, self._catch_up_per_s()
-                ):
-                    self.counts.training_misses[k] += 1
-                    caused += (i,)
+        late, caused = self.causes.answered(batch, now_s, self.costs)
         self.counts.misses[k] += late
-        if self.margin is not None:
-            self.margin.answered(late, len(batch.arrivals_s) - late)
+        self.deadlines.answered(late, len(batch.arrivals_s) - late)
         self.gate.served(duration_s)
         self.inference_busy_s += duration_s
         solo_s, cores = self._solo(0, now_s, duration_s, batch.cores)
@@ -483,25 +346,23 @@ class DeviceExecutor(Generic[R]):
                 self.training_busy_s_per_task[k] += duration_s * got / total
         self.rounds.trained += step.samples
         self.training_busy_s += duration_s
-        self.training_timeline.step_ended(now_s, duration_s)
+        self.causes.timeline.step_ended(now_s, duration_s)
         if step.lane == INFERENCE_LANE:  # only a step on the serving lane holds requests back
             self.gate.trained(duration_s, step.inference_share)
             self.last_step_end_s = now_s
-            self.training_delay.step_ended(now_s, step.started_s)
-            self._step_running = None
+            self.causes.delay.step_ended(now_s, step.started_s)
+            self.causes.serving_step = None
         lane = 0 if step.lane == INFERENCE_LANE else 1
         solo_s, cores = self._solo(lane, now_s, duration_s, step.cores)
         self.costs.observe_step(step.samples, solo_s, cores)
         return samples_per_task
 
     def _solo(self, lane: int, now_s: float, duration_s: float, cores: int) -> tuple[float, int | None]:
-        """What the cost model learns from an item that ran `duration_s` on `cores` of `lane`:
-        its duration without the other lane's interference, and its cores (None: the whole
-        device, time-shared)."""
-        if self.lanes is None:
+        """What the cost model learns from a finished item (`LaneControl.solo`); time-shared:
+        its duration as it ran, on the whole device (None)."""
+        if self.lane_control is None:
             return duration_s, None
-        solo_s = self.lanes.solo_s(lane, now_s, duration_s, self.prices.slowdown[lane])
-        return solo_s, cores if cores < self.cores else None
+        return self.lane_control.solo(lane, now_s, duration_s, cores)
 
     def switch_done(self, switch: CoreSwitch, now_s: float, duration_s: float) -> None:
         """`switch`'s lane now runs on its new cores; resizing it took `duration_s`."""

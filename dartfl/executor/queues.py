@@ -68,6 +68,16 @@ class TaskQueues(Generic[R]):
             return 0
         return bisect.bisect_left(times, latest_arrival)
 
+    def pop_due_before(self, task: int, deadline_s: float) -> tuple[list[R], list[float]]:
+        """Pop `task`'s oldest requests that are due before `deadline_s`, from the head up to
+        the first that is not, and their arrival times."""
+        times = self.times[task]
+        latest_arrival = deadline_s - self.slo_s[task]
+        n = 0
+        while n < len(times) and times[n] < latest_arrival:
+            n += 1
+        return self.pop(task, n)
+
     def arrival_at(self, task: int, position: int) -> float:
         """The arrival time of `task`'s request at `position` (0: the oldest)."""
         return self.times[task][position]
