@@ -41,6 +41,9 @@ arrivals (a split planned on no history once lost a Jetson 49 requests in its fi
 and a split asks the executor to reclaim the training lane's cores at its next step boundary
 once the serving lane falls behind (`Allocation.reclaim_when_behind`), not a period later.
 
+The lane's miss model of steps 1 and 4 (demand, the queueing tail, the held-back arrivals)
+is `dartfl.policies.lane_misses`.
+
 O(K + N) per period plus one lane decision: every serving-lane price is the one-core price
 scaled by (1 + f) / S(k), so the sums over tasks are taken once and scaled per split.
 """
@@ -53,14 +56,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dartfl.errors import ConfigError
+from dartfl.policies.lane_misses import BURST_S, backlog_late, held_late, lane_demand, late_per_s
 from dartfl.types import Allocation, CoreCosts, Observation
 from dartfl.unit_split import SplitRule, choose_split_small
 
-__all__ = ["CoreSplit", "CoreSplitConfig"]
+__all__ = ["BURST_S", "CoreSplit", "CoreSplitConfig"]
 
-# How long a burst that overloads a serving lane is taken to last (step 4): the smoothing of
-# the arrival rates (2 s) catches up with it by then, and the lane is judged at its rate.
-BURST_S = 2.5
 # A burst's rate is read from one period's Poisson count n: it is planned at its upper bound
 # of this many standard deviations, (n + z sqrt(n)) / tau (step 1).
 BURST_SIGMAS = 2.0
@@ -114,97 +115,6 @@ def _prices(split: CoreCosts) -> list[_Prices]:
             )
         )
     return out
-
-
-@dataclass(frozen=True, slots=True)
-class _Demand:
-    """What the serving lane must carry now, priced at some per-task costs (step 1)."""
-
-    busy: float  # sum_i r_i c_i: the busy fraction of the arrivals (rho)
-    active_s: float  # sum_i a_i over active tasks: A
-    alone_s: float  # the rate-weighted time of a batch of one: how long one request is served
-    each_s: float  # the rate-weighted per-request cost: how fast a queue drains in batches
-    queued_s: float  # sum_i Q_i c_i: the backlog's work
-    peak: float  # sum_i peak_i c_i: the busy fraction at the remembered burst rate
-    now: float  # sum_i max(lambda_i, peak_i) c_i: the busy fraction a burst needs
-    mean_per_s: float  # the plain mean per-request cost (prices a mix with no arrivals)
-
-
-def _demand(
-    obs: Observation,
-    rates: Sequence[float],
-    planned: Sequence[float],
-    peak: Sequence[float],
-    fixed: Sequence[float],
-    per: Sequence[float],
-) -> _Demand:
-    busy = active = alone = each = queued = at_peak = now = 0.0
-    for rate, q, a, c, top, plan in zip(rates, obs.backlog, fixed, per, peak, planned, strict=True):
-        now += max(plan, top) * c
-        if rate > 0.0 or q > 0:
-            busy += rate * c
-            active += a
-            alone += rate * (a + c)
-            each += rate * c
-            queued += q * c
-        at_peak += top * c
-    arrivals = sum(rates)
-    mean = sum(per) / len(per)
-    if arrivals <= 0:
-        return _Demand(busy, active, 0.0, 0.0, queued, at_peak, now, mean)
-    return _Demand(busy, active, alone / arrivals, each / arrivals, queued, at_peak, now, mean)
-
-
-def _late_per_s(rho: float, d: _Demand, scale: float, arrivals: float, budget_s: float) -> float:
-    """The arrivals per second a lane whose prices are `scale` times `d`'s serves late (step 4).
-
-    Below capacity, a request's wait is near exponential in heavy traffic (Kingman): with
-    Poisson arrivals and deterministic service, P(W > x) ~ rho exp(-2 (1 - rho) x / s). A
-    queue drains in batches at s = the per-request cost, and a request is late when it
-    waits more than B less a batch of one. Where a burst (DART's planning rates and the
-    remembered peak) overloads the lane, rho' > 1, it falls behind by rho' - 1 seconds of
-    work per second while the burst lasts, and arrivals are late once it is B behind: over
-    a burst of BURST_S seconds, a share 1 - B / ((rho' - 1) BURST_S) of them. Overloaded at
-    the smoothed rates, every arrival counts as late and the excess past capacity once more,
-    so that more capacity is always worth more (continuous with rho -> 1)."""
-    if rho >= 1.0:
-        return arrivals * (2.0 - 1.0 / rho)
-    late = 0.0
-    if d.each_s > 0:
-        slack = budget_s - d.alone_s * scale
-        late = rho * math.exp(-2.0 * (1.0 - rho) * slack / (d.each_s * scale)) if slack > 0 else 1.0
-    burst = d.now * scale
-    if burst > 1.0:
-        late = max(late, 1.0 - budget_s / ((burst - 1.0) * BURST_S))
-    return arrivals * late
-
-
-def _backlog_late(
-    rho: float, d: _Demand, scale: float, backlog: int, horizon_s: float, budget_s: float
-) -> float:
-    """The share of the backlog that cannot drain within B, spread over the horizon a move is
-    judged on (all of it when the lane cannot keep up)."""
-    if rho >= 1.0:
-        return backlog / horizon_s
-    drain = d.queued_s * scale / (1.0 - rho)
-    return backlog * (drain - budget_s) / drain / horizon_s if drain > budget_s else 0.0
-
-
-def _held_late(m: int, step: tuple[float, float], d: _Demand, budget_s: float) -> float:
-    """The share of arrivals during a step of m samples on a time-shared lane that finish
-    late. One arriving with r of the step left waits r, then the batches of what arrived
-    meanwhile, r (1 + rho) + A, and a queueing tail on top (Kingman, as in `_late_per_s`):
-    rho exp(-2 (1 - rho) (B - A - r (1 + rho)) / c), averaged over r uniform in [0, s]."""
-    rho, c = d.busy, d.each_s
-    if m <= 0 or c <= 0 or rho >= 1.0:
-        return 0.0 if m <= 0 else 1.0
-    held_s = step[0] + step[1] * m
-    decay = 2.0 * (1.0 - rho) / c
-    full, empty = budget_s - d.active_s - held_s * (1.0 + rho), budget_s - d.active_s
-    if full <= 0:  # the arrivals in the step's first -full / (1 + rho) seconds are late for sure
-        sure = min(1.0, -full / ((1.0 + rho) * held_s))
-        return sure + (1.0 - sure) * rho * (1.0 - math.exp(-decay * empty)) / (decay * empty)
-    return rho * (math.exp(-decay * full) - math.exp(-decay * empty)) / (decay * (1.0 + rho) * held_s)
 
 
 def _steps_within(span_s: float, step: tuple[float, float], m_max: int) -> int:
@@ -298,8 +208,8 @@ class CoreSplit:
         # A lane judged to carry a burst at its count's mean is overrun by the count's own
         # noise in a quarter of the burst's periods (docs/allocator.md): plan at its bound.
         bursts = [r + BURST_SIGMAS * math.sqrt(r / tau) if r > 0.0 else 0.0 for r in planned]
-        d = _demand(obs, rates, bursts, peak, obs.batch_fixed_s, obs.per_request_s)
-        one = _demand(obs, rates, bursts, peak, split.batch_fixed_s, split.per_request_s)
+        d = lane_demand(obs, rates, bursts, peak, obs.batch_fixed_s, obs.per_request_s)
+        one = lane_demand(obs, rates, bursts, peak, split.batch_fixed_s, split.per_request_s)
         # A one-core request's price over a time-shared one's: the serving lane's load (per
         # unit of scale) when arrivals fill the whole device.
         carried = one.each_s / d.each_s if d.each_s > 0 else one.mean_per_s / d.mean_per_s
@@ -310,13 +220,13 @@ class CoreSplit:
         # train costs more in misses than it trains, serving alone on every core.
         step = (obs.microbatch_fixed_s, obs.per_sample_s)
         idle = max(0.0, 1.0 - d.busy)
-        serving_late = _late_per_s(d.busy, d, 1.0, arrivals, budget_s)
+        serving_late = late_per_s(d.busy, d, 1.0, arrivals, budget_s)
 
         # Its steps hold requests back: an arrival during one waits out the rest of it. DART's
         # step where that is worth it; else the best shorter one (halving down to one sample)
         # that is worth anything, or none.
         def worth(m: int) -> float:
-            return idle * _rate(m, step) - miss_price * (idle * arrivals * _held_late(m, step, d, budget_s))
+            return idle * _rate(m, step) - miss_price * (idle * arrivals * held_late(m, step, d, budget_s))
 
         best_m = shared.microbatch
         if best_m > 0 and worth(best_m) < 0.0:
@@ -327,16 +237,16 @@ class CoreSplit:
         if best_m != shared.microbatch:
             shared = dataclasses.replace(shared, microbatch=best_m)
         rate[n - 1] = idle * _rate(best_m, step)
-        late[n - 1] = serving_late + idle * arrivals * _held_late(best_m, step, d, budget_s)
-        queued[n - 1] = _backlog_late(d.busy, d, 1.0, backlog, hold_s, budget_s)
+        late[n - 1] = serving_late + idle * arrivals * held_late(best_m, step, d, budget_s)
+        queued[n - 1] = backlog_late(d.busy, d, 1.0, backlog, hold_s, budget_s)
         current = min(obs.inference_cores, n)
         steps: list[tuple[int, int]] = []
         in_time: list[bool] = []
         for k in range(1, n):
             p = prices[k - 1]
             rho, active = one.busy * p.scale, one.active_s * p.scale
-            late[k - 1] = _late_per_s(rho, one, p.scale, arrivals, budget_s)
-            queued[k - 1] = _backlog_late(rho, one, p.scale, backlog, hold_s, budget_s)
+            late[k - 1] = late_per_s(rho, one, p.scale, arrivals, budget_s)
+            queued[k - 1] = backlog_late(rho, one, p.scale, backlog, hold_s, budget_s)
             # 2. Its idle-time steps, valued at their cap (DART's own rule, below, may pick
             #    smaller ones for the split it settles on).
             m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
