@@ -265,7 +265,7 @@ class DartPolicy(Policy):
             plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
             m = _best_microbatch(obs, envelope, *plan, gain, price)
             if m > 0 and deficit <= 0.0:
-                idle = max(IDLE_FLOOR, 1.0 - self.debt.load)
+                idle = max(IDLE_FLOOR, 1.0 - self.debt.long_run.load)
                 m = self.risk.affordable(m, a_t, c_t, self.debt.allowance_per_s(), idle)
 
         self._last_m, self._last_step_s = m, a_t + c_t * m

@@ -22,8 +22,12 @@ Plain floats and preallocated lists: O(classes + blame window) per period.
 from __future__ import annotations
 
 import math
+from typing import Generic, TypeVar
 
-__all__ = ["CLASSES", "MissDebt", "StepRisk", "efficient_step", "step_class"]
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["CLASSES", "LongRunRates", "MissDebt", "StepRisk", "efficient_step", "step_class"]
 
 # The long-run arrival rate (the budget's pace) forgets over RATE_MEMORY_S, and is averaged
 # over RATE_WARMUP_S at least, so a run that opens with a burst does not start rich.
@@ -62,42 +66,28 @@ def step_class(microbatch: int) -> int:
     return j if j < CLASSES else CLASSES - 1
 
 
-class MissDebt:
-    """H, its credit floor and the long-run arrival rate, updated once per control period."""
+# One device's floats, or a fleet's arrays with one entry per device.
+Num = TypeVar("Num", float, npt.NDArray[np.float64])
 
-    __slots__ = (
-        "_arrived",
-        "_decay",
-        "_period_s",
-        "_seen_s",
-        "_total",
-        "_work_s",
-        "budget",
-        "debt",
-        "debt_limit",
-        "load",
-        "queue",
-        "rate_per_s",
-    )
 
-    def __init__(self, budget: float, debt: float) -> None:
-        self.budget = budget
-        self.debt = debt
+class LongRunRates(Generic[Num]):
+    """The long-run arrival rate and inference work per second (the budget's pace): sums
+    that forget over RATE_MEMORY_S, averaged over RATE_WARMUP_S at least. One device's
+    (`MissDebt`) or a fleet's, elementwise in the same order (`FleetMissDebt`)."""
+
+    __slots__ = ("_arrived", "_decay", "_period_s", "_seen_s", "_work_s", "load", "rate_per_s")
+
+    def __init__(self, zero: Num) -> None:
         self._period_s = -1.0
         self._decay = 1.0
-        self.reset()
+        self._arrived: Num = zero  # exponentially weighted sums
+        self._work_s: Num = zero
+        self._seen_s = 0.0
+        self.rate_per_s: Num = zero
+        self.load: Num = zero  # the long-run inference work per second
 
-    def reset(self) -> None:
-        self.queue = 0.0  # H, requests (negative: banked budget)
-        self.debt_limit = 0.0  # H_max = debt sqrt(arrivals so far), requests
-        self._total = 0.0  # arrivals so far
-        self.rate_per_s = 0.0
-        self.load = 0.0  # the long-run inference work per second
-        self._arrived = self._seen_s = self._work_s = 0.0  # exponentially weighted sums
-
-    def update(self, misses: int, arrivals: int, work_s: float, period_s: float) -> None:
-        """Fold in one period: `misses` training-caused misses, `arrivals` requests that need
-        `work_s` device-seconds of inference."""
+    def update(self, arrivals: Num, work_s: Num, period_s: float) -> None:
+        """Fold in one period: `arrivals` requests that need `work_s` device-seconds."""
         if period_s != self._period_s:
             self._period_s = period_s
             self._decay = math.exp(-period_s / RATE_MEMORY_S)
@@ -108,10 +98,32 @@ class MissDebt:
         seen = max(self._seen_s, RATE_WARMUP_S)
         self.rate_per_s = self._arrived / seen
         self.load = self._work_s / seen
+
+
+class MissDebt:
+    """H, its credit floor and the long-run arrival rate, updated once per control period."""
+
+    __slots__ = ("_total", "budget", "debt", "debt_limit", "long_run", "queue")
+
+    def __init__(self, budget: float, debt: float) -> None:
+        self.budget = budget
+        self.debt = debt
+        self.reset()
+
+    def reset(self) -> None:
+        self.queue = 0.0  # H, requests (negative: banked budget)
+        self.debt_limit = 0.0  # H_max = debt sqrt(arrivals so far), requests
+        self._total = 0.0  # arrivals so far
+        self.long_run: LongRunRates[float] = LongRunRates(0.0)
+
+    def update(self, misses: int, arrivals: int, work_s: float, period_s: float) -> None:
+        """Fold in one period: `misses` training-caused misses, `arrivals` requests that need
+        `work_s` device-seconds of inference."""
+        self.long_run.update(arrivals, work_s, period_s)
         self._total += arrivals
         self.debt_limit = self.debt * math.sqrt(self._total)
         h = self.queue + misses - self.budget * arrivals
-        credit = self.budget * self.rate_per_s * CREDIT_S
+        credit = self.budget * self.long_run.rate_per_s * CREDIT_S
         self.queue = h if h > -credit else -credit
 
     def allowance_per_s(self) -> float:
@@ -120,7 +132,7 @@ class MissDebt:
         if self.queue >= self.debt_limit:
             return 0.0
         h = self.queue / self.debt_limit
-        return self.budget * self.rate_per_s * (1.0 - h if h > 0.0 else 1.0)
+        return self.budget * self.long_run.rate_per_s * (1.0 - h if h > 0.0 else 1.0)
 
     def price(self) -> float:
         """The price of a training-caused miss: 1 / (1 - H / H_max), 1 while in credit, inf at

@@ -141,7 +141,7 @@ class FleetDart(FleetPolicy):
         stopped = price == math.inf
         plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
         best = _best_microbatch(obs, self.envelope, *plan, gain, np.where(stopped, 1.0, price))
-        idle = np.maximum(IDLE_FLOOR, 1.0 - self.debt.load)
+        idle = np.maximum(IDLE_FLOOR, 1.0 - self.debt.long_run.load)
         cut = self.risk.affordable(best, a_t, c_t, self.debt.allowance_per_s(), idle)
         best = np.where((best > 0) & (deficit <= 0.0), cut, best)
         m = np.where((lam_cost >= 1.0) & (deficit > 0.0), 1, np.where(stopped, 0, best)).astype(np.int64)

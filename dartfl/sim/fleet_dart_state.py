@@ -21,9 +21,8 @@ from dartfl.policies.miss_debt import (
     CREDIT_S,
     PRIOR_TRAINING_S,
     PROMOTE_STEPS,
-    RATE_MEMORY_S,
-    RATE_WARMUP_S,
     RISK_MEMORY_S,
+    LongRunRates,
 )
 
 __all__ = ["FleetMissDebt", "FleetStepRisk", "FleetSurprise", "step_class"]
@@ -121,8 +120,6 @@ class FleetMissDebt:
     def __init__(self, budget: float, debt: float) -> None:
         self.budget = budget
         self.debt = debt
-        self.period_s = -1.0
-        self.decay = 1.0
         self.queue = np.zeros(0)
 
     def ensure(self, devices: int) -> None:
@@ -130,33 +127,20 @@ class FleetMissDebt:
             self.queue = np.zeros(devices)
             self.debt_limit = np.zeros(devices)
             self.total = np.zeros(devices)
-            self.rate_per_s = np.zeros(devices)
-            self.load = np.zeros(devices)
-            self.arrived = np.zeros(devices)
-            self.work_s = np.zeros(devices)
-            self.seen_s = 0.0
+            self.long_run: LongRunRates[FloatArray] = LongRunRates(np.zeros(devices))
 
     def update(self, misses: FloatArray, arrivals: FloatArray, work_s: FloatArray, period_s: float) -> None:
-        if period_s != self.period_s:
-            self.period_s = period_s
-            self.decay = math.exp(-period_s / RATE_MEMORY_S)
-        d = self.decay
-        self.arrived = self.arrived * d + arrivals
-        self.work_s = self.work_s * d + work_s
-        self.seen_s = self.seen_s * d + period_s
-        seen = max(self.seen_s, RATE_WARMUP_S)
-        self.rate_per_s = self.arrived / seen
-        self.load = self.work_s / seen
+        self.long_run.update(arrivals, work_s, period_s)
         self.total = self.total + arrivals
         self.debt_limit = self.debt * np.sqrt(self.total)
         h = self.queue + misses - self.budget * arrivals
-        credit = self.budget * self.rate_per_s * CREDIT_S
+        credit = self.budget * self.long_run.rate_per_s * CREDIT_S
         self.queue = np.where(h > -credit, h, -credit)
 
     def allowance_per_s(self) -> FloatArray:
         with np.errstate(divide="ignore", invalid="ignore"):
             h = self.queue / self.debt_limit
-            allowed = self.budget * self.rate_per_s * np.where(h > 0.0, 1.0 - h, 1.0)
+            allowed = self.budget * self.long_run.rate_per_s * np.where(h > 0.0, 1.0 - h, 1.0)
         out: FloatArray = np.where(self.queue >= self.debt_limit, 0.0, allowed)
         return out
 

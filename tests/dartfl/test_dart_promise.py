@@ -39,9 +39,9 @@ def test_unused_budget_is_banked_up_to_its_credit_and_prices_misses_at_the_base(
     debt = MissDebt(0.01, 1.0)
     for _ in range(4000):  # 1000 s at 40 requests per second, no miss
         debt.update(0, 10, 0.01, 0.25)
-    credit = 0.01 * debt.rate_per_s * 600.0
+    credit = 0.01 * debt.long_run.rate_per_s * 600.0
     assert debt.queue == pytest.approx(-credit)
-    assert debt.price() == 1.0 and debt.allowance_per_s() == pytest.approx(0.01 * debt.rate_per_s)
+    assert debt.price() == 1.0 and debt.allowance_per_s() == pytest.approx(0.01 * debt.long_run.rate_per_s)
 
 
 def test_the_price_of_a_miss_rises_to_infinity_at_the_debt_limit() -> None:
