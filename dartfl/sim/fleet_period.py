@@ -61,14 +61,15 @@ def run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> N
 
 def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> None:
     tau = st.tau
-    fixed, per = st.fixed, st.per
+    dev = st.dev
+    fixed, per = dev.fixed, dev.per
     lam = arrived / tau
     x = alloc.inference_share
     m = alloc.microbatch.astype(np.float64)
     bcap = alloc.max_batch.astype(np.float64)
     shares = alloc.task_shares.T
     train = m > 0
-    s = st.a_t + st.c_t * m
+    s = dev.a_t + dev.c_t * m
     x_eff = np.where(train & (x < 1.0), x, 1.0)
     q0 = st.queue
     lamc = (per * lam).sum(axis=0)
@@ -172,14 +173,14 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     )
     q_end = np.where(q_end < 1e-9, 0.0, q_end)
     q_end = np.minimum(q_end, q0 + arrived)  # a queue holds at most what it had and what came
-    over = np.maximum(q_end - st.capacity, 0.0)
+    over = np.maximum(q_end - dev.capacity, 0.0)
     q_end -= over
     accepted = arrived - over
 
     # Latency: one uniform per phase (or drain round), weighted by the share of the period's
     # arrivals it sees. A request that arrives while a step (or a round of batches) runs waits
     # for it to end, then for its task's turn in the next round: kappa_k of that round.
-    slo = st.slo
+    slo = dev.slo
     one = fixed + per
     kappa, kappa_sd = turn_fraction(q + lam * tau, fixed, per)
     # No wait outlasts the run: training stops at the horizon and the queue drains at full
@@ -187,7 +188,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     cap = (st.horizon_s - st.now_s) + np.maximum(carry, s) + v + lam1 * tau
     # Nor does a round outgrow full queues (the excess is rejected): a request waits at most
     # the rest of one such round and its turn in the next.
-    full_round = time_to((st.capacity * cq).sum(axis=0), share1)
+    full_round = time_to((dev.capacity * cq).sum(axis=0), share1)
     round_cap = np.minimum(cap, full_round)
     wait_cap = np.minimum(cap, (1.0 + kappa) * full_round + carry_rem)
     r0 = np.minimum(time_to(v + lam1 * carry_rem, share1), round_cap)  # the round after the carried step
@@ -264,7 +265,7 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     step_peak = np.where(cyc_started & ((cycles > 0) | ~in_step), (n0 + floor_q).sum(axis=0), 0.0)
     step_peak = step_peak + (n0 * (cycles * left)).sum(axis=0)
     peak = np.maximum(np.maximum(q.sum(axis=0), q_end.sum(axis=0) + over.sum(axis=0)), step_peak)
-    st.max_backlog = np.maximum(st.max_backlog, np.minimum(peak, st.capacity.sum(axis=0)))
+    st.max_backlog = np.maximum(st.max_backlog, np.minimum(peak, dev.capacity.sum(axis=0)))
 
     # Totals and the state the next period starts from.
     st.trained += trained

@@ -37,12 +37,7 @@ class FleetState:
 
     tau: float
     horizon_s: float
-    fixed: FloatArray
-    per: FloatArray
-    slo: FloatArray
-    capacity: FloatArray
-    a_t: FloatArray
-    c_t: FloatArray
+    dev: DeviceArrays  # the costs, SLOs and bounds it runs on
     now_s: float
     queue: FloatArray
     head_s: FloatArray  # arrival time of each queue's oldest request
@@ -75,12 +70,7 @@ class FleetState:
         return cls(
             tau=tau,
             horizon_s=horizon_s,
-            fixed=dev.fixed,
-            per=dev.per,
-            slo=dev.slo,
-            capacity=dev.capacity,
-            a_t=dev.a_t,
-            c_t=dev.c_t,
+            dev=dev,
             now_s=0.0,
             queue=task_zeros(),
             head_s=task_zeros(),
@@ -106,7 +96,8 @@ class FleetState:
         and the queue drains at full speed, in batches of `max_batch` (the last allocation's).
         Returns how long that takes."""
         batches = np.ceil(self.queue / max_batch.astype(np.float64) - 1e-9)
-        drain: FloatArray = (self.fixed * batches + self.per * self.queue).sum(axis=0)
+        dev = self.dev
+        drain: FloatArray = (dev.fixed * batches + dev.per * self.queue).sum(axis=0)
         overrun: FloatArray = self.carry_s + drain
         self.trained += self.carry_m
         self.trained_per_task += self.carry_task
