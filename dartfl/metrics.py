@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from dartfl.fluid import FluidTerms
+
 __all__ = [
     "MissBudgetBound",
     "RunRecord",
@@ -55,8 +57,7 @@ class RunRecord:
     rejected: npt.NDArray[np.bool_]
     trained_per_task: tuple[int, ...]
     training_busy_s: float
-    inference_min_s: float
-    cheapest_sample_s: float
+    fluid: FluidTerms  # the fluid limit's terms on N cores (dartfl.fluid)
     max_backlog: int
     decision_us: FloatArray
     inference_busy_s: float = 0.0
@@ -64,11 +65,6 @@ class RunRecord:
     round_samples: tuple[int, ...] = ()  # samples trained in each finished FL round
     round_target_samples: int = 0
     end_s: float | None = None  # when the device's last work ended, if after the horizon
-    # The fluid limit on N cores (dartfl.fluid.FluidTerms): units of device time per second,
-    # and what a GPU device's CPU cores could take off its GPU.
-    fluid_units: float = 1.0
-    offload_per_s: float = 0.0
-    offload_saves_s: float = 0.0
     cores: int = 1
     core_switches: int = 0
     core_reclaims: int = 0  # splits the executor ended early: the serving lane fell behind
@@ -93,11 +89,9 @@ def fluid_trainable_samples(
 
 def run_trainable_samples(run: RunRecord) -> float:
     """The fluid limit of one run."""
-    run_s = run.run_s
-    offload = min(run.inference_min_s, run.offload_per_s * run_s * run.offload_saves_s)
-    return fluid_trainable_samples(
-        run_s, run.inference_min_s, run.cheapest_sample_s, run.fluid_units, offload
-    )
+    run_s, f = run.run_s, run.fluid
+    offload = min(f.inference_min_s, f.offload_per_s * run_s * f.offload_saves_s)
+    return fluid_trainable_samples(run_s, f.inference_min_s, f.cheapest_sample_s, f.units, offload)
 
 
 def harvest_efficiency(trained: float, trainable: float) -> float:

@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
+from dartfl.fluid import FluidTerms
 from dartfl.metrics import RunRecord, summarize
 from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
@@ -208,8 +209,7 @@ def replay_report(
         trained_per_task=trained,
         training_busy_s=training_busy,
         inference_busy_s=inference_busy,
-        inference_min_s=needed_s,
-        cheapest_sample_s=cheapest,
+        fluid=FluidTerms(needed_s, cheapest),
         max_backlog=0,
         decision_us=np.zeros(0),
     )

@@ -278,12 +278,13 @@ def test_an_edge_replay_is_recorded_from_when_it_began(tmp_path: Path) -> None:
     from types import SimpleNamespace
 
     from dartfl.cli.replay_cmd import _record
+    from dartfl.fluid import FluidTerms
     from dartfl.metrics import RunRecord
 
     times = np.array([0.5, 1.0])
     record = RunRecord(
         "dart", ("digits",), (0.25,), 2.0, times, times + 0.01, np.zeros(2, np.int64),
-        np.zeros(2, bool), (0,), 0.0, 0.0, 0.0, 1, np.zeros(0),
+        np.zeros(2, bool), (0,), 0.0, FluidTerms(0.0, 0.0), 1, np.zeros(0),
     )  # fmt: skip
     arrivals = Arrivals(times, np.array([0, 0]), ("digits",), 2.0)
     args = argparse.Namespace(store=tmp_path / "s.sqlite", device="pi-01", seed=1)

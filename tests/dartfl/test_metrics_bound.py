@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dartfl.fluid import FluidTerms
 from dartfl.metrics import RunRecord, miss_budget_bound, training_caused_misses
 
 
@@ -21,8 +22,7 @@ def _record(arrival: list[float], finish: list[float], delay: list[float], cause
         rejected=np.isnan(np.array(finish)),
         trained_per_task=(0,),
         training_busy_s=0.0,
-        inference_min_s=0.0,
-        cheapest_sample_s=1.0,
+        fluid=FluidTerms(inference_min_s=0.0, cheapest_sample_s=1.0),
         max_backlog=0,
         decision_us=np.zeros(0),
         periods={"t_s": np.arange(1, 9) * 0.25},  # ticks at 0.25, 0.5, ..., 2.0

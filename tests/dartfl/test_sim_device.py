@@ -209,7 +209,7 @@ def test_work_done_after_the_horizon_counts_in_the_run_so_harvest_stays_at_most_
     assert m["rejected"] == 0 and record.end_s is not None and record.end_s > 10.5
     assert 0.95 < m["harvest_efficiency"] <= 1.0
     assert m["fluid_trainable_samples"] == pytest.approx(
-        (record.end_s - record.inference_min_s) / SMALL.training.cheapest_per_sample_s()
+        (record.end_s - record.fluid.inference_min_s) / SMALL.training.cheapest_per_sample_s()
     )
 
 
