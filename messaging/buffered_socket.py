@@ -9,18 +9,15 @@ running Python (benchmarks/request_path.py; docs/benchmarks.md, "The request pat
 `BufferedSocket` takes what the kernel holds in one `recv` and hands paho the bytes it asks
 for from memory. paho already asks a socket for `pending()` bytes (TLS sockets keep
 decrypted bytes the kernel no longer shows to `select`) and skips its wait while there are
-any, so buffered bytes are never stranded; `BufferedReadClient.loop_read` goes on reading
-while whole packets sit in the buffer, so one wake-up serves them all.
+any, so buffered bytes are never stranded; `LeanClient.loop_read` (messaging.lean_client)
+goes on reading while whole packets sit in the buffer, so one wake-up serves them all.
 """
 
 from __future__ import annotations
 
 from typing import Any, Final
 
-import paho.mqtt.client as paho
-from paho.mqtt.enums import MQTTErrorCode
-
-__all__ = ["READ_BYTES", "BufferedReadClient", "BufferedSocket", "raw_socket"]
+__all__ = ["READ_BYTES", "BufferedSocket", "raw_socket"]
 
 # One read takes up to this much: some 70 requests of 800 bytes, a burst's worth.
 READ_BYTES: Final = 65536
@@ -63,20 +60,3 @@ class BufferedSocket:
 def raw_socket(sock: Any) -> Any:
     """The socket under a BufferedSocket (or `sock` itself)."""
     return sock.raw if isinstance(sock, BufferedSocket) else sock
-
-
-class BufferedReadClient(paho.Client):
-    """A paho client whose connections read through a BufferedSocket."""
-
-    def _create_socket(self) -> Any:
-        return BufferedSocket(super()._create_socket())
-
-    def loop_read(self, max_packets: int = 1) -> MQTTErrorCode:
-        rc = super().loop_read(max_packets)
-        # paho reads one packet per wake-up of its loop; go on while the buffer holds more,
-        # so their acknowledgements go out together after them (paho writes after reading).
-        while (
-            rc == paho.MQTT_ERR_SUCCESS and isinstance(self._sock, BufferedSocket) and self._sock.buffered()
-        ):
-            rc = super().loop_read(max_packets)
-        return rc

@@ -1,7 +1,7 @@
 """A paho client set up as every link uses it: the MQTT version by name, paho's VERSION2
 callback API (a bare `Client()` silently selects the old VERSION1 signatures), a bounded
 outgoing queue, the reconnect delays, TLS and login, the last will, TCP_NODELAY on its
-socket, and reads served from a buffer (messaging.buffered_socket)."""
+socket, and paho's per-packet costs cut (messaging.lean_client)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,8 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from dartfl.errors import ConfigError
-from messaging.buffered_socket import BufferedReadClient, raw_socket
+from messaging.buffered_socket import raw_socket
+from messaging.lean_client import LeanClient
 from messaging.messages import Will
 from messaging.security import MqttSecurity
 from messaging.tls import apply_security
@@ -64,7 +65,7 @@ def paho_client(
             f"MQTT protocol {protocol!r} is not supported; expected {MQTT_V311!r} or {MQTT_V5!r}"
         )
     version = _PROTOCOLS[protocol]
-    client = BufferedReadClient(
+    client = LeanClient(
         CallbackAPIVersion.VERSION2,
         client_id=client_id,
         protocol=version,

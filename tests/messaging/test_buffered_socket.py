@@ -1,20 +1,15 @@
 """Reads served from a buffer (messaging.buffered_socket): the bytes paho asks for, in order,
-from one system call; nothing stranded in the buffer; and, on a real broker, every message of
-a burst delivered in order with TCP_NODELAY still set on the socket underneath."""
+from one system call, and nothing stranded in the buffer. A burst over a real broker:
+tests/messaging/test_lean_client.py."""
 
 from __future__ import annotations
 
-import queue
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
 
-from messaging.brokers import BrokerHandle
-from messaging.buffered_socket import BufferedReadClient, BufferedSocket, raw_socket
-from messaging.link import MQTT_V5, MQTT_V311, Message, connect
-from tests.messaging import mqtt_fixtures as fx
+from messaging.buffered_socket import BufferedSocket, raw_socket
 
 
 class _CountingSocket:
@@ -84,38 +79,3 @@ def test_everything_else_passes_to_the_socket(pair: tuple[socket.socket, socket.
     assert buffered.fileno() == receiver.fileno()
     assert raw_socket(buffered) is receiver
     assert raw_socket(receiver) is receiver
-
-
-@pytest.fixture
-def mosquitto() -> Iterator[BrokerHandle]:
-    yield from fx.mosquitto_broker()
-
-
-@pytest.mark.integration
-@pytest.mark.parametrize("version", [MQTT_V5, MQTT_V311])
-def test_a_burst_arrives_whole_and_in_order_over_a_real_broker(mosquitto: BrokerHandle, version: str) -> None:
-    got: queue.Queue[Message] = queue.Queue()
-    n = 2000
-    done = threading.Event()
-
-    def on_message(message: Message) -> None:
-        got.put(message)
-        if got.qsize() == n:
-            done.set()
-
-    receiver = connect(
-        mosquitto.url, "burst-rx", on_message=on_message, subscriptions=[("burst/#", 1)], protocol=version
-    )
-    sender = connect(mosquitto.url, "burst-tx", on_message=lambda m: None, protocol=version)
-    try:
-        assert isinstance(receiver._client, BufferedReadClient)
-        sock = raw_socket(receiver._client.socket())
-        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # the wrapper hid it once
-        for i in range(n):  # faster than the receiver reads: its buffer holds many at a time
-            assert sender.publish(f"burst/{i % 3}", i.to_bytes(4, "big") + bytes(800), qos=1)
-        assert done.wait(30), f"{got.qsize()} of {n} messages arrived"
-        order = [int.from_bytes(got.get_nowait().payload[:4], "big") for _ in range(n)]
-        assert order == list(range(n))
-    finally:
-        sender.close()
-        receiver.close()
