@@ -7,6 +7,7 @@ import math
 import pytest
 
 from dartfl.executor import DeviceExecutor, ExecutorConfig, InferenceBatch, RoundClock, TrainingStep
+from dartfl.executor.costs import ProfiledCosts
 from dartfl.policies import make_policy
 from dartfl.profiles import get_profile
 from dartfl.types import TaskSpec
@@ -176,6 +177,45 @@ def test_the_cost_model_prices_a_request_end_to_end_and_publishes_what_it_plans_
     published = costs.profile(profile, names)
     assert published.inference_for("a").per_request_s == pytest.approx(costs.per_request_s[0])
     assert published.inference_for("b").batch_fixed_s == pytest.approx(costs.batch_fixed_s[1])
+
+
+def _learning_costs() -> ProfiledCosts:
+    return ProfiledCosts(get_profile("x86-1core"), ("a", "b"))
+
+
+def test_a_timed_batch_reprices_its_task_for_admission_at_once() -> None:
+    costs = _learning_costs()
+    fixed, per = costs.batch_fixed_s, costs.per_request_s  # read as admission does: now cached
+    outside = per[0] - costs.inference[0].per_item_s  # the network thread's share of a request
+    # Batches of 1 and 4 requests on a line twice the prior's: the fit is that line.
+    a, c = 2 * fixed[0], 2 * costs.inference[0].per_item_s
+    for size in (1, 4, 1, 4):
+        costs.observe_batch(0, size, a + c * size)
+    assert costs.batch_fixed_s[0] > fixed[0]
+    assert costs.batch_fixed_s[0] == pytest.approx(a)
+    assert costs.per_request_s[0] > per[0]
+    assert costs.per_request_s[0] == pytest.approx(c + outside)
+    assert (costs.batch_fixed_s[1], costs.per_request_s[1]) == (fixed[1], per[1])  # task b: not timed
+
+
+def test_a_dearer_request_path_reprices_every_task_for_admission_at_once() -> None:
+    costs = _learning_costs()
+    fixed, per = costs.batch_fixed_s, costs.per_request_s
+    executor = [p.per_item_s for p in costs.inference]
+    # The first sum told replaces the profile's path costs: 3e-4 s receiving, 1e-4 s admitting.
+    costs.observe_request_path(10, 10 * 3e-4, 10 * 1e-4)
+    assert all(now > then for now, then in zip(costs.per_request_s, per, strict=True))
+    assert costs.per_request_s == pytest.approx([e + 4e-4 for e in executor])
+    assert costs.batch_fixed_s == fixed  # a request's path has no per-batch share
+
+
+def test_the_prices_are_cached_until_an_inference_cost_is_told() -> None:
+    costs = _learning_costs()
+    fixed, per = costs.batch_fixed_s, costs.per_request_s
+    assert costs.batch_fixed_s is fixed and costs.per_request_s is per
+    costs.observe_step(8, 0.5)  # training: no inference price changes
+    costs.observe_request_path(0, 1.0, 1.0)  # no request: nothing to learn
+    assert costs.batch_fixed_s is fixed and costs.per_request_s is per
 
 
 @pytest.mark.parametrize("workload", ["mmpp", "flash-crowd", "gamma"])
