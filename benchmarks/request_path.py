@@ -6,7 +6,9 @@ replayer and Mosquitto share CPU 1. Each step replays a Poisson stream at a fixe
 agent's process CPU per request (from its telemetry). The same ramp against an echo device
 (a paho client on CPU 0 that decodes each request and answers it at once, no model, no
 executor) measures what Mosquitto and the MQTT client library themselves sustain on this
-machine, the ceiling the agent's figure is compared with.
+machine, the ceiling the agent's figure is compared with. Last, Mosquitto's own rate: its C
+clients (`mosquitto_pub -l` beside the broker on CPU 1, `mosquitto_sub` on CPU 0) move a burst
+of request-sized QoS 1 messages through the same broker settings; no Python on either end.
 
     .venv/bin/python benchmarks/request_path.py --json benchmarks/results/request_path.json
 
@@ -19,6 +21,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -159,6 +162,51 @@ def ramp(kind: str, rates: list[float], step_s: float) -> list[dict[str, Any]]:
     return rows
 
 
+def mosquitto_rate(messages: int, timeout_s: float = 120.0) -> dict[str, Any]:
+    """Messages a second from mosquitto_pub through the broker to mosquitto_sub, at QoS 1, each
+    as large as a binary request. Beyond ~50,000 queued lines mosquitto_pub 2.0 drops some
+    at exit, so keep `messages` at or below that."""
+    for tool in ("mosquitto_pub", "mosquitto_sub"):
+        if shutil.which(tool) is None:
+            raise SystemExit(f"{tool} not found: apt-get install mosquitto-clients")
+    _pin(LOAD_CPU)
+    size = 830  # a binary request with its id and reply topic (docs/protocol.md)
+    with tempfile.TemporaryDirectory() as tmp, start_mosquitto() as broker:
+        if broker.pid is not None:
+            os.sched_setaffinity(broker.pid, {LOAD_CPU})
+        port = broker.url.rsplit(":", 1)[1]
+        common = ["-h", "127.0.0.1", "-p", port, "-q", "1"]
+        received = Path(tmp) / "received"
+        with received.open("wb") as out:
+            sub = subprocess.Popen(
+                ["mosquitto_sub", *common, "-t", "bench/#", "-C", str(messages)], stdout=out
+            )
+        os.sched_setaffinity(sub.pid, {AGENT_CPU})
+        time.sleep(0.5)  # subscribed before the first message
+        lines = (b"x" * (size - 1) + b"\n") * messages
+        start = time.perf_counter()
+        subprocess.run(
+            ["mosquitto_pub", *common, "-t", "bench/x", "-l"], input=lines, timeout=timeout_s, check=True
+        )
+        try:
+            sub.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            sub.kill()
+        elapsed = time.perf_counter() - start
+        got = received.read_bytes().count(b"\n")
+    if got < messages:
+        raise SystemExit(
+            f"mosquitto_sub received {got} of {messages} messages: use fewer --mosquitto-messages"
+        )
+    return {
+        "messages": messages,
+        "bytes": size,
+        "qos": 1,
+        "seconds": elapsed,
+        "rate_per_s": messages / elapsed,
+    }
+
+
 def sustained(rows: list[dict[str, Any]]) -> float:
     """The highest rate with nothing lost or late and p99 within the SLO."""
     ok = [r["rate_per_s"] for r in rows if r["lost"] == 0 and r["late"] == 0 and r["p99_latency_s"] <= SLO_S]
@@ -171,6 +219,7 @@ def main() -> None:
     )
     parser.add_argument("--rates", default="1000,2000,3000,4000,5000,6000,7000,8000")
     parser.add_argument("--step-s", type=float, default=15.0)
+    parser.add_argument("--mosquitto-messages", type=int, default=50_000)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
@@ -181,6 +230,9 @@ def main() -> None:
     result["agent_over_echo"] = result["agent"]["sustained_per_s"] / max(
         1.0, result["echo"]["sustained_per_s"]
     )
+    result["mosquitto"] = mosquitto_rate(args.mosquitto_messages)
+    print("mosquitto", json.dumps(result["mosquitto"]), file=sys.stderr)
+    result["agent_over_mosquitto"] = result["agent"]["sustained_per_s"] / result["mosquitto"]["rate_per_s"]
     print_json(result, args.json)
 
 
