@@ -46,8 +46,10 @@ def _joinable(packet: _OutPacket) -> bool:
 
 def join_queued(out: deque[_OutPacket], limit: int = WRITE_BYTES) -> None:
     """Replace the run of joinable packets at the head of paho's outgoing queue (its unsent
-    bytes, in order) by one packet that carries them all. Only the network thread takes from
-    the left of the queue; other threads only append to its right."""
+    bytes, in order) by one packet that carries them all. Under `loop_start`, as every link
+    runs, only the network thread takes from the left of the queue and other threads only
+    append to its right. (Without it paho writes from whichever thread publishes, and two
+    writers race over the queue's head, joined or not.)"""
     taken: list[_OutPacket] = []
     size = 0
     while out and _joinable(out[0]) and size + out[0]["to_process"] <= limit:
@@ -92,8 +94,9 @@ class LeanClient(paho.Client):
         decoded = decode_publish(header, self._in_packet["packet"]) if self._protocol == paho.MQTTv5 else None
         if decoded is None:
             return super()._handle_publish()
-        # What paho's own handler does for QoS 0 and 1, less its per-packet debug line
-        # (formatted only while on_log is set, which links drop once connected).
+        # What paho's own handler does for QoS 0 and 1, less its "Received PUBLISH" debug
+        # line (for on_log, which links drop once connected, or a logger from
+        # enable_logger, which no link calls).
         message = paho.MQTTMessage(mid=decoded.mid, topic=decoded.topic)
         message.dup = bool(header & 0x08)
         message.qos = (header >> 1) & 0x03

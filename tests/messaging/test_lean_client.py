@@ -77,6 +77,16 @@ def test_what_the_quick_decoder_accepts_it_reads_as_paho_does(
     assert str(ours.properties) == str(paho.properties)
 
 
+def test_a_received_properties_object_has_all_that_pahos_constructor_sets() -> None:
+    """The decoder fills Properties without running its constructor: a paho that sets more
+    state there must fail here, not lose it silently."""
+    fresh = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    header, body = _publish(b"t", 1, _props(), b"x")
+    decoded = decode_publish(header, bytearray(body))
+    assert decoded is not None
+    assert vars(decoded.properties) == vars(fresh)
+
+
 DECLINED = {
     "QoS 2": _publish(b"t", 2, _props(), b"x"),
     "a user property": _publish(b"t", 1, _props(UserProperty=[("k", "v")]), b"x"),
