@@ -16,7 +16,7 @@ replay runs DART on a split of the cores (`edge run --split-cores`), beside the 
 agent (issue 15's real-agent comparison).
 
     .venv/bin/python benchmarks/edge_replay.py [--duration-s 120] [--widths 1,24] [--slo-ms 150]
-        [--load 0.5] [--split-cores]
+        [--load 0.5] [--split-cores] [--also dart:debt=0.3]
 """
 
 from __future__ import annotations
@@ -67,6 +67,13 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--load", type=float, default=0.5, help="mean offered load of the profile")
     parser.add_argument("--split-cores", action="store_true", help="also replay DART on split cores")
+    parser.add_argument(
+        "--also",
+        action="append",
+        default=[],
+        metavar="POLICY",
+        help="one more policy spec to replay beside dart and inference-only, e.g. dart:debt=0.3 (repeatable)",
+    )
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     reports = []
@@ -109,6 +116,7 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
     ]
     if args.split_cores:
         runs.append(("dart --split-cores", "dart", ("--split-cores",)))
+    runs += [(spec, spec, ()) for spec in args.also]
     for name, policy, extra in runs:
         flags = (*model, "--publish-every-s", "0", "--max-train", "3000", *extra)
         agent = [f"--agent-arg={a}" for a in flags]
@@ -147,6 +155,11 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
         "dart_slo_points_below_inference_only": 100 * (io_real["slo_attainment"] - d_real["slo_attainment"]),
         "dart_harvest": d_real["harvest_efficiency"],
     }
+    for spec in args.also:
+        report["targets"][f"{spec}: slo_points_below_inference_only"] = 100 * (
+            io_real["slo_attainment"] - replays[spec]["slo_attainment"]
+        )
+        report["targets"][f"{spec}: harvest"] = replays[spec]["harvest_efficiency"]
     if args.split_cores:
         split = replays["dart --split-cores"]
         report["targets"]["split_slo_points_below_inference_only"] = 100 * (
