@@ -67,13 +67,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--load", type=float, default=0.5, help="mean offered load of the profile")
     parser.add_argument("--split-cores", action="store_true", help="also replay DART on split cores")
-    parser.add_argument(
-        "--also",
-        action="append",
-        default=[],
-        metavar="POLICY",
-        help="one more policy spec to replay beside dart and inference-only, e.g. dart:debt=0.3 (repeatable)",
-    )
+    also = "one more policy spec to replay beside dart and inference-only, e.g. dart:debt=0.3 (repeatable)"
+    parser.add_argument("--also", action="append", default=[], metavar="POLICY", help=also)
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     reports = []
