@@ -6,7 +6,7 @@ replayer and Mosquitto share CPU 1. Each step replays a Poisson stream at a fixe
 agent's process CPU per request (from its telemetry). The same ramp against an echo device
 (a paho client on CPU 0 that decodes each request and answers it at once, no model, no
 executor) measures what Mosquitto and the MQTT client library themselves sustain on this
-machine, the ceiling the agent's figure is compared with. Last, Mosquitto's own rate: its C
+machine, the ceiling the agent's figure is compared with. First, Mosquitto's own rate: its C
 clients (`mosquitto_pub -l` beside the broker on CPU 1, `mosquitto_sub` on CPU 0) move a burst
 of request-sized QoS 1 messages through the same broker settings; no Python on either end.
 
@@ -224,14 +224,14 @@ def main() -> None:
     args = parser.parse_args()
     rates = [float(x) for x in args.rates.split(",")]
     result: dict[str, Any] = {"slo_s": SLO_S, "step_s": args.step_s}
+    # First: it takes seconds, and a missing tool should stop the run before the long ramps.
+    result["mosquitto"] = mosquitto_rate(args.mosquitto_messages)
+    print("mosquitto", json.dumps(result["mosquitto"]), file=sys.stderr)
     for kind in ("agent", "echo"):
         rows = ramp(kind, rates, args.step_s)
         result[kind] = {"steps": rows, "sustained_per_s": sustained(rows)}
-    result["agent_over_echo"] = result["agent"]["sustained_per_s"] / max(
-        1.0, result["echo"]["sustained_per_s"]
-    )
-    result["mosquitto"] = mosquitto_rate(args.mosquitto_messages)
-    print("mosquitto", json.dumps(result["mosquitto"]), file=sys.stderr)
+    echo = result["echo"]["sustained_per_s"]  # 0: the echo device sustained none of the rates
+    result["agent_over_echo"] = result["agent"]["sustained_per_s"] / echo if echo else None
     result["agent_over_mosquitto"] = result["agent"]["sustained_per_s"] / result["mosquitto"]["rate_per_s"]
     print_json(result, args.json)
 

@@ -17,8 +17,7 @@ other packet, and every malformed one, is treated exactly as paho treats it.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
@@ -44,8 +43,7 @@ _HANDLED: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class FastPublish:
+class FastPublish(NamedTuple):  # a tuple: one per message, built at half a frozen dataclass's cost
     topic: bytes
     mid: int
     properties: Properties
