@@ -39,27 +39,8 @@ def _one_line_error(err: str) -> str:
 
 def test_generate_writes_a_time_task_csv(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "w.csv"
-    code = main(
-        [
-            "workload",
-            "generate",
-            "mmpp",
-            "--rate",
-            "20",
-            "--duration-s",
-            "300",
-            "--tasks",
-            "a,b",
-            "--zipf",
-            "1",
-            "--param",
-            "burst=20",
-            "--seed",
-            "4",
-            "-o",
-            str(out),
-        ]
-    )
+    argv = ["workload", "generate", "mmpp", "--rate", "20", "--duration-s", "300", "--tasks", "a,b"]
+    code = main([*argv, "--zipf", "1", "--param", "burst=20", "--seed", "4", "-o", str(out)])
     assert code == 0
     assert "wrote" in capsys.readouterr().out
     arrivals = read_time_task_csv(out)
@@ -71,22 +52,8 @@ def test_generate_writes_a_time_task_csv(tmp_path: Path, capsys: pytest.CaptureF
 def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
     paths = [tmp_path / f"{i}.csv" for i in range(3)]
     for path, seed in zip(paths, ["7", "7", "8"], strict=True):
-        assert (
-            main(
-                [
-                    "workload",
-                    "generate",
-                    "pareto-onoff",
-                    "--duration-s",
-                    "60",
-                    "--seed",
-                    seed,
-                    "-o",
-                    str(path),
-                ]
-            )
-            == 0
-        )
+        argv = ["workload", "generate", "pareto-onoff", "--duration-s", "60", "--seed", seed, "-o", str(path)]
+        assert main(argv) == 0
     assert paths[0].read_bytes() == paths[1].read_bytes() != paths[2].read_bytes()
 
 

@@ -17,27 +17,8 @@ KEYS = set(CONTRACT_KEYS)
 
 
 def test_dc_sim_json_has_the_contract_keys_and_the_best_static(capsys: pytest.CaptureFixture[str]) -> None:
-    rc = main(
-        [
-            "dc",
-            "sim",
-            "--gpus",
-            "16",
-            "--steps",
-            "20",
-            "--length-drift",
-            "2",
-            "--policy",
-            "sync",
-            "--policy",
-            "dart",
-            "--sweep-static",
-            "--seed",
-            "1",
-            "--json",
-            "--no-store",
-        ]
-    )
+    argv = ["dc", "sim", "--gpus", "16", "--steps", "20", "--length-drift", "2", "--policy", "sync"]
+    rc = main([*argv, "--policy", "dart", "--sweep-static", "--seed", "1", "--json", "--no-store"])
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
     by = {r["policy"]: r for r in out["results"]}
@@ -53,23 +34,8 @@ def test_dc_sim_json_has_the_contract_keys_and_the_best_static(capsys: pytest.Ca
 
 def test_dc_sim_with_trace_lengths_writes_a_plot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     png = tmp_path / "dc.png"
-    rc = main(
-        [
-            "dc",
-            "sim",
-            "--gpus",
-            "8",
-            "--steps",
-            "5",
-            "--lengths",
-            "trace",
-            "--policy",
-            "dart",
-            "--plot",
-            str(png),
-            "--no-store",
-        ]
-    )
+    argv = ["dc", "sim", "--gpus", "8", "--steps", "5", "--lengths", "trace", "--policy", "dart"]
+    rc = main([*argv, "--plot", str(png), "--no-store"])
     assert rc == 0
     assert png.stat().st_size > 1000
     assert "dart" in capsys.readouterr().out
