@@ -123,8 +123,8 @@ def test_table_output_records_the_run_and_writes_the_plot(
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--policy", "fastest"], "unknown policy"),
-        (["--slo-ms", "-5"], "--slo-ms"),
+        (["--policy", "fastest", "--profile", "pi4"], "unknown policy"),
+        (["--slo-ms", "-5", "--profile", "pi4"], "--slo-ms"),
         (["--profile", "pi9"], "pi9"),
         (["--profile-file", "/nonexistent/p.toml"], "p.toml"),
     ],
@@ -132,10 +132,7 @@ def test_table_output_records_the_run_and_writes_the_plot(
 def test_bad_flags_exit_2_with_one_line(
     trace: Path, extra: list[str], needle: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["sim", "--trace", str(trace), "--no-store", "--json", *extra]
-    if "--profile" not in extra and "--profile-file" not in extra:
-        args += ["--profile", "pi4"]
-    assert main(args) == 2
+    assert main(["sim", "--trace", str(trace), "--no-store", "--json", *extra]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err
     assert err.startswith("dartfl: error:")
