@@ -85,18 +85,19 @@ def test_every_arrow_points_the_way_the_architecture_allows(package: str) -> Non
 
 
 @pytest.mark.parametrize(
-    ("package", "module", "source"),
+    ("module", "source"),
     [
-        ("server", "server.rounds", "from edge_client.agent import Agent"),
-        ("server", "server.rounds", "def f():\n    import edge_client.runtime  # a lazy import counts\n"),
-        ("dashboard", "dashboard.feed", "from fltask import model"),
-        ("dartfl", "dartfl.sim.device", "import torch"),
-        ("dartfl", "dartfl.policies.dart", "from edge_client import agent"),
-        ("benchmarks", "benchmarks.perf", "from dartfl.cli.simulation import run_policies"),
-        ("edge_client", "edge_client.agent", "from . import server_thing\nfrom server import rounds"),
+        ("server.rounds", "from edge_client.agent import Agent"),
+        ("server.rounds", "def f():\n    import edge_client.runtime  # a lazy import counts\n"),
+        ("dashboard.feed", "from fltask import model"),
+        ("dartfl.sim.device", "import torch"),
+        ("dartfl.policies.dart", "from edge_client import agent"),
+        ("benchmarks.perf", "from dartfl.cli.simulation import run_policies"),
+        ("edge_client.agent", "from . import server_thing\nfrom server import rounds"),
     ],
 )
-def test_a_forbidden_arrow_is_caught(package: str, module: str, source: str) -> None:
+def test_a_forbidden_arrow_is_caught(module: str, source: str) -> None:
+    package = module.partition(".")[0]  # the module's own package, as _modules names it
     assert violations(package, module, source)
 
 
