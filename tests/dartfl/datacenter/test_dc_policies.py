@@ -15,22 +15,24 @@ from dartfl.errors import ConfigError
 
 def _obs(length: float, buffer_groups: int = 64, rollout: int = 32, gpus: int = 64) -> DcObservation:
     return DcObservation(
-        now_s=0.0,
-        period_s=10.0,
+        # What the tests vary:
         gpus=gpus,
-        tp=1,
-        train_min_gpus=3,
         rollout_gpus=rollout,
         train_gpus=gpus - rollout,
-        switching_gpus=0,
         buffer_groups=buffer_groups,
+        mean_response_tokens=length,
+        # A fixed 7B run, mid-training, nothing measured yet:
+        now_s=0.0,
+        period_s=10.0,
+        tp=1,
+        train_min_gpus=3,
+        switching_gpus=0,
         inflight_groups=100,
         batch_groups=64,
         group_size=8,
         eta=2,
         version=3,
         steps_left=10,
-        mean_response_tokens=length,
         prompt_tokens=2048,
         measured_rollout_groups_per_s=0.0,
         measured_train_groups_per_s=0.0,
