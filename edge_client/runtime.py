@@ -38,11 +38,19 @@ MIN_FIXED_S = 1e-6  # no call into a runtime is free: a fitted 0 is noise, not a
 
 
 def fit_line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
-    """(intercept, slope) of y = a + c x: least squares, unless noise drives the intercept
-    to or below 0 (a near-linear cost with a small fixed part); then the line through the
-    smallest and the largest x, which keeps the fixed cost the smallest x shows. a > 0, c > 0."""
+    """(intercept, slope) of y = a + c x, fitted by least relative error (each residual over
+    its y), unless noise drives the intercept to or below 0 (a near-linear cost with a small
+    fixed part); then the line through the smallest and the largest x, which keeps the fixed
+    cost the smallest x shows. a > 0, c > 0.
+
+    Why relative: the largest sizes take 10-30 times as long as the smallest, so under plain
+    least squares they decide the line, and a few percent of noise at x = 32 moves the
+    intercept by more than the whole cost at x = 1. A width-24 calibration on a busy VM fitted
+    66 ms + 43.5 ms a sample where one sample took 55-65 ms, so the one-sample step a tight
+    SLO allows was priced at 110 ms and the agent and the simulator planned with twice its
+    time (docs/profiles.md, "How `edge profile` fits a line")."""
     x, y = np.asarray(xs, dtype=float), np.asarray(ys, dtype=float)
-    slope, intercept = (float(v) for v in np.polyfit(x, y, 1))
+    slope, intercept = (float(v) for v in np.polyfit(x, y, 1, w=1.0 / np.maximum(y, 1e-9)))
     if intercept <= 0.0:
         lo, hi = int(np.argmin(x)), int(np.argmax(x))
         slope = (y[hi] - y[lo]) / (x[hi] - x[lo])
@@ -227,7 +235,7 @@ class ModelRuntime:
         scratch = Trainer(copy.deepcopy(self.model), self.tasks, seed=1)
         k = len(self.tasks)
         shares, weights = [1.0 / k] * k, [1.0] * k
-        steps = (1, 4, 8, 16, MAX_MICROBATCH) if not quick else (1, 8, 16)
+        steps = (1, 2, 4, 8, 16, MAX_MICROBATCH) if not quick else (1, 8, 16)
         step_reps = 3 if quick else 8
         med_steps = []
         for m in steps:
