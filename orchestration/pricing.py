@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -39,7 +39,14 @@ from workloads import generate, rate_for_load
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WARM_UP_LOAD", "WARM_UP_S", "price_at_least", "price_under_traffic", "serving_cpu_per_request_s"]
+__all__ = [
+    "WARM_UP_LOAD",
+    "WARM_UP_S",
+    "TrafficPrice",
+    "price_at_least",
+    "price_under_traffic",
+    "serving_cpu_per_request_s",
+]
 
 WARM_UP_S = 3.0  # long enough for telemetry snapshots (1 s apart) after the price settles
 WARM_UP_LOAD = 0.25  # by the calibration's price: below capacity even if it is 3x too cheap
@@ -87,6 +94,21 @@ def price_at_least(
     return replace(profile, request_path=replace(path, receive_s=path.receive_s + per_request_s - priced_s))
 
 
+@dataclass(frozen=True)
+class TrafficPrice:
+    """What a warm-up learnt: the profile the agent published after it, and its process CPU
+    per request (None when it could not be told)."""
+
+    metered: DeviceProfile
+    cpu_per_request_s: float | None
+
+    def priced(self, tasks: Sequence[str]) -> DeviceProfile:
+        """The metered profile, raised to the process CPU per request where that is dearer."""
+        if self.cpu_per_request_s is None:
+            return self.metered
+        return price_at_least(self.metered, tasks, (1.0,) * len(tasks), self.cpu_per_request_s)
+
+
 def price_under_traffic(
     options: ReplayOptions,
     images: Mapping[str, tuple[np.ndarray, np.ndarray]],
@@ -94,9 +116,9 @@ def price_under_traffic(
     tasks: Sequence[str],
     policy: str,
     seed: int = 0,
-) -> DeviceProfile:
-    """The price the agent publishes after serving a warm-up, raised to its process CPU per
-    request in the warm-up where that is dearer (the given profile if it publishes none)."""
+) -> TrafficPrice:
+    """Serve the warm-up on the agent priced by `profile`, and read what it cost (the given
+    profile stands when the agent publishes none); `.priced(tasks)` is what a replay is sized by."""
     names, mix = tuple(tasks), (1.0,) * len(tasks)
     rate = min(MAX_RATE, rate_for_load(profile, names, mix, WARM_UP_LOAD))
     duration = max(WARM_UP_S, MIN_REQUESTS / rate)
@@ -112,18 +134,16 @@ def price_under_traffic(
     outcome = replay(warm_up, quiet, images, profile, policy)
     learnt = outcome.last_telemetry.profile if outcome.last_telemetry is not None else None
     if learnt is None:
-        return profile
-    metered_s = 1.0 / learnt.capacity_per_s(names, mix)
+        return TrafficPrice(profile, None)
     cpu_s = serving_cpu_per_request_s(outcome.telemetry)
-    if cpu_s is not None:
-        learnt = price_at_least(learnt, names, mix, cpu_s)
+    metered_s = 1.0 / learnt.capacity_per_s(names, mix)
     log.warning(
         "%s serves about %.0f requests/s under traffic (it said %.0f; a request: %.0f us metered, "
         "%s of process CPU)",
         options.device,
-        learnt.capacity_per_s(names, mix),
+        1.0 / max(metered_s, cpu_s or 0.0),
         profile.capacity_per_s(names, mix),
         metered_s * 1e6,
         "unknown" if cpu_s is None else f"{cpu_s * 1e6:.0f} us",
     )
-    return learnt
+    return TrafficPrice(learnt, cpu_s)

@@ -163,7 +163,7 @@ def _run_replay(
     if arrivals is None:  # sized by the agent's price: the one it measures under traffic
         from orchestration.pricing import price_under_traffic
 
-        profile = price_under_traffic(options, images, profile, names, args.policy, args.seed)
+        profile = price_under_traffic(options, images, profile, names, args.policy, args.seed).priced(names)
         arrivals = arrivals_from_args(args, profile)
         sized_per_s = profile.capacity_per_s(names, (1.0,) * len(names))
     started_s = time.time()  # the run store's start of the run, recorded once it is over

@@ -80,5 +80,7 @@ def test_the_warm_up_sizes_by_the_process_cpu_when_the_metered_terms_leave_work_
     options = ReplayOptions("mqtt://127.0.0.1:1883", "edge-1", 0.15)
     images = {t: (np.zeros((1, 28, 28), np.uint8), np.zeros(1, np.int64)) for t in TASKS}
     calibrated = replace(published, request_path=RequestPathCost(receive_s=60e-6))
-    priced = pricing.price_under_traffic(options, images, calibrated, TASKS, "inference-only")
+    learnt = pricing.price_under_traffic(options, images, calibrated, TASKS, "inference-only")
+    assert learnt.metered == published  # what the agent's own meter says stays available
+    priced = learnt.priced(TASKS)
     assert priced.capacity_per_s(TASKS, MIX) == pytest.approx(1 / 650e-6)
