@@ -12,7 +12,8 @@ For each model width (default: 1, where the request path dominates, and 24, a Pi
    on the metered one (the agent's own terms, without the process-CPU floor); each one's p99
    latency and trained samples are compared with the replay's. The process CPU sums threads
    that run at once on two cores, so it can price the one executor's time too high: the two
-   simulations bracket what the device does (docs/benchmarks.md, "Simulator vs real agent").
+   simulations bracket what the device does (docs/benchmarks.md, "Replay against a real
+   agent, and the simulator's prediction").
 
 With `--split-cores` the profile also measures the [cores] table on two CPUs and a third
 replay runs DART on a split of the cores (`edge run --split-cores`), beside the time-shared
@@ -100,7 +101,7 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
     metered_path.write_text(profile_to_toml(metered))
 
     # The tasks cost about the same on this model, so the mix hardly moves the load.
-    rate = workloads.rate_for_load(profile, TASKS, [1.0] * len(TASKS), args.load)
+    rate = workloads.rate_for_load(profile, TASKS, mix, args.load)
     arrivals = workloads.generate(
         args.workload,
         duration_s=args.duration_s,
@@ -141,7 +142,7 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
         "profile": {
             "width": width,
             "file": profile_path.read_text(),
-            "measured_capacity_per_s": measured.capacity_per_s(TASKS, (1.0,) * len(TASKS)),
+            "measured_capacity_per_s": measured.capacity_per_s(TASKS, mix),
             "metered_capacity_per_s": metered.capacity_per_s(TASKS, mix),
             "priced_capacity_per_s": profile.capacity_per_s(TASKS, mix),
         },

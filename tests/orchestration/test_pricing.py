@@ -84,3 +84,9 @@ def test_the_warm_up_sizes_by_the_process_cpu_when_the_metered_terms_leave_work_
     assert learnt.metered == published  # what the agent's own meter says stays available
     priced = learnt.priced(TASKS)
     assert priced.capacity_per_s(TASKS, MIX) == pytest.approx(1 / 650e-6)
+
+
+def test_a_warm_up_that_could_not_read_the_process_cpu_sizes_by_the_metered_terms() -> None:
+    metered = _metered(400e-6)
+    assert pricing.TrafficPrice(metered, None).priced(TASKS) == metered
+    assert pricing.TrafficPrice(metered, 300e-6).priced(TASKS) == metered  # cheaper: the meter stands
