@@ -13,7 +13,8 @@ For each model width (default: 1, where the request path dominates, and 24, a Pi
    latency and trained samples are compared with the replay's. The process CPU sums threads
    that run at once on two cores, so it can price the one executor's time too high: the two
    simulations bracket what the device does (docs/benchmarks.md, "Replay against a real
-   agent, and the simulator's prediction").
+   agent, and the simulator's prediction"). Each runs once as the simulator always did and
+   once holding small batches as the agent does (`dartfl sim --batch-hold`).
 
 With `--split-cores` the profile also measures the [cores] table on two CPUs and a third
 replay runs DART on a split of the cores (`edge run --split-cores`), beside the time-shared
@@ -132,10 +133,18 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
             ["edge", "replay", "--spawn-agent", "--policy", policy, *common, *agent, "--json", "--no-store"]
         )
     both = ["--policy", "dart", "--policy", "inference-only", "--json", "--no-store"]
-    sim = run_json(["sim", *common, *both])
-    predicted = {r["policy"]: r for r in sim["results"]}
-    sim_metered = run_json(["sim", *on(metered_path), *both])
-    predicted_metered = {r["policy"]: r for r in sim_metered["results"]}
+    # Each simulation's name in the report, and its flags: the two profiles, each with and
+    # without the agent's batch hold (dartfl/executor/batch_hold.py).
+    sims = {
+        "sim": common,
+        "sim_metered": on(metered_path),
+        "sim_held": [*common, "--batch-hold"],
+        "sim_metered_held": [*on(metered_path), "--batch-hold"],
+    }
+    predicted = {
+        name: {r["policy"]: r for r in run_json(["sim", *flags, *both])["results"]}
+        for name, flags in sims.items()
+    }
 
     keys = (*HEADLINE_KEYS, "send_lag_s", "late_replies", "unsent")
     report = {
@@ -153,12 +162,11 @@ def _measure(args: argparse.Namespace, width: float, tmp: Path) -> dict[str, Any
             "duration_s": arrivals.duration_s,
         },
         "replay": {p: {k: r.get(k) for k in keys} for p, r in replays.items()},
-        "sim": _headlines(predicted, keys),
-        "sim_metered": _headlines(predicted_metered, keys),
+        **{name: _headlines(results, keys) for name, results in predicted.items()},
     }
     d_real = replays["dart"]
-    report["sim_vs_real"] = _sim_vs_real(predicted["dart"], d_real)
-    report["sim_metered_vs_real"] = _sim_vs_real(predicted_metered["dart"], d_real)
+    for name, results in predicted.items():
+        report[f"{name}_vs_real"] = _sim_vs_real(results["dart"], d_real)
     io_real = replays["inference-only"]
     report["targets"] = {
         "nothing_lost": all(r["lost"] == 0 and r.get("unsent", 0) == 0 for r in replays.values()),

@@ -49,6 +49,7 @@ from dartfl.executor import (
     RoundClock,
     TrainingStep,
 )
+from dartfl.executor.batch_hold import batch_hold_s, wakes_executor
 from dartfl.policies import make_policy
 from dartfl.protocol import FinalReport, Telemetry
 from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
@@ -61,7 +62,6 @@ from edge_client.agent_serving import BatchServer
 from edge_client.agent_status import StatusPublisher
 from edge_client.agent_training import ModelTraining
 from edge_client.answered import RecentRequests
-from edge_client.batch_hold import BatchHold
 from edge_client.path_meter import NetworkThreadMeter
 from edge_client.telemetry import RequestStats
 from edge_client.transit import TransitClock
@@ -94,6 +94,7 @@ class Agent:
         rounds = RoundClock(config.round_s, config.round_target_samples, origin_s=now, periodic=not federated)
         self._costs = ProfiledCosts(profile, config.tasks)  # the executor's, learning as it serves
         lanes = 2 if config.split_cores and profile.cores.can_split else 1
+        model_s = max(profile.model_inference_for(task).per_request_s for task in config.tasks)
         self.device: DeviceExecutor[QueuedRequest] = DeviceExecutor(
             tasks,
             policy,
@@ -106,16 +107,15 @@ class Agent:
                 admission_miss_target=ADMITTED_LATE,
                 lanes=lanes,
                 concurrent_steps=False,
+                batch_hold_s=batch_hold_s(config.slo_s, model_s),  # under load, batches of several
             ),
             costs=self._costs,
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
-        self._cond = threading.Condition()  # serialises the executor; batch_hold says when to notify
+        self._cond = threading.Condition()  # serialises the executor; wakes_executor says when to notify
         # Prices the network thread's work, told to the cost model under the lock.
         self._path_meter = NetworkThreadMeter(lambda *n: self._costs.observe_request_path(*n), self._cond)
         self._transit = TransitClock()  # how long each request waited on its way here
-        model_s = max(profile.model_inference_for(task).per_request_s for task in config.tasks)
-        self._hold = BatchHold(config.slo_s, model_s)  # under load, batches of more than one request
         self.stats = RequestStats()
         self.recent = RecentRequests()  # a request delivered twice is answered once
         self.counters = Counters(ce_sum_per_task=[0.0] * len(config.tasks), started_s=now)
@@ -259,7 +259,7 @@ class Agent:
                 if now >= next_publish and self.runtime.publish_in_background():
                     next_publish = now + every
             with self._cond:
-                if (hold := self._hold.wait_s(self.device, time.monotonic())) > 0.0:
+                if (hold := self.device.hold_left_s(time.monotonic())) > 0.0:
                     self._cond.wait(hold)  # let a few more requests join this batch
                     continue
                 work = self.device.next_work(time.monotonic())
@@ -352,7 +352,7 @@ class Agent:
     def _admit(self, received_s: float, task: int, request: QueuedRequest, waited_s: float) -> Admission:
         with self._cond:
             outcome = self.device.admit(received_s, task, request, waited_s)
-            if outcome == "queued" and self._hold.wake(self.device.queues.total):
+            if outcome == "queued" and wakes_executor(self.device.queues.total):
                 self._cond.notify_all()  # the serving lane, whichever lane waits first
             return outcome
 

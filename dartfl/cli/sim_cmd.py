@@ -75,6 +75,12 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         help="admit every request a queue has room for, even one that cannot make its SLO "
         "(the behaviour before deadline-aware admission; docs/allocator.md)",
     )
+    g.add_argument(
+        "--batch-hold",
+        action="store_true",
+        help="hold a few waiting requests up to 10 ms under dense traffic so they share a batch, "
+        "as the real agent does (for predicting an agent; dartfl/executor/batch_hold.py)",
+    )
 
 
 def add_control_arguments(g: argparse._ArgumentGroup) -> None:

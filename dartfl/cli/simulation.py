@@ -23,6 +23,7 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
         round_s=args.round_s,
         round_target_samples=args.round_target,
         deadline_admission=not args.no_deadline_admission,
+        batch_hold=args.batch_hold,
     )
     return profile, config
 

@@ -36,6 +36,7 @@ import numpy.typing as npt
 from dartfl.errors import ConfigError
 from dartfl.estimators import EwmaRates
 from dartfl.executor.admission import DeadlineAdmission
+from dartfl.executor.batch_hold import BatchHold
 from dartfl.executor.config import ExecutorConfig
 from dartfl.executor.costs import CostModel, StaticCosts
 from dartfl.executor.gate import ShareGate, most_urgent
@@ -90,6 +91,7 @@ class DeviceExecutor(Generic[R]):
         self.counts = PeriodCounts(k)
         self.rates = EwmaRates(k, cfg.rate_time_constant_s)
         self.gate = ShareGate()
+        self.hold = BatchHold(cfg.batch_hold_s)
         self.splitter = SampleSplitter(k)
         self.prices = ServingLanePrices(  # slowed while the other lane computes (interference)
             (1.0 + profile.cores.inference_interference, 1.0 + profile.cores.training_interference)
@@ -215,6 +217,16 @@ class DeviceExecutor(Generic[R]):
     def reclaims(self) -> int:
         """How often the serving lane fell behind and took every core back until the tick."""
         return 0 if self.lane_control is None else self.lane_control.reclaims
+
+    def hold_left_s(self, now_s: float) -> float:
+        """How much longer the serving lane should wait before `next_work` so that the few
+        requests waiting now share a batch with the next ones (0: take work now)."""
+        if self.hold.hold_s == 0.0:
+            return 0.0
+        queues = self.queues
+        return self.hold.wait_for_s(
+            queues.total, queues.oldest_arrival_s(), now_s, sum(self.rates.fast_rates_per_s)
+        )
 
     def next_work(self, now_s: float, lane: Lane = INFERENCE_LANE) -> Work[R] | None:
         """The work item `lane` runs now that it is free (None: it stays idle)."""

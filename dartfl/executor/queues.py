@@ -49,6 +49,10 @@ class TaskQueues(Generic[R]):
     def lengths(self) -> tuple[int, ...]:
         return tuple(len(q) for q in self.times)
 
+    def oldest_arrival_s(self) -> float:
+        """When the oldest request waiting in any queue arrived (inf: none waits)."""
+        return min((q[0] for q in self.times if q), default=math.inf)
+
     def oldest_age_s(self, now_s: float) -> tuple[float, ...]:
         return tuple(now_s - q[0] if q else 0.0 for q in self.times)
 

@@ -40,6 +40,7 @@ from dartfl.executor import (
     RoundClock,
     TrainingStep,
 )
+from dartfl.executor.batch_hold import batch_hold_s
 from dartfl.fluid import fluid_terms
 from dartfl.metrics import RunRecord
 from dartfl.policies.base import FutureAwarePolicy, FutureView, Policy
@@ -61,6 +62,9 @@ class SimConfig:
     exponential_service: bool = False  # M/M/1-style checks: exponential inference service
     record_periods: bool = True
     deadline_admission: bool = True  # refuse what cannot make its SLO, as the agent does
+    # Hold a few waiting requests back under dense traffic, as the agent does, so they share a
+    # batch (dartfl/executor/batch_hold.py): for predicting a real agent's latency.
+    batch_hold: bool = False
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -119,6 +123,10 @@ def _device(
     timer: Callable[[], int],
 ) -> DeviceExecutor[int]:
     """The executor of a simulated device: two lanes, rounds and training up to the horizon."""
+    hold_s = 0.0
+    if cfg.batch_hold:  # the agent's rule: its one SLO and its dearest model
+        model_s = max(profile.model_inference_for(t.name).per_request_s for t in tasks)
+        hold_s = batch_hold_s(min(t.slo_s for t in tasks), model_s)
     device: DeviceExecutor[int] = DeviceExecutor(
         tasks,
         policy,
@@ -130,6 +138,7 @@ def _device(
             record_periods=cfg.record_periods,
             deadline_admission=cfg.deadline_admission,
             lanes=2,
+            batch_hold_s=hold_s,
         ),
         timer=timer,
     )
@@ -165,10 +174,11 @@ def _run_events(
     ticks = 1  # ticks are at j * period_s: a running sum would drift and add or drop the last one
     next_tick = period_s
     ends = lanes.end_s
+    held_until = math.inf  # the serving lane waits out a batch hold until then
     while True:
         t_arr = times[i] if i < n else math.inf
         t_tick = next_tick if next_tick < horizon - ROUND_TOLERANCE_S else math.inf
-        now = min(ends[0], ends[1], t_arr, t_tick, device.rounds.next_end_s)
+        now = min(ends[0], ends[1], t_arr, t_tick, device.rounds.next_end_s, held_until)
         if now == math.inf:
             break
 
@@ -195,14 +205,23 @@ def _run_events(
             ticks += 1
             next_tick = ticks * period_s
 
-        # 4. A free lane asks the executor for its next work item; time runs it. Requests
-        #    that can no longer make their deadline are refused on the way.
+        # 4. A free lane asks the executor for its next work item, unless the serving lane
+        #    holds a few requests back for company; time runs it. Requests that can no longer
+        #    make their deadline are refused on the way.
         if ends[0] == math.inf:
-            lanes.start(0, now)
+            held_until = _hold_end(device, now)
+            if held_until == math.inf:
+                lanes.start(0, now)
         if ends[1] == math.inf and lanes.training_lane_wanted():
             lanes.start(1, now)
         if device.expired:
             _expired(device, now, out)
+
+
+def _hold_end(device: DeviceExecutor[int], now: float) -> float:
+    """When the serving lane's batch hold ends (inf: it does not hold, take work now)."""
+    left = device.hold_left_s(now)
+    return math.inf if left == 0.0 else now + left
 
 
 def _finished(

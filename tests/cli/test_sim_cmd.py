@@ -207,3 +207,20 @@ def test_cores_runs_a_profile_on_fewer_cores_and_a_bad_count_is_bad_input(
     assert "core_switches" not in one["dart"]  # one core: nothing to split, today's output
     assert main([*args, "--cores", "5"]) == 2
     assert "--cores must lie in 1..4 for profile 'pi4', got 5" in capsys.readouterr().err
+
+
+def test_batch_hold_makes_the_simulator_wait_for_company_as_the_agent_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    quick = tmp_path / "quick.toml"  # a width-1-like model: a full batch of 32 in 2.6 ms
+    quick.write_text(
+        'name = "quick"\n[inference]\nbatch-fixed-s = 0.001\nper-request-s = 0.00005\nmax-batch = 32\n'
+        "[training]\nmicrobatch-fixed-s = 0.001\nper-sample-s = 0.0003\nmax-microbatch = 32\n"
+    )
+    args = ["sim", "--workload", "poisson", "--duration-s", "10", "--rate", "1000", "--profile-file"]
+    args += [str(quick), "--slo-ms", "150", "--policy", "inference-only", "--json", "--no-store"]
+    at_once = run_json(capsys, args)["results"][0]
+    held = run_json(capsys, [*args, "--batch-hold"])["results"][0]
+    assert at_once["p50_latency_s"] < 0.002
+    assert 0.003 < held["p50_latency_s"] < 0.013  # at most one 10 ms hold and a batch behind it
+    assert held["completed"] == at_once["completed"] == at_once["requests"]
