@@ -69,7 +69,7 @@ def _echo_device(url: str, device: str) -> None:
 
     def on_message(message: Message) -> None:
         _, task = protocol.parse_request_topic(message.topic)
-        request = protocol.decode_any_request(message.payload, task, TASKS, content_type=message.content_type)
+        request = protocol.decode_request(message.payload, task, TASKS, content_type=message.content_type)
         payload, content_type = protocol.answer(request.binary, request.id, task, 0, 0.1, 1)
         assert link is not None
         link.publish(request.reply_to, payload, qos=protocol.REPLY_QOS, content_type=content_type)

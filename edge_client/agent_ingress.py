@@ -72,7 +72,7 @@ def admit_request(
     received_at = time.time()
     try:
         _, task = protocol.parse_request_topic(message.topic)
-        request = protocol.decode_any_request(
+        request = protocol.decode_request(
             message.payload,
             task,
             task_index,

@@ -373,7 +373,7 @@ def _probe(link: MqttLink, options: ReplayOptions, encode: Encoder, answered: th
 
 def _reply_topic_of(body: bytes, content_type: str | None) -> str:
     """The reply topic a request of ours names (for an error message)."""
-    return protocol.decode_any_request(body, "probe", {"probe"}, content_type=content_type).reply_to
+    return protocol.decode_request(body, "probe", {"probe"}, content_type=content_type).reply_to
 
 
 def _await_telemetry(inbox: _Inbox, timeout_s: float) -> None:

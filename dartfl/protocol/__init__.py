@@ -16,15 +16,21 @@ from dartfl.protocol.device import *  # noqa: F403
 from dartfl.protocol.jsonwire import RequestError
 from dartfl.protocol.profile_json import *  # noqa: F403
 from dartfl.protocol.replies import Reply, decode_reply, encode_error, encode_rejection, encode_reply
-from dartfl.protocol.requests import Request, decode_request, encode_request
+from dartfl.protocol.requests import (
+    MessageProperties,
+    Request,
+    decode_json_request,
+    encode_request,
+)
 from dartfl.protocol.topics import *  # noqa: F403
 
 __all__ = [
+    "MessageProperties",
     "Reply",
     "Request",
     "RequestError",
+    "decode_json_request",
     "decode_reply",
-    "decode_request",
     "encode_error",
     "encode_rejection",
     "encode_reply",

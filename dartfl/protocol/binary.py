@@ -39,10 +39,11 @@ from dartfl.errors import InputError, ProtocolError
 from dartfl.protocol.jsonwire import Failure, short
 from dartfl.protocol.replies import Reply, check_answer, check_listed, decode_reply
 from dartfl.protocol.requests import (
+    MessageProperties,
     Request,
     check_reply_to,
     correlation_id,
-    decode_request,
+    decode_json_request,
     outgoing_image,
     valid_id,
 )
@@ -65,10 +66,9 @@ __all__ = [
     "REQUEST_CONTENT_TYPE",
     "decode_any_replies",
     "decode_any_reply",
-    "decode_any_request",
     "decode_binary_replies",
     "decode_binary_reply",
-    "decode_binary_request",
+    "decode_request",
     "encode_binary_error",
     "encode_binary_rejection",
     "encode_binary_reply",
@@ -121,18 +121,12 @@ def encode_binary_request(
     return b"".join((head, stamp, ident, topic, np.ascontiguousarray(arr).tobytes()))
 
 
-def decode_binary_request(
-    payload: bytes,
-    task: str,
-    known_tasks: Collection[str],
-    max_bytes: int = MAX_REQUEST_BYTES,
-    *,
-    response_topic: str | None = None,
-    correlation_data: bytes | None = None,
-    reply_rule: ReplyTopicRule = "requester",
+def _decode_binary_request(
+    payload: bytes, task: str, known_tasks: Collection[str], max_bytes: int, props: MessageProperties
 ) -> Request:
     """Validate and decode one binary request; raises RequestError, and nothing else. A reply
-    topic that breaks `reply_rule` is never carried on the error (docs/protocol.md)."""
+    topic that breaks the reply rule is never carried on the error (docs/protocol.md)."""
+    response_topic, correlation_data, reply_rule = props
     prop_id = correlation_id(correlation_data)
     prop_reply = response_topic if reply_topic_problem(response_topic, reply_rule) is None else None
     fail = Failure(prop_id, prop_reply)
@@ -186,7 +180,7 @@ def decode_binary_request(
     )
 
 
-def decode_any_request(
+def decode_request(
     payload: bytes,
     task: str,
     known_tasks: Collection[str],
@@ -197,17 +191,17 @@ def decode_any_request(
     correlation_data: bytes | None = None,
     reply_rule: ReplyTopicRule = "requester",
 ) -> Request:
-    """A request in either form, told apart by its content type or first bytes."""
-    decode = decode_binary_request if is_binary(payload, content_type) else decode_request
-    return decode(
-        payload,
-        task,
-        known_tasks,
-        max_bytes,
-        response_topic=response_topic,
-        correlation_data=correlation_data,
-        reply_rule=reply_rule,
-    )
+    """Validate and decode one request published on the request topic of `task`, in either
+    form, told apart by its MQTT 5 content type or, without one, its first bytes.
+
+    `response_topic` / `correlation_data` are the MQTT 5 properties of the message, when
+    present: they stand in for a reply topic / id missing from the payload. `reply_rule` says
+    which reply topics are valid (docs/protocol.md). Raises RequestError, and nothing else,
+    for any input.
+    """
+    props = MessageProperties(response_topic, correlation_data, reply_rule)
+    form = _decode_binary_request if is_binary(payload, content_type) else decode_json_request
+    return form(payload, task, known_tasks, max_bytes, props)
 
 
 def _text(view: memoryview, at: int, length: int, what: str, fail: Failure) -> tuple[str, int]:

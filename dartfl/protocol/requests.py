@@ -1,6 +1,7 @@
 """Inference requests on the MQTT request plane, version 1 (docs/protocol.md).
 
-Decoding is total: `decode_request` raises `RequestError` (a `ProtocolError`) on any bad
+Decoding is total: `decode_json_request` (and `dartfl.protocol.decode_request`, which takes
+either form) raises `RequestError` (a `ProtocolError`) on any bad
 input bytes and nothing else, and carries whatever correlation id / reply topic it could
 recover so the agent can still send an error reply.
 """
@@ -12,7 +13,7 @@ import binascii
 import math
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,17 +24,17 @@ from dartfl.protocol.topics import (
     IMAGE_DTYPE,
     IMAGE_SHAPE,
     MAX_ID_CHARS,
-    MAX_REQUEST_BYTES,
     PROTOCOL_VERSION,
     ReplyTopicRule,
     reply_topic_problem,
 )
 
 __all__ = [
+    "MessageProperties",
     "Request",
     "check_reply_to",
     "correlation_id",
-    "decode_request",
+    "decode_json_request",
     "encode_request",
     "outgoing_image",
     "valid_id",
@@ -85,24 +86,25 @@ def correlation_id(data: bytes | None) -> str | None:
         return None
 
 
-def decode_request(
-    payload: bytes,
-    task: str,
-    known_tasks: Collection[str],
-    max_bytes: int = MAX_REQUEST_BYTES,
-    *,
-    response_topic: str | None = None,
-    correlation_data: bytes | None = None,
-    reply_rule: ReplyTopicRule = "requester",
-) -> Request:
-    """Validate and decode one request published on the request topic of `task`.
+class MessageProperties(NamedTuple):
+    """What arrives beside a request payload: its MQTT 5 Response Topic and Correlation Data,
+    when present, and the rule that says which reply topics are valid (docs/protocol.md)."""
 
-    `response_topic` / `correlation_data` are the MQTT 5 properties of the message, when
-    present: they stand in for `reply_to` / `id` missing from the payload (the payload wins
-    when both are given). `reply_rule` says which reply topics are valid (docs/protocol.md).
-    Raises RequestError, and nothing else, for any input; a reply topic that breaks the rule
-    is never carried on the error, so nobody can have an error reply sent there either.
+    response_topic: str | None = None
+    correlation_data: bytes | None = None
+    reply_rule: ReplyTopicRule = "requester"
+
+
+def decode_json_request(
+    payload: bytes, task: str, known_tasks: Collection[str], max_bytes: int, props: MessageProperties
+) -> Request:
+    """Validate and decode one request in the JSON form (`dartfl.protocol.decode_request` takes
+    either form). The MQTT 5 properties stand in for `reply_to` / `id` missing from the payload
+    (the payload wins when both are given). Raises RequestError, and nothing else, for any
+    input; a reply topic that breaks the rule is never carried on the error, so nobody can have
+    an error reply sent there either.
     """
+    response_topic, correlation_data, reply_rule = props
 
     def valid_reply(value: object) -> bool:
         return reply_topic_problem(value, reply_rule) is None

@@ -22,13 +22,13 @@ IMAGE = np.arange(784, dtype=np.uint8).reshape(28, 28)
 
 def _error(payload: bytes, **kwargs: object) -> p.RequestError:
     with pytest.raises(p.RequestError) as info:
-        p.decode_binary_request(payload, "mnist", TASKS, **kwargs)  # type: ignore[arg-type]
+        p.decode_request(payload, "mnist", TASKS, content_type=p.REQUEST_CONTENT_TYPE, **kwargs)  # type: ignore[arg-type]
     return info.value
 
 
 def test_a_binary_request_round_trips_and_is_about_two_fifths_of_the_json_one() -> None:
     payload = p.encode_binary_request("r-7", IMAGE, REPLY, sent_at=12.5)
-    got = p.decode_binary_request(payload, "mnist", TASKS)
+    got = p.decode_request(payload, "mnist", TASKS)
     assert (got.id, got.reply_to, got.sent_at, got.binary) == ("r-7", REPLY, 12.5, True)
     assert np.array_equal(got.image, IMAGE) and not got.image.flags.writeable
     assert len(payload) < 0.75 * len(p.encode_request("r-7", IMAGE, REPLY, sent_at=12.5))
@@ -36,17 +36,17 @@ def test_a_binary_request_round_trips_and_is_about_two_fifths_of_the_json_one() 
 
 def test_the_mqtt5_properties_stand_in_for_an_empty_id_and_reply_topic() -> None:
     payload = p.encode_binary_request("", IMAGE)
-    got = p.decode_binary_request(payload, "mnist", TASKS, response_topic=REPLY, correlation_data=b"c-1")
+    got = p.decode_request(payload, "mnist", TASKS, response_topic=REPLY, correlation_data=b"c-1")
     assert (got.id, got.reply_to, got.correlation_data) == ("c-1", REPLY, b"c-1")
 
 
 def test_either_form_is_recognised_by_content_type_or_first_bytes() -> None:
     binary, text = p.encode_binary_request("a", IMAGE, REPLY), p.encode_request("a", IMAGE, REPLY)
-    assert p.decode_any_request(binary, "mnist", TASKS).binary
-    assert not p.decode_any_request(text, "mnist", TASKS).binary
-    assert p.decode_any_request(binary, "mnist", TASKS, content_type=p.REQUEST_CONTENT_TYPE).binary
+    assert p.decode_request(binary, "mnist", TASKS).binary
+    assert not p.decode_request(text, "mnist", TASKS).binary
+    assert p.decode_request(binary, "mnist", TASKS, content_type=p.REQUEST_CONTENT_TYPE).binary
     with pytest.raises(ProtocolError):  # a JSON payload labelled binary is refused, not guessed at
-        p.decode_any_request(text, "mnist", TASKS, content_type=p.REQUEST_CONTENT_TYPE)
+        p.decode_request(text, "mnist", TASKS, content_type=p.REQUEST_CONTENT_TYPE)
 
 
 def _with(field: int, value: int) -> bytes:
@@ -79,7 +79,7 @@ def test_a_bad_binary_request_keeps_its_id_and_reply_topic_for_the_error_reply()
     assert (err.correlation_id, err.reply_to) == ("r-1", REPLY)
     other_task = p.encode_binary_request("r-2", IMAGE, REPLY)
     with pytest.raises(p.RequestError) as info:
-        p.decode_binary_request(other_task, "digits", TASKS)
+        p.decode_request(other_task, "digits", TASKS)
     assert info.value.code == "unknown-task" and info.value.reply_to == REPLY
 
 
@@ -128,7 +128,7 @@ def test_answers_come_in_the_requests_own_form() -> None:
 )
 def test_the_binary_decoders_raise_only_protocol_errors(payload: bytes, task: str) -> None:
     with contextlib.suppress(ProtocolError):
-        p.decode_binary_request(b"DR" + payload, task, TASKS)
+        p.decode_request(b"DR" + payload, task, TASKS)
     with contextlib.suppress(ProtocolError):
         p.decode_binary_reply(b"DA" + payload)
 
