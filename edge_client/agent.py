@@ -43,16 +43,15 @@ from dartfl.executor import (
     Admission,
     CoreSwitch,
     DeviceExecutor,
-    ExecutorConfig,
     InferenceBatch,
     ProfiledCosts,
     RoundClock,
     TrainingStep,
 )
-from dartfl.executor.batch_hold import batch_hold_s, wakes_executor
+from dartfl.executor.batch_hold import wakes_executor
 from dartfl.policies import make_policy
 from dartfl.protocol import FinalReport, Telemetry
-from dartfl.types import DeviceProfile, RequestPathCost, TaskSpec
+from dartfl.types import DeviceProfile, RequestPathCost
 from edge_client.agent_config import AgentConfig
 from edge_client.agent_ingress import QueuedRequest, admit_request
 from edge_client.agent_lanes import LaneThreads
@@ -75,9 +74,6 @@ log = logging.getLogger(__name__)
 
 __all__ = ["Agent", "AgentConfig"]
 
-DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
-ADMITTED_LATE = 0.02  # admission steers its margin until this share of admitted requests miss
-
 
 class Agent:
     """Build with `Agent.create(config)` (loads data, model, broker); then `start()`, `run()`."""
@@ -90,26 +86,10 @@ class Agent:
         policy = make_policy(config.policy, config.loss_weighting)
         federated = bool(config.round_channel or os.environ.get("DARTFL_ROUND_CHANNEL"))
         now = time.monotonic()
-        tasks = [TaskSpec(name, config.slo_s, config.queue_capacity) for name in config.tasks]
         rounds = RoundClock(config.round_s, config.round_target_samples, origin_s=now, periodic=not federated)
         self._costs = ProfiledCosts(profile, config.tasks)  # the executor's, learning as it serves
-        lanes = 2 if config.split_cores and profile.cores.can_split else 1
-        model_s = max(profile.model_inference_for(task).per_request_s for task in config.tasks)
         self.device: DeviceExecutor[QueuedRequest] = DeviceExecutor(
-            tasks,
-            policy,
-            profile,
-            rounds,
-            ExecutorConfig(
-                config.period_s,
-                max_decisions=DECISIONS_KEPT,
-                deadline_admission=config.deadline_admission,
-                admission_miss_target=ADMITTED_LATE,
-                lanes=lanes,
-                concurrent_steps=False,
-                batch_hold_s=batch_hold_s(config.slo_s, model_s),  # under load, batches of several
-            ),
-            costs=self._costs,
+            config.task_specs(), policy, profile, rounds, config.executor_config(profile), costs=self._costs
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
         self._cond = threading.Condition()  # serialises the executor; wakes_executor says when to notify

@@ -7,14 +7,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dartfl.errors import ConfigError
+from dartfl.executor import ExecutorConfig
+from dartfl.executor.batch_hold import batch_hold_s
 from dartfl.policies import FutureAwarePolicy, make_policy, natural_loss_weighting
 from dartfl.protocol import REPLY_TOPIC_RULES, ReplyTopicRule
+from dartfl.types import DeviceProfile, TaskSpec
 from messaging.security import MqttSecurity
 
 __all__ = ["ORT_PROVIDER_NAMES", "AgentConfig"]
 
 # ONNX Runtime execution providers by name (edge_client.inference.ORT_PROVIDERS maps them).
 ORT_PROVIDER_NAMES = ("cpu", "cuda", "tensorrt")
+DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
+ADMITTED_LATE = 0.02  # admission steers its margin until this share of admitted requests miss
 
 
 @dataclass(frozen=True)
@@ -81,3 +86,22 @@ class AgentConfig:
     def weighting(self) -> str:
         """The loss weighting in force: the explicit one, else the policy's natural one."""
         return self.loss_weighting or natural_loss_weighting(self.policy)
+
+    def task_specs(self) -> list[TaskSpec]:
+        """The tasks as the executor knows them: each with the SLO and the queue capacity."""
+        return [TaskSpec(name, self.slo_s, self.queue_capacity) for name in self.tasks]
+
+    def executor_config(self, profile: DeviceProfile) -> ExecutorConfig:
+        """How the agent's executor runs on `profile`: two lanes when it splits the cores and the
+        profile can, and a batch hold that, under load, serves batches of several (never longer
+        than a control period, which the executor requires)."""
+        model_s = max(profile.model_inference_for(task).per_request_s for task in self.tasks)
+        return ExecutorConfig(
+            self.period_s,
+            max_decisions=DECISIONS_KEPT,
+            deadline_admission=self.deadline_admission,
+            admission_miss_target=ADMITTED_LATE,
+            lanes=2 if self.split_cores and profile.cores.can_split else 1,
+            concurrent_steps=False,
+            batch_hold_s=min(batch_hold_s(self.slo_s, model_s), self.period_s),
+        )

@@ -6,23 +6,36 @@ throwaway CA. Only the test's own lines differ from production: the listener por
 TLS bound to 127.0.0.1) and a main config that runs the broker as the caller, without
 persistence, logging to stderr, and including the set-up's folder as Debian's main config
 includes /etc/mosquitto/conf.d. `start_production_broker(..., watcher=True)` adds a test-only
-account that reads every topic, to see what would otherwise be out of sight.
+account that reads every topic, to see what would otherwise be out of sight. `Listener` and
+`RawClient` are its clients: one as the project connects, one as anyone could write it.
 """
 
 from __future__ import annotations
 
 import getpass
+import queue
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+
 from messaging.accounts import Role
 from messaging.broker_setup import write_broker_setup
-from messaging.brokers import LOOPBACK, BrokerHandle, free_port, start_mosquitto_with_config
+from messaging.brokers import (
+    LOOPBACK,
+    BrokerHandle,
+    free_port,
+    parse_broker_address,
+    start_mosquitto_with_config,
+)
+from messaging.link import Message, connect
 from messaging.security import PASSWORD_ENV, MqttSecurity
 from tests.messaging.tls_fixtures import TlsFiles
 
-__all__ = ["WATCHER", "ProductionBroker", "start_production_broker"]
+__all__ = ["WATCHER", "Listener", "ProductionBroker", "RawClient", "start_production_broker"]
 
 WATCHER = "watcher"  # test only: reads everything (its block is appended to the shipped ACL)
 
@@ -101,3 +114,84 @@ def start_production_broker(
     ]
     handle = start_mosquitto_with_config("\n".join([*main, ""]), loopback_port, tls_port=tls_port)
     return ProductionBroker(handle, setup, tls, require_certificate)
+
+
+class Listener:
+    """A client of `account` that keeps every message it receives, in order."""
+
+    def __init__(
+        self, broker: ProductionBroker, account: str, topics: list[str], *, tls: bool = True
+    ) -> None:
+        self.inbox: queue.Queue[Message] = queue.Queue()
+        url = broker.url if tls else broker.loopback_url
+        subscriptions = [(topic, 1) for topic in topics]
+        self.link = connect(
+            url,
+            "ignored",
+            on_message=self.inbox.put,
+            subscriptions=subscriptions,
+            security=broker.login(account, tls=tls),
+        )
+
+    def next(self, timeout_s: float = 10.0) -> Message:
+        return self.inbox.get(timeout=timeout_s)
+
+    def close(self) -> None:
+        self.link.close()
+
+
+class RawClient:
+    """A paho client as anyone could write it: any client id, any will, any protocol."""
+
+    def __init__(
+        self,
+        broker: ProductionBroker,
+        account: str | None,
+        client_id: str,
+        *,
+        tls: bool = True,
+        will: tuple[str, bytes] | None = None,
+        version: int = paho.MQTTv5,
+    ) -> None:
+        address = parse_broker_address(broker.url if tls else broker.loopback_url)
+        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version)
+        if tls:
+            self.client.tls_set(ca_certs=str(broker.tls.ca))
+        if account is not None:
+            self.client.username_pw_set(account, broker.password(account))
+        if will is not None:
+            self.client.will_set(will[0], will[1], qos=1, retain=True)
+        self.connack: queue.Queue[str] = queue.Queue()
+        self.disconnects: list[str] = []
+        self.closed = threading.Event()
+        self.client.on_connect = lambda c, u, f, reason, p: self.connack.put(str(reason))
+        self.client.on_disconnect = self._on_disconnect
+        self.client.connect(address.host, address.port)
+        self.client.loop_start()
+        self.reason = self.connack.get(timeout=10)
+
+    def _on_disconnect(
+        self, client: paho.Client, userdata: object, flags: object, reason: object, props: object
+    ) -> None:
+        self.disconnects.append(str(reason))
+        self.closed.set()
+
+    def acknowledged(self, topic: str, payload: bytes, *, retain: bool = False) -> bool:
+        """Publish at QoS 1 and wait for the broker's PUBACK on this connection."""
+        info = self.client.publish(topic, payload, qos=1, retain=retain)
+        try:
+            info.wait_for_publish(10)
+        except RuntimeError:  # not connected (any more)
+            return False
+        return info.is_published()
+
+    def drop(self) -> None:
+        """Vanish without a DISCONNECT: the broker then publishes the will, if it may."""
+        self.client.loop_stop()
+        sock = self.client.socket()
+        if sock is not None:
+            sock.close()
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()

@@ -24,17 +24,21 @@ from pathlib import Path
 import numpy as np
 import paho.mqtt.client as paho
 import pytest
-from paho.mqtt.enums import CallbackAPIVersion
 
 from dartfl import protocol
 from dartfl.protocol import DeviceStatus
 from dashboard import synthetic
-from messaging.brokers import parse_broker_address
 from messaging.link import MQTT_V5, MQTT_V311, Message, MqttLink, MqttSecurityError, Will, connect
 from messaging.refusals import Refusal
 from messaging.security import MqttSecurity
 from tests.messaging import tls_fixtures as tls
-from tests.messaging.production_fixtures import WATCHER, ProductionBroker, start_production_broker
+from tests.messaging.production_fixtures import (
+    WATCHER,
+    Listener,
+    ProductionBroker,
+    RawClient,
+    start_production_broker,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -52,87 +56,6 @@ def broker(tls_files: tls.TlsFiles, tmp_path_factory: pytest.TempPathFactory) ->
     started = start_production_broker(tmp_path_factory.mktemp("prod"), tls_files, ACCOUNTS, watcher=True)
     yield started
     started.stop()
-
-
-class Listener:
-    """A client of `account` that keeps every message it receives, in order."""
-
-    def __init__(
-        self, broker: ProductionBroker, account: str, topics: list[str], *, tls: bool = True
-    ) -> None:
-        self.inbox: queue.Queue[Message] = queue.Queue()
-        url = broker.url if tls else broker.loopback_url
-        subscriptions = [(topic, 1) for topic in topics]
-        self.link = connect(
-            url,
-            "ignored",
-            on_message=self.inbox.put,
-            subscriptions=subscriptions,
-            security=broker.login(account, tls=tls),
-        )
-
-    def next(self, timeout_s: float = 10.0) -> Message:
-        return self.inbox.get(timeout=timeout_s)
-
-    def close(self) -> None:
-        self.link.close()
-
-
-class RawClient:
-    """A paho client as anyone could write it: any client id, any will, any protocol."""
-
-    def __init__(
-        self,
-        broker: ProductionBroker,
-        account: str | None,
-        client_id: str,
-        *,
-        tls: bool = True,
-        will: tuple[str, bytes] | None = None,
-        version: int = paho.MQTTv5,
-    ) -> None:
-        address = parse_broker_address(broker.url if tls else broker.loopback_url)
-        self.client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=version)
-        if tls:
-            self.client.tls_set(ca_certs=str(broker.tls.ca))
-        if account is not None:
-            self.client.username_pw_set(account, broker.password(account))
-        if will is not None:
-            self.client.will_set(will[0], will[1], qos=1, retain=True)
-        self.connack: queue.Queue[str] = queue.Queue()
-        self.disconnects: list[str] = []
-        self.closed = threading.Event()
-        self.client.on_connect = lambda c, u, f, reason, p: self.connack.put(str(reason))
-        self.client.on_disconnect = self._on_disconnect
-        self.client.connect(address.host, address.port)
-        self.client.loop_start()
-        self.reason = self.connack.get(timeout=10)
-
-    def _on_disconnect(
-        self, client: paho.Client, userdata: object, flags: object, reason: object, props: object
-    ) -> None:
-        self.disconnects.append(str(reason))
-        self.closed.set()
-
-    def acknowledged(self, topic: str, payload: bytes, *, retain: bool = False) -> bool:
-        """Publish at QoS 1 and wait for the broker's PUBACK on this connection."""
-        info = self.client.publish(topic, payload, qos=1, retain=retain)
-        try:
-            info.wait_for_publish(10)
-        except RuntimeError:  # not connected (any more)
-            return False
-        return info.is_published()
-
-    def drop(self) -> None:
-        """Vanish without a DISCONNECT: the broker then publishes the will, if it may."""
-        self.client.loop_stop()
-        sock = self.client.socket()
-        if sock is not None:
-            sock.close()
-
-    def close(self) -> None:
-        self.client.disconnect()
-        self.client.loop_stop()
 
 
 def _device(broker: ProductionBroker, device: str, *, tls: bool = True) -> MqttLink:
