@@ -1,7 +1,7 @@
 """Datacenter split policies behind one interface, built by name from the datacenter registry.
 
 Spec grammar (dartfl.registry): `sync`, `static:<rollout-fraction>`,
-`one-step[:<rollout-fraction>]`, `dart[:key=value,...]` with keys kappa, hysteresis, hold,
+`one-step[:<rollout-fraction>]`, `dart[:key=value,...]` with keys kappa, hysteresis, hold, smooth,
 `verl-dynamic[:<dedicated-fraction>]` or `verl-dynamic:key=value,...` with keys f, threshold,
 adaptive, step-up, step-down, release. `RAY_POLICIES` is the subset the Ray engine runs.
 """
@@ -79,13 +79,14 @@ DC_POLICIES: Registry[DcPolicy] = Registry.of(
         ),
         Entry(
             "dart",
-            "dart[:kappa=K,hysteresis=H,hold=P]",
+            "dart[:kappa=K,hysteresis=H,hold=P,smooth=W]",
             "drift-plus-penalty, GPUs move at run time",
             _dart,
             (
                 Knob("kappa", float, "weight of the buffer's drift against throughput"),
-                Knob("hysteresis", float, "least relative throughput gain worth a move"),
+                Knob("hysteresis", float, "least relative gain of the smoothed score worth a move"),
                 Knob("hold", float, "periods a move must repay its dead time in", field="hold_periods"),
+                Knob("smooth", float, "EWMA weight of a period's scores, in (0, 1]", field="score_smoothing"),
             ),
         ),
         Entry(
