@@ -94,20 +94,22 @@ class SurpriseEnvelope:
         self._pos = (pos + 1) & _MASK
         self._n = n
 
-    def surprise_s(self, step_s: float, period_s: float) -> float:
-        """The surprise work to plan for during a step of `step_s` seconds (piecewise linear)."""
+    def surprise_s(self, step_s: float, period_s: float, weight: float = 1.0) -> float:
+        """The surprise work to plan for during a step of `step_s` seconds (piecewise linear),
+        `weight` times the learnt levels (DART's caution, `MissDebt.caution`)."""
         x = step_s / period_s
         q = self.q
         lo_len, lo_q = 0.0, 0.0
         for j, length in enumerate(WINDOWS):
-            hi_q = q[j] if q[j] > lo_q else lo_q  # longer windows never plan for less
+            level = q[j] * weight
+            hi_q = level if level > lo_q else lo_q  # longer windows never plan for less
             if x <= length:
                 return lo_q + (hi_q - lo_q) * (x - lo_len) / (length - lo_len)
             lo_len, lo_q = float(length), hi_q
         return lo_q * x / lo_len
 
-    def safe_step_s(self, room_s: float, stretch: float, period_s: float) -> float:
-        """The longest s with s * stretch + surprise_s(s) <= room_s (0 if none).
+    def safe_step_s(self, room_s: float, stretch: float, period_s: float, weight: float = 1.0) -> float:
+        """The longest s with s * stretch + surprise_s(s, weight) <= room_s (0 if none).
 
         The left side is increasing and piecewise linear in s, so each segment is solved in
         closed form, shortest first.
@@ -118,7 +120,8 @@ class SurpriseEnvelope:
         lo_s, lo_q = 0.0, 0.0
         for j, length in enumerate(WINDOWS):
             hi_s = length * period_s
-            hi_q = q[j] if q[j] > lo_q else lo_q
+            level = q[j] * weight
+            hi_q = level if level > lo_q else lo_q
             slope = (hi_q - lo_q) / (hi_s - lo_s)
             # On [lo_s, hi_s]: s * stretch + lo_q + slope * (s - lo_s) <= room_s.
             s = (room_s - lo_q + slope * lo_s) / (stretch + slope)

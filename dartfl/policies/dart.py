@@ -244,9 +244,10 @@ class DartPolicy(Policy):
 
         # 2. The SLO-safe step: a request arriving as a step of s starts waits s, then one batch
         #    per active task holding what arrived meanwhile, the forecast Lambda_c s plus the
-        #    surprise e(s) the device has learnt to expect: s (1 + Lambda_c) + e(s) + A <= budget.
-        envelope = self.envelope
-        s_safe = envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau)
+        #    surprise e(s) the device has learnt to expect: s (1 + Lambda_c) + w e(s) + A <=
+        #    budget, with w the caution the miss debt calls for (`MissDebt.caution`).
+        envelope, caution = self.envelope, self.debt.caution()
+        s_safe = envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau, caution)
 
         # 3. Step size m maximising (Z + V) r_T(m) - pi r_M(m) per second of training: r_M the
         #    misses the plan foresees, priced pi = 1 / (1 - H / H_max). A voluntary step is then
@@ -262,7 +263,7 @@ class DartPolicy(Policy):
         elif price == math.inf:
             m = 0
         else:
-            plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
+            plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total, caution)
             m = _best_microbatch(obs, envelope, *plan, gain, price)
             if m > 0 and deficit <= 0.0:
                 idle = max(IDLE_FLOOR, 1.0 - self.debt.long_run.load)
@@ -318,6 +319,7 @@ def _best_microbatch(
     lam_cost: float,
     active_fixed: float,
     lam_total: float,
+    caution: float,
     gain: float,
     price: float,
 ) -> int:
@@ -337,7 +339,7 @@ def _best_microbatch(
     span = m_max - m_safe
     for m in (m_safe + max(1, span // 4), m_safe + max(1, span // 2), m_max):
         step = a_t + c_t * m
-        stretched = step * (1.0 + lam_cost) + envelope.surprise_s(step, tau)
+        stretched = step * (1.0 + lam_cost) + envelope.surprise_s(step, tau, caution)
         late = min(1.0, (stretched + active_fixed - budget_s) / stretched)
         j = gain * m / step - price * lam_total * max(0.0, late)
         if j > best_j:

@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["CLASSES", "LongRunRates", "MissDebt", "StepRisk", "efficient_step", "step_class"]
+__all__ = ["CAUTION_AT", "CLASSES", "LongRunRates", "MissDebt", "StepRisk", "efficient_step", "step_class"]
 
 # The long-run arrival rate (the budget's pace) forgets over RATE_MEMORY_S, and is averaged
 # over RATE_WARMUP_S at least, so a run that opens with a burst does not start rich.
@@ -36,6 +36,10 @@ RATE_WARMUP_S = 10.0
 # Unused budget is banked up to the budget of this many seconds at the long-run rate, so one
 # unforeseeable burst is paid from savings instead of by minutes without training.
 CREDIT_S = 600.0
+
+# The plan counts the whole learnt surprise once H reaches this share of H_max, none of it
+# while H <= 0 (in credit), and a linear share in between (`MissDebt.caution`).
+CAUTION_AT = 0.5
 
 # Step-size classes: m in [2^j, 2^(j+1)), the last open-ended.
 CLASSES = 6
@@ -133,6 +137,19 @@ class MissDebt:
             return 0.0
         h = self.queue / self.debt_limit
         return self.budget * self.long_run.rate_per_s * (1.0 - h if h > 0.0 else 1.0)
+
+    def caution(self) -> float:
+        """How much of the learnt surprise a step's plan counts: 0 while H <= 0 (training has
+        caused no more misses than the budget so far), rising linearly to 1 at H = CAUTION_AT
+        x H_max. The surprise envelope is a high quantile of unforecast work, so planning every
+        step against it in full assumes the worst at every step; the debt says whether that
+        caution is needed (docs/allocator.md, "Caution from the debt")."""
+        h = self.queue
+        if h <= 0.0:
+            return 0.0
+        if h >= CAUTION_AT * self.debt_limit:
+            return 1.0
+        return h / (CAUTION_AT * self.debt_limit)
 
     def price(self) -> float:
         """The price of a training-caused miss: 1 / (1 - H / H_max), 1 while in credit, inf at

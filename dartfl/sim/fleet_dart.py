@@ -131,7 +131,8 @@ class FleetDart(FleetPolicy):
         budget_s = slo_min * (1.0 - cfg.slack_margin)
 
         # 2. The SLO-safe step, against the forecast and the learnt surprise.
-        s_safe = self.envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau)
+        caution = self.debt.caution()
+        s_safe = self.envelope.safe_step_s(budget_s - active_fixed, 1.0 + lam_cost, tau, caution)
 
         # 3. Step size m: the plan, priced at 1 / (1 - H / H_max), cut to what the budget
         #    affords; none voluntary at H >= H_max; owed work at the base price.
@@ -139,7 +140,7 @@ class FleetDart(FleetPolicy):
         gain = deficit + cfg.v
         price = np.where(deficit > 0.0, 1.0, self.debt.price())
         stopped = price == math.inf
-        plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total)
+        plan = (s_safe, budget_s, lam_cost, active_fixed, lam_total, caution)
         best = _best_microbatch(obs, self.envelope, *plan, gain, np.where(stopped, 1.0, price))
         idle = np.maximum(IDLE_FLOOR, 1.0 - self.debt.long_run.load)
         cut = self.risk.affordable(best, a_t, c_t, self.debt.allowance_per_s(), idle)
@@ -185,6 +186,7 @@ def _best_microbatch(
     lam_cost: FloatArray,
     active_fixed: FloatArray,
     lam_total: FloatArray,
+    caution: FloatArray,
     gain: FloatArray,
     price: FloatArray,
 ) -> IntArray:
@@ -198,7 +200,7 @@ def _best_microbatch(
     span = m_max - m_safe
     grid = np.stack((m_safe + np.maximum(1, span // 4), m_safe + np.maximum(1, span // 2), m_max))
     steps = a_t + c_t * grid
-    surprises = envelope.surprise_s(steps, tau)  # the three candidates at once
+    surprises = envelope.surprise_s(steps, tau, caution)  # the three candidates at once
     for m, step, surprise in zip(grid, steps, surprises, strict=True):
         stretched = step * (1.0 + lam_cost) + surprise
         late = np.minimum(1.0, (stretched + active_fixed - budget_s) / stretched)

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from dartfl.policies.burst import _RING, SCALE_RATE, WINDOWS
 from dartfl.policies.miss_debt import (
     BLAME_PERIODS,
+    CAUTION_AT,
     CLASSES,
     CREDIT_S,
     PRIOR_TRAINING_S,
@@ -87,24 +88,28 @@ class FleetSurprise:
         self.pos = (pos + 1) & (_RING - 1)
         self.n = n
 
-    def surprise_s(self, step_s: FloatArray, period_s: float) -> FloatArray:
+    def surprise_s(self, step_s: FloatArray, period_s: float, weight: FloatArray) -> FloatArray:
         x = step_s / period_s
         result = np.full(x.shape, np.nan)
         lo_len, lo_q = 0.0, np.zeros(x.shape)
         for j, length in enumerate(WINDOWS):
-            hi_q = np.where(self.q[j] > lo_q, self.q[j], lo_q)
+            level = self.q[j] * weight
+            hi_q = np.where(level > lo_q, level, lo_q)
             here = np.isnan(result) & (x <= length)
             result = np.where(here, lo_q + (hi_q - lo_q) * (x - lo_len) / (length - lo_len), result)
             lo_len, lo_q = float(length), hi_q
         out: FloatArray = np.where(np.isnan(result), lo_q * x / lo_len, result)
         return out
 
-    def safe_step_s(self, room_s: FloatArray, stretch: FloatArray, period_s: float) -> FloatArray:
+    def safe_step_s(
+        self, room_s: FloatArray, stretch: FloatArray, period_s: float, weight: FloatArray
+    ) -> FloatArray:
         result = np.where(room_s <= 0.0, 0.0, np.nan)
         lo_s, lo_q = 0.0, np.zeros(room_s.shape)
         for j, length in enumerate(WINDOWS):
             hi_s = length * period_s
-            hi_q = np.where(self.q[j] > lo_q, self.q[j], lo_q)
+            level = self.q[j] * weight
+            hi_q = np.where(level > lo_q, level, lo_q)
             slope = (hi_q - lo_q) / (hi_s - lo_s)
             s = (room_s - lo_q + slope * lo_s) / (stretch + slope)
             here = np.isnan(result) & (s <= hi_s)
@@ -142,6 +147,12 @@ class FleetMissDebt:
             h = self.queue / self.debt_limit
             allowed = self.budget * self.long_run.rate_per_s * np.where(h > 0.0, 1.0 - h, 1.0)
         out: FloatArray = np.where(self.queue >= self.debt_limit, 0.0, allowed)
+        return out
+
+    def caution(self) -> FloatArray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            share = self.queue / (CAUTION_AT * self.debt_limit)
+        out: FloatArray = np.where(self.queue <= 0.0, 0.0, np.where(share < 1.0, share, 1.0))
         return out
 
     def price(self) -> FloatArray:

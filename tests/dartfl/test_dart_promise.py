@@ -15,7 +15,7 @@ from dartfl.arrivals import Arrivals
 from dartfl.metrics import miss_budget_bound
 from dartfl.policies import DartConfig, DartPolicy
 from dartfl.policies.burst import SurpriseEnvelope
-from dartfl.policies.miss_debt import MissDebt, StepRisk
+from dartfl.policies.miss_debt import CAUTION_AT, MissDebt, StepRisk
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
 from dartfl.types import Observation, TaskSpec
@@ -51,6 +51,33 @@ def test_the_price_of_a_miss_rises_to_infinity_at_the_debt_limit() -> None:
     assert debt.price() == pytest.approx(2.0) and debt.allowance_per_s() > 0
     debt.queue = 20.0
     assert debt.price() == math.inf and debt.allowance_per_s() == 0.0
+
+
+def test_caution_is_nil_in_credit_and_whole_from_half_the_debt_limit() -> None:
+    debt = MissDebt(0.005, 1.0)
+    debt.update(0, 400, 0.1, 0.25)  # H_max = 20
+    assert debt.queue < 0.0 and debt.caution() == 0.0
+    debt.queue = 5.0
+    assert debt.caution() == pytest.approx(5.0 / (CAUTION_AT * 20.0))
+    debt.queue = CAUTION_AT * 20.0
+    assert debt.caution() == 1.0
+
+
+def test_a_step_plans_against_the_learnt_surprise_only_as_far_as_the_debt_calls_for() -> None:
+    # A device that has learnt large unforecast clumps: with misses within budget so far it
+    # plans on the rates alone; holding debt, it plans against the clumps and steps shorter.
+    obs = quiet()
+    in_credit, in_debt = DartPolicy(), DartPolicy()
+    for policy in (in_credit, in_debt):
+        policy.update(obs)
+        policy.envelope.q = [0.15, 0.2, 0.3, 0.4]  # seconds of surprise work per window
+    in_debt.debt.update(0, 400, 0.1, 0.25)
+    in_debt.debt.queue = CAUTION_AT * in_debt.debt.debt_limit  # caution 1, price 2
+    bold, careful = in_credit.decide(obs).microbatch, in_debt.decide(obs).microbatch
+    assert bold > careful
+    unplanned = DartPolicy()
+    unplanned.update(obs)
+    assert bold == unplanned.decide(obs).microbatch  # nothing learnt: the same plan
 
 
 # -- DART's decisions --------------------------------------------------------------------------
@@ -164,6 +191,12 @@ def test_the_safe_step_solves_the_piecewise_linear_envelope(
     envelope.q = list(levels)
     s = envelope.safe_step_s(room, stretch, 0.25)
     assert s * stretch + envelope.surprise_s(s, 0.25) == pytest.approx(room, rel=1e-9, abs=1e-12)
+    # A weight scales the levels: the same solution as levels scaled by hand.
+    halved = SurpriseEnvelope(0.95, 120.0)
+    halved.q = [x / 2 for x in levels]
+    assert envelope.safe_step_s(room, stretch, 0.25, 0.5) == pytest.approx(
+        halved.safe_step_s(room, stretch, 0.25)
+    )
 
 
 # -- the step risk -----------------------------------------------------------------------------
