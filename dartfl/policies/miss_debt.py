@@ -39,7 +39,7 @@ CREDIT_S = 600.0
 
 # The plan counts the whole learnt surprise once H reaches this share of H_max, none of it
 # while H <= 0 (in credit), and a linear share in between (`MissDebt.caution`).
-CAUTION_AT = 0.5
+CAUTION_AT = 0.25
 
 # Step-size classes: m in [2^j, 2^(j+1)), the last open-ended.
 CLASSES = 6
