@@ -11,8 +11,9 @@ Every control period it weighs three queues against the training it could do:
   most delta plus a slack that vanishes as the arrivals grow, on any arrival trace
   (docs/allocator.md, "The promise").
 One knob, V, prices a trained sample in SLO misses (V = 0.05: one miss is worth 20 samples).
-The step is planned against the recent rate and the surprise work the device has learnt to
-expect within a step (`SurpriseEnvelope`). The decision is closed form plus a scan over five
+The step is planned against the recent rate and, as far as the miss debt calls for
+(`MissDebt.caution`), the surprise work the device has learnt to expect within a step
+(`SurpriseEnvelope`). The decision is closed form plus a scan over five
 candidate step sizes and at most six step classes: O(K).
 
 Numbered steps in `decide` follow the derivation in docs/allocator.md.
