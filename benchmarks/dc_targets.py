@@ -71,6 +71,21 @@ def brief(summary: dict[str, Any]) -> dict[str, Any]:
     return {k: summary[k] for k in KEEP}
 
 
+def eta_config(name: str, size: str, gpus: int, eta: int) -> tuple[DcConfig, Workload]:
+    """An `eta` cell's cluster and workload: 100 steps at a small staleness bound."""
+    w, prompt = workload(name)
+    return DcConfig(gpus=gpus, model=model_spec(size), steps=100, eta=eta, prompt_tokens=prompt), w
+
+
+def ablation_config(eta: int) -> DcConfig:
+    """The staleness ablation: 64 GPUs, 7B, 100 steps, no drift."""
+    return DcConfig(gpus=64, model=model_spec("7b"), steps=100, eta=eta)
+
+
+def run_dart(cfg: DcConfig, w: Workload, seed: int) -> dict[str, Any]:
+    return brief(simulate(cfg, make_dc_policy("dart"), w, np.random.default_rng(seed)).summary())
+
+
 def cell(name: str, size: str, gpus: int, seed: int, eta: int = 2, full: bool = True) -> dict[str, Any]:
     """Every policy on one workload, size and cluster."""
     w, prompt = workload(name)
@@ -114,12 +129,9 @@ def eta_cells(seed: int) -> list[dict[str, Any]]:
         for size in SIZES:
             for gpus in GPUS:
                 for eta in (0, 1):
-                    w, prompt = workload(name)
-                    cfg = DcConfig(
-                        gpus=gpus, model=model_spec(size), steps=100, eta=eta, prompt_tokens=prompt
-                    )
+                    cfg, w = eta_config(name, size, gpus, eta)
                     best, _ = sweep_static(cfg, w, seed)
-                    dart = simulate(cfg, make_dc_policy("dart"), w, np.random.default_rng(seed)).summary()
+                    dart = run_dart(cfg, w, seed)
                     verl = simulate(
                         cfg, make_dc_policy("verl-dynamic"), w, np.random.default_rng(seed)
                     ).summary()
@@ -132,9 +144,9 @@ def eta_cells(seed: int) -> list[dict[str, Any]]:
                             "eta": eta,
                             "best_static": best.policy,
                             "best_static_samples_per_s": b,
-                            "dart": brief(dart),
+                            "dart": dart,
                             "verl_dynamic": brief(verl),
-                            "dart_over_best_static": float(dart["samples_per_s"]) / b,  # type: ignore[arg-type]
+                            "dart_over_best_static": dart["samples_per_s"] / b,
                         }
                     )
                     print(
@@ -148,11 +160,9 @@ def eta_cells(seed: int) -> list[dict[str, Any]]:
 def eta_ablation(seed: int) -> list[dict[str, Any]]:
     rows = []
     for eta in (0, 1, 2, 3, 4, 6):
-        cfg = DcConfig(gpus=64, model=model_spec("7b"), steps=100, eta=eta)
+        cfg = ablation_config(eta)
         best, _ = sweep_static(cfg, LogNormalLengths(), seed)
-        dart = simulate(
-            cfg, make_dc_policy("dart"), LogNormalLengths(), np.random.default_rng(seed)
-        ).summary()
+        dart = run_dart(cfg, LogNormalLengths(), seed)
         rows.append(
             {
                 "eta": eta,
@@ -171,10 +181,6 @@ def speed(seed: int) -> dict[str, Any]:
     return {"gpus": 1024, "steps": run.steps, "wall_s": time.perf_counter() - start}
 
 
-def _dart(cfg: DcConfig, w: Workload, seed: int) -> dict[str, Any]:
-    return brief(simulate(cfg, make_dc_policy("dart"), w, np.random.default_rng(seed)).summary())
-
-
 def refresh_dart(results: dict[str, Any], seed: int) -> None:
     """DART rerun in every stored cell, its ratios recomputed against the stored rivals."""
     for t in results.get("targets", []):
@@ -182,7 +188,7 @@ def refresh_dart(results: dict[str, Any], seed: int) -> None:
         cfg = DcConfig(
             gpus=t["gpus"], model=model_spec(t["size"]), steps=t["steps"], eta=t["eta"], prompt_tokens=prompt
         )
-        t["dart"] = _dart(cfg, w, t["seed"])
+        t["dart"] = run_dart(cfg, w, t["seed"])
         dart = t["dart"]["samples_per_s"]
         rival = max(t["best_static"]["samples_per_s"], t["best_verl"]["samples_per_s"])
         t["dart_over_rival"] = dart / rival
@@ -193,15 +199,13 @@ def refresh_dart(results: dict[str, Any], seed: int) -> None:
             t["met"] = t["dart_over_rival"] >= t["target"] and t["dart"]["staleness_max"] <= t["eta"]
         print(report(t), flush=True)
     for e in results.get("eta_cells", []):
-        w, prompt = workload(e["workload"])
-        cfg = DcConfig(
-            gpus=e["gpus"], model=model_spec(e["size"]), steps=100, eta=e["eta"], prompt_tokens=prompt
-        )
-        e["dart"] = _dart(cfg, w, seed)
+        cfg, w = eta_config(e["workload"], e["size"], e["gpus"], e["eta"])
+        e["dart"] = run_dart(cfg, w, seed)
         e["dart_over_best_static"] = e["dart"]["samples_per_s"] / e["best_static_samples_per_s"]
     for a in results.get("eta_ablation", []):
-        cfg = DcConfig(gpus=64, model=model_spec("7b"), steps=100, eta=a["eta"])
-        a["dart_samples_per_s"] = _dart(cfg, LogNormalLengths(), seed)["samples_per_s"]
+        a["dart_samples_per_s"] = run_dart(ablation_config(a["eta"]), LogNormalLengths(), seed)[
+            "samples_per_s"
+        ]
     results["dart_refreshed"] = time.strftime("%Y-%m-%d")
 
 
