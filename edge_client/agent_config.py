@@ -93,8 +93,7 @@ class AgentConfig:
 
     def executor_config(self, profile: DeviceProfile) -> ExecutorConfig:
         """How the agent's executor runs on `profile`: two lanes when it splits the cores and the
-        profile can, and a batch hold that, under load, serves batches of several (never longer
-        than a control period, which the executor requires)."""
+        profile can, and a batch hold that, under load, serves batches of several."""
         model_s = max(profile.model_inference_for(task).per_request_s for task in self.tasks)
         return ExecutorConfig(
             self.period_s,
@@ -103,5 +102,5 @@ class AgentConfig:
             admission_miss_target=ADMITTED_LATE,
             lanes=2 if self.split_cores and profile.cores.can_split else 1,
             concurrent_steps=False,
-            batch_hold_s=min(batch_hold_s(self.slo_s, model_s), self.period_s),
+            batch_hold_s=batch_hold_s(self.slo_s, model_s, self.period_s),
         )

@@ -43,10 +43,11 @@ HOLD_BATCH: Final = 32  # this many waiting (a full batch on the built-in profil
 _ENDED_S: Final = 1e-9  # a hold that ends within float rounding of now has ended (event times)
 
 
-def batch_hold_s(slo_s: float, model_per_request_s: float = 0.0) -> float:
+def batch_hold_s(slo_s: float, model_per_request_s: float = 0.0, period_s: float = math.inf) -> float:
     """The hold of a device whose tightest SLO is `slo_s` and whose model takes
-    `model_per_request_s` a request (the dearest task's, without the request path)."""
-    hold_s = min(HOLD_S, HOLD_SLO_FRACTION * slo_s)
+    `model_per_request_s` a request (the dearest task's, without the request path), never
+    longer than its control period `period_s` (ExecutorConfig refuses a longer hold)."""
+    hold_s = min(HOLD_S, HOLD_SLO_FRACTION * slo_s, period_s)
     if model_per_request_s * HOLD_BATCH > hold_s:
         return 0.0  # a full batch's model time outlasts the hold: nothing to share
     return hold_s

@@ -126,7 +126,7 @@ def _device(
     hold_s = 0.0
     if cfg.batch_hold:  # the agent's rule: its one SLO and its dearest model
         model_s = max(profile.model_inference_for(t.name).per_request_s for t in tasks)
-        hold_s = batch_hold_s(min(t.slo_s for t in tasks), model_s)
+        hold_s = batch_hold_s(min(t.slo_s for t in tasks), model_s, cfg.period_s)
     device: DeviceExecutor[int] = DeviceExecutor(
         tasks,
         policy,

@@ -84,3 +84,15 @@ def test_the_simulator_holds_small_batches_under_dense_traffic_as_the_agent_does
 def test_the_simulator_does_not_hold_sparse_traffic() -> None:
     sparse = _latencies(50.0, True)  # one arrival per 20 ms: nobody would join
     np.testing.assert_array_equal(sparse, _latencies(50.0, False))
+
+
+def test_a_hold_never_outlasts_the_control_period_in_the_simulator_or_the_agent() -> None:
+    # The executor refuses a hold longer than its period: a short period must shorten the
+    # hold, not stop the device from starting (it did, with a 5 ms period and a quick model).
+    assert batch_hold_s(0.15, QUICK.inference.per_request_s, period_s=0.005) == 0.005
+    assert batch_hold_s(0.15, QUICK.inference.per_request_s, period_s=0.25) == pytest.approx(0.010)
+    times = np.arange(0.0, 2.0, 0.001)
+    arrivals = Arrivals.build(times, np.zeros(len(times), dtype=np.int64), ("t",))
+    config = SimConfig(batch_hold=True, period_s=0.005, record_periods=False)
+    record = simulate(arrivals, QUICK, [TaskSpec("t", 0.15, 10_000)], make_policy("inference-only"), config)
+    assert not np.isnan(record.finish_s).any()
