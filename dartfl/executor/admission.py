@@ -155,17 +155,44 @@ class DeadlineAdmission(Generic[R]):
         """Pop the queued requests that can no longer be answered in time, even alone and
         starting now, and count each a miss. Returns them as (task, request, the training delay
         that caused the miss or 0, its cause)."""
-        queues, counts = self.queues, self.causes.counts
         fixed, per = self.prices.inference(costs)
         expired: list[tuple[int, R, float, float]] = []
-        for k, times in enumerate(queues.times):
+        for k, times in enumerate(self.queues.times):
             finish = now_s + fixed[k] + per[k]  # of a batch of one, started now
-            if not times or times[0] + queues.slo_s[k] >= finish:
-                continue
-            requests, arrivals = queues.pop_due_before(k, finish)
-            counts.misses[k] += len(requests)
-            # On the whole device it could have started `lane_s` sooner.
-            lane_s = fixed[k] + per[k] - costs.batch_fixed_s[k] - costs.per_request_s[k]
-            causes = self.causes.expired(k, finish, arrivals, lane_s, costs)
-            expired += [(k, r, delay, cause) for r, (delay, cause) in zip(requests, causes, strict=True)]
+            if times and times[0] + self.queues.slo_s[k] < finish:
+                expired += self._pop_due_before(k, finish, 1, costs)
         return expired
+
+    def expire_late_in_batch(
+        self, now_s: float, task: int, max_batch: int, costs: CostModel
+    ) -> list[tuple[int, R, float, float]]:
+        """Pop the requests at the head of `task`'s queue that the batch about to start now
+        would answer late, and count each a miss (returned as `expire` returns them).
+
+        Under overload a full batch's head is often due before the batch ends: answered, it
+        is a miss that took a batch slot. Refused instead, the slot goes to the next request,
+        which (one SLO per task, first in first out) is due no sooner than the batch ends, so
+        the batch is late for none of what it now holds, and the device answers in time at
+        least as many as it did. What is popped was lost whatever the device did next."""
+        times = self.queues.times[task]
+        if not times:
+            return []
+        fixed, per = self.prices.inference(costs)
+        size = min(len(times), max_batch)
+        finish = now_s + fixed[task] + per[task] * size
+        if times[0] + self.queues.slo_s[task] >= finish:
+            return []
+        return self._pop_due_before(task, finish, size, costs)
+
+    def _pop_due_before(
+        self, task: int, finish_s: float, size: int, costs: CostModel
+    ) -> list[tuple[int, R, float, float]]:
+        """Pop `task`'s requests due before `finish_s`, when a batch of `size` started now would
+        answer them, and judge each miss (`MissCauses.expired`)."""
+        requests, arrivals = self.queues.pop_due_before(task, finish_s)
+        self.causes.counts.misses[task] += len(requests)
+        # On the whole device that batch would have been `lane_s` shorter.
+        fixed, per = self.prices.inference(costs)
+        lane_s = fixed[task] - costs.batch_fixed_s[task] + (per[task] - costs.per_request_s[task]) * size
+        causes = self.causes.expired(task, finish_s, arrivals, lane_s, costs)
+        return [(task, r, delay, cause) for r, (delay, cause) in zip(requests, causes, strict=True)]

@@ -99,14 +99,16 @@ class DeviceExecutor(Generic[R]):
         # Split only where both the device and the driver can: a one-lane driver time-shares.
         splits = cfg.lanes == 2 and profile.cores.can_split
         self.lanes = CoreLanes(self.cores) if splits else None
+        # What training and the split held back, and which misses they caused.
+        self.causes = MissCauses(self.slo_s, self.counts, self.lanes)
         self.lane_control = (
-            LaneControl(self.lanes, self.prices, self.queues, self.rates, profile.training.max_microbatch)
+            LaneControl(
+                self.lanes, self.prices, self.queues, self.rates, profile.training.max_microbatch, self.causes
+            )
             if self.lanes is not None
             else None
         )
         self.observer = Observer(self.queues, self.counts, self.rates, rounds, profile, self.lanes)
-        # What training and the split held back, and which misses they caused.
-        self.causes = MissCauses(self.slo_s, self.counts, self.lanes)
         target = cfg.admission_miss_target if cfg.deadline_admission else None
         self.deadlines = DeadlineAdmission(self.queues, self.prices, profile.max_batch, target, self.causes)
         # Tallies of the finished work.
@@ -308,6 +310,13 @@ class DeviceExecutor(Generic[R]):
         queues = self.queues
         self.expire_hopeless(now_s)
         task = most_urgent(queues.head_deadlines_s())
+        while task >= 0 and self.config.deadline_admission:
+            late = self.deadlines.expire_late_in_batch(now_s, task, max_batch, self.costs)
+            if not late:
+                break
+            self.expired_total += len(late)
+            self.expired += late
+            task = most_urgent(queues.head_deadlines_s())
         if task < 0:
             return None
         size = min(len(queues.times[task]), max_batch)

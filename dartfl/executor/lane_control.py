@@ -9,9 +9,13 @@ training lane's cores (`reclaim_when_behind`), every core serves until the next 
 The reclaim is the split's counterpart of `ShareGate`: a decision holds for a control period,
 and a burst that starts inside one finds the split as it was. Time sharing answers at every
 step boundary (the gate serves a queue first); a split asks at each of the training lane's
-step boundaries whether the serving lane has fallen behind (`serving_behind`), and if so the
-training lane gives its cores up there instead of starting a step (docs/allocator.md,
-"Reclaiming the cores").
+step boundaries whether the serving lane has fallen behind, and if so the training lane gives
+its cores up there instead of starting a step (docs/allocator.md, "Reclaiming the cores").
+Behind means either of two things: the queue's work will not fit before its earliest
+deadline (`serving_behind`), or the serving lane has lost, since the last boundary, a request
+that the whole device would have answered in time (refused, expired or late: the split's own
+misses, `MissCauses.split_miss`). The second is what admission and expiry leave of the first:
+they refuse what the lane cannot serve in time, so its queue always looks as if it keeps up.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from dartfl.estimators import EwmaRates
 from dartfl.executor.costs import CostModel
 from dartfl.executor.lanes import CoreLanes, ServingLanePrices, step_prices
+from dartfl.executor.misses import MissCauses
 from dartfl.executor.queues import TaskQueues
 from dartfl.executor.work import INFERENCE_LANE, CoreSwitch, Lane
 from dartfl.types import Allocation
@@ -59,7 +64,17 @@ class LaneControl:
     boundary, whether the training lane's cores are reclaimed, and what a finished item's
     duration was without the other lane's interference."""
 
-    __slots__ = ("lanes", "max_microbatch", "prices", "queues", "rates", "reclaimed", "reclaims")
+    __slots__ = (
+        "causes",
+        "lanes",
+        "max_microbatch",
+        "prices",
+        "queues",
+        "rates",
+        "reclaimed",
+        "reclaims",
+        "split_misses_seen",
+    )
 
     def __init__(
         self,
@@ -68,6 +83,7 @@ class LaneControl:
         queues: TaskQueues[Any],
         rates: EwmaRates,
         max_microbatch: int,
+        causes: MissCauses,
     ) -> None:
         self.lanes = lanes
         self.prices = prices  # the serving lane's, refreshed whenever its cores move
@@ -76,6 +92,8 @@ class LaneControl:
         self.max_microbatch = max_microbatch
         self.reclaimed = False  # the serving lane fell behind: every core serves until the tick
         self.reclaims = 0  # how often that happened
+        self.causes = causes
+        self.split_misses_seen = 0  # the split's misses up to the training lane's last boundary
 
     def decided(self, alloc: Allocation, costs: CostModel) -> None:
         """A tick decided `alloc`: the split it asks for, tried afresh at the lanes' boundaries."""
@@ -96,6 +114,8 @@ class LaneControl:
         if reclaimable and not self.reclaimed and self._serving_behind(now_s, alloc, costs):
             self.reclaimed = True
             self.reclaims += 1
+        if i == 1:
+            self.split_misses_seen = self.causes.split_misses_total
         split = may_train and not self.reclaimed
         lanes.want((alloc.inference_cores or cores) if split else cores)
         held, moved = lanes.held[i], lanes.move(i)
@@ -114,6 +134,8 @@ class LaneControl:
         return solo_s, cores if cores < self.lanes.total else None
 
     def _serving_behind(self, now_s: float, alloc: Allocation, costs: CostModel) -> bool:
+        if self.causes.split_misses_total > self.split_misses_seen:
+            return True  # the lane lost a request that the whole device would have answered
         fixed, per = self.prices.inference(costs)
 
         def training_step_s() -> float:

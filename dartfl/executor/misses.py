@@ -45,7 +45,7 @@ class MissCauses:
     started, the device free and empty); `refused`, `expired` and `answered` count the causes
     of the misses of the three kinds into `counts`."""
 
-    __slots__ = ("counts", "delay", "lanes", "serving_step", "slo_s", "timeline")
+    __slots__ = ("counts", "delay", "lanes", "serving_step", "slo_s", "split_misses_total", "timeline")
 
     def __init__(self, slo_s: Sequence[float], counts: PeriodCounts, lanes: CoreLanes | None) -> None:
         self.slo_s = tuple(slo_s)
@@ -55,6 +55,7 @@ class MissCauses:
         self.delay = BusyPeriodDelay()
         self.timeline = TrainingTimeline()  # what training may have cost a request in transit
         self.serving_step: tuple[float, float] | None = None  # (start, expected end)
+        self.split_misses_total = 0  # every miss the split alone explained, never reset
 
     def refused(
         self,
@@ -135,6 +136,7 @@ class MissCauses:
         its deadline `split_s` sooner."""
         if split_s > 0.0 and finish_s - split_s <= deadline_s:
             self.counts.split_misses[task] += 1
+            self.split_misses_total += 1
 
     def _steps_running(self) -> tuple[float, ...]:
         """Start times of the training steps running now, on either lane."""

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
+from dartfl.arrivals import Arrivals
 from dartfl.executor import DeviceExecutor, ExecutorConfig, RoundClock
 from dartfl.executor.admission import earliest_finish_s
 from dartfl.executor.queues import TaskQueues
 from dartfl.policies import make_policy
+from dartfl.sim import SimConfig, simulate
 from dartfl.types import DeviceProfile, InferenceCost, TaskSpec, TrainingCost
 
 SLO_S = 0.25
@@ -80,3 +83,32 @@ def test_without_deadline_admission_nothing_expires() -> None:
     device.admit(0.0, 0, "old")
     work = device.next_work(0.2)
     assert device.take_expired() == [] and work is not None and work.requests == ["old"]
+
+
+def test_a_batch_refuses_the_head_it_would_answer_late_and_takes_a_request_that_can_make_it() -> None:
+    # Ten requests of a 100-ms SLO, due at 0.100-0.109; each could make it alone (6 ms).
+    device = _device()
+    for i in range(10):
+        assert device.admit(0.001 * i, 0, f"r{i}") == "queued"
+    work = device.next_work(0.0695)
+    # A batch of 8 started at 0.0695 ends at 0.1035: r0-r3 (due 0.100-0.103) would be late in it.
+    assert [r for _, r, _, _ in device.take_expired()] == ["r0", "r1", "r2", "r3"]
+    assert work is not None and work.requests == [f"r{i}" for i in range(4, 10)]
+    # The six left end at 0.0695 + 0.002 + 6 x 0.004 = 0.0955, before r4's deadline (0.104).
+    assert device.busy_until_s == pytest.approx(0.0955)
+    assert all(device.busy_until_s <= a + 0.1 for a in work.arrivals_s)
+    assert device.counts.misses == [4] and device.expired_total == 4
+
+
+def test_under_overload_exact_costs_answer_nothing_late_and_more_in_time() -> None:
+    # Poisson arrivals at twice the capacity of full batches, on a device whose costs the
+    # executor knows exactly: each admitted request is answered in time or refused. Until
+    # 2026-12-06 a full batch took heads it would answer late: a quarter of the answers were.
+    rng = np.random.default_rng(1)
+    capacity = PROFILE.max_batch / (0.002 + 0.004 * PROFILE.max_batch)
+    times = np.cumsum(rng.exponential(1.0 / (2.0 * capacity), 4000))
+    arrivals = Arrivals(times, np.zeros(times.size, dtype=np.int64), ("a",), float(times[-1]))
+    record = simulate(arrivals, PROFILE, [TaskSpec("a", 0.1)], make_policy("inference-only"), SimConfig())
+    answered = np.isfinite(record.finish_s) & ~record.rejected
+    late = answered & (record.finish_s - record.arrival_s > 0.1 + 1e-9)
+    assert answered.sum() > 0.45 * times.size and late.sum() == 0

@@ -52,17 +52,19 @@ def _overload(target: float | None, slowdown: float = 1.4, seconds: float = 120.
 def test_without_the_margin_the_bound_admits_what_then_misses_and_with_it_few_do() -> None:
     plain_late, plain_refused = _overload(None)
     steered_late, steered_refused = _overload(0.05)
-    assert plain_late > 0.5  # an optimistic model admits up to a deadline it cannot keep
+    assert plain_late > 0.3  # an optimistic model admits up to a deadline it cannot keep
     assert steered_late < 0.1
     # Either way the device serves what it can and refuses the rest at once: the margin moves
     # the line between the two, not how much is refused (within 1%).
     assert abs(steered_refused - plain_refused) < 0.01 * plain_refused
 
 
-def test_a_model_right_on_average_is_not_enough_the_jitter_alone_needs_the_margin() -> None:
+def test_a_model_right_on_average_answers_few_late_once_a_batch_refuses_its_late_head() -> None:
+    # Until 2026-12-06 a full batch took its head even where the batch would end past the
+    # head's deadline, and the jitter alone made 30% or more of the answers late here.
     plain, _ = _overload(None, slowdown=1.0)
     steered, _ = _overload(0.05, slowdown=1.0)
-    assert plain > 0.3 and steered < 0.1
+    assert plain < 0.1 and steered < 0.1
 
 
 def test_the_margin_tracks_its_target_and_keeps_to_its_bounds() -> None:
