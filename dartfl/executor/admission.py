@@ -17,9 +17,10 @@ it against the simulator); what it admits can still miss, behind training or beh
 arrivals with earlier deadlines.
 
 What it admits also expires once it can no longer make its deadline, even served alone and at
-once: serving it would only take the device from requests that still can (docs/allocator.md,
-"Queues"). `DeadlineAdmission` applies both rules for the executor, and has each such miss
-judged (`MissCauses`: did training or the core split cause it).
+once, or once the batch about to start would end past its deadline: serving it would only
+take the device from requests that still can (docs/allocator.md, "Queues"). `DeadlineAdmission`
+applies these rules for the executor, and has each such miss judged (`MissCauses`: did
+training or the core split cause it).
 """
 
 from __future__ import annotations
@@ -95,7 +96,8 @@ class AdmissionMargin:
 class DeadlineAdmission(Generic[R]):
     """Refuses a request that cannot make its SLO: at admission, when even its earliest finish
     at the serving lane's prices (`earliest_finish_s`) misses the share of its SLO the margin
-    plans to; and once queued, when even a batch of one started now would finish late.
+    plans to; and once queued, when even a batch of one started now would finish late, or the
+    batch about to start would.
     `miss_target`: the share of admitted requests that may miss, steered by an `AdmissionMargin`
     (None: plan to the bound alone, as the simulator does)."""
 

@@ -295,7 +295,10 @@ class DeviceExecutor(Generic[R]):
         (docs/allocator.md, "Queues"). The driver answers them (`take_expired`)."""
         if not self.config.deadline_admission:
             return
-        expired = self.deadlines.expire(now_s, self.costs)
+        self._refused(self.deadlines.expire(now_s, self.costs))
+
+    def _refused(self, expired: list[tuple[int, R, float, float]]) -> None:
+        """Queued requests refused because they could no longer make it: the driver answers them."""
         self.expired_total += len(expired)
         self.expired += expired
 
@@ -314,8 +317,7 @@ class DeviceExecutor(Generic[R]):
             late = self.deadlines.expire_late_in_batch(now_s, task, max_batch, self.costs)
             if not late:
                 break
-            self.expired_total += len(late)
-            self.expired += late
+            self._refused(late)
             task = most_urgent(queues.head_deadlines_s())
         if task < 0:
             return None
