@@ -29,8 +29,9 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
    rho'_k - 1 behind for BURST_S seconds); all of them and the excess again when rho_k >= 1;
    the share of the backlog that cannot drain within B; and, time-shared, those its steps
    hold back (the k = N candidate trains in DART's step where that is worth it, else in the
-   best of a half, a quarter... of it, or not at all), less what splits have cost here
-   (`split_cost_per_s`).
+   best of a half, a quarter... of it, or not at all), less what each way has cost here:
+   a split its misses per second of split (`split_cost_per_s`), time sharing its
+   training-caused misses per request, at the current rate (`shared_cost_per_request`).
 5. The shared integer-split decision (`dartfl.unit_split`, as the datacenter mode's) moves k
    only if the gain clears the hysteresis band and repays the moved cores' switch time. It
    moves to fewer serving cores only once they would carry the burst (rho'_k < 1): up at
@@ -66,7 +67,8 @@ __all__ = ["BURST_S", "CoreSplit", "CoreSplitConfig"]
 # of this many standard deviations, (n + z sqrt(n)) / tau (step 1).
 BURST_SIGMAS = 2.0
 # What splits have cost (step 4): misses per second of split, forgotten over SPLIT_MEMORY_S
-# towards a prior of PRIOR_SPLIT_S seconds of split without a miss.
+# towards a prior of PRIOR_SPLIT_S seconds of split without a miss; what time sharing has cost
+# alike, per request, towards PRIOR_SPLIT_S seconds of time sharing without a miss.
 SPLIT_MEMORY_S = 600.0
 PRIOR_SPLIT_S = 60.0
 
@@ -144,12 +146,26 @@ class CoreSplit:
         self.burst_work = 0.0
         self.split_misses = 0.0  # exponentially weighted: misses the split alone explains
         self.split_seconds = 0.0  # and seconds spent split
+        self.shared_misses = 0.0  # exponentially weighted: training-caused misses time-shared
+        self.shared_requests = 0.0  # and the requests that arrived time-shared
+        self.shared_seconds = 0.0  # and seconds spent time-shared
         self.seen_s = 0.0  # seconds of arrivals observed: no split before BURST_S of them
 
     @property
     def split_cost_per_s(self) -> float:
         """Misses per second of split, learnt from the device's own history (step 4)."""
         return self.split_misses / (self.split_seconds + PRIOR_SPLIT_S)
+
+    @property
+    def shared_cost_per_request(self) -> float:
+        """Training-caused misses per request while time-shared, learnt alike (step 4). Per
+        request, not per second: time sharing's steps delay the requests that arrive during
+        them, so its misses come with the arrivals, and a quiet spell costs it nothing."""
+        if self.shared_requests <= 0.0:
+            return 0.0
+        # The prior, PRIOR_SPLIT_S seconds without a miss, at the time-shared arrival rate.
+        confidence = self.shared_seconds / (self.shared_seconds + PRIOR_SPLIT_S)
+        return self.shared_misses / self.shared_requests * confidence
 
     def update(self, obs: Observation, decay: float) -> None:
         """Remember the busiest period's work, decaying by `decay` a period (DART's burst
@@ -164,8 +180,12 @@ class CoreSplit:
         if tau != self._risk_period_s:
             self._risk_period_s, self._risk_decay = tau, math.exp(-tau / SPLIT_MEMORY_S)
         d = self._risk_decay
+        shared = obs.inference_cores >= split.cores
         self.split_misses = self.split_misses * d + sum(obs.split_misses_since_last)
-        self.split_seconds = self.split_seconds * d + (tau if obs.inference_cores < split.cores else 0.0)
+        self.split_seconds = self.split_seconds * d + (0.0 if shared else tau)
+        self.shared_misses = self.shared_misses * d + (sum(obs.training_misses_since_last) if shared else 0)
+        self.shared_requests = self.shared_requests * d + (sum(obs.arrivals_since_last) if shared else 0)
+        self.shared_seconds = self.shared_seconds * d + (tau if shared else 0.0)
         work = sum(n * c for n, c in zip(obs.arrivals_since_last, split.per_request_s, strict=True))
         self.burst_work = max(work / obs.period_s, self.burst_work * decay)
 
@@ -277,10 +297,13 @@ class CoreSplit:
             for k in range(current + 1, n + 1):
                 queued[k - 1] = queued[current - 1]
         values = [r - miss_price * (m + q) for r, m, q in zip(rate, late, queued, strict=True)]
-        # What splits have cost here: the model above misses the bursts nobody announces.
+        # What each way has cost here: the model above misses the bursts nobody announces,
+        # on a split and time-shared alike. Charging only the split's kept tight-SLO devices
+        # time-sharing in 1-sample steps whose misses nothing counted (docs/allocator.md).
         learnt = miss_price * self.split_cost_per_s
         for k in range(1, n):
             values[k - 1] -= learnt
+        values[n - 1] -= miss_price * self.shared_cost_per_request * arrivals
         # Fewer serving cores only once they would carry the remembered burst: on/off sources
         # come back, and each way down and up again costs two switches and a reclaim.
         for k in range(1, current):

@@ -248,6 +248,28 @@ def test_a_split_that_has_cost_misses_is_given_up_and_tried_again_once_forgotten
     assert cores_of(policy, time_shared) < 4
 
 
+def test_time_sharing_that_has_cost_misses_gives_way_to_a_split_as_a_split_does() -> None:
+    # The split's learnt cost used to be one-sided: a split was charged the misses it caused,
+    # time sharing only its model's. On the tight pi4 rows of benchmarks/spatial.py, DART then
+    # time-shared 92% of the time in 1-sample steps that cost misses no one counted.
+    policy = dart()
+    quiet = observation("pi4", 0.1, current=2)
+    assert cores_of(policy, quiet) < 4
+    hit = dataclasses.replace(quiet, split_misses_since_last=(40, 40, 40))
+    for _ in range(8):
+        policy.update(hit)
+    time_shared = observation("pi4", 0.1)
+    assert cores_of(policy, time_shared) == 4
+    # Two minutes time-shared whose steps made every request miss (the core split's books
+    # only: DART's miss debt would otherwise stop training altogether). The learnt rate is
+    # trusted as a split's is, against a prior of PRIOR_SPLIT_S seconds without a miss.
+    held = dataclasses.replace(time_shared, training_misses_since_last=(3, 3, 3))
+    for _ in range(480):
+        policy.cores.update(held, 0.0)
+    assert policy.cores.shared_cost_per_request > 0.5
+    assert cores_of(policy, time_shared) < 4
+
+
 def test_time_sharing_keeps_a_shorter_step_where_darts_step_would_hold_requests_late() -> None:
     # The Jetson under a 30 ms SLO at load 0.5 (azure-conv, 14 s in): DART planned steps of
     # 11 samples (14 ms), which the split's model of a time-shared step prices as a net loss.
