@@ -171,7 +171,8 @@ class CoreSplit:
         """Remember the busiest period's work, decaying by `decay` a period (DART's burst
         memory). Per-task rates smooth a short burst away and per-task maxima of separate
         periods add up to more than any period held; the total work of each period is what a
-        serving lane had to carry."""
+        serving lane had to carry. Also count the period's misses towards the learnt cost of
+        the way it ran, split or time-shared (step 4)."""
         split = obs.split
         if split is None:
             return
