@@ -81,6 +81,7 @@ class Agent:
     def __init__(self, config: AgentConfig, runtime: ModelRuntime, profile: DeviceProfile) -> None:
         self.config = config
         self.runtime = runtime
+        profile = config.device_profile(profile)
         self.profile = profile
         self.task_index = {name: i for i, name in enumerate(config.tasks)}
         policy = make_policy(config.policy, config.loss_weighting)

@@ -91,6 +91,18 @@ class AgentConfig:
         """The tasks as the executor knows them: each with the SLO and the queue capacity."""
         return [TaskSpec(name, self.slo_s, self.queue_capacity) for name in self.tasks]
 
+    def device_profile(self, profile: DeviceProfile) -> DeviceProfile:
+        """The device the executor plans on: the whole of `profile` when the agent splits its
+        cores (or the profile has one core, or a GPU that time sharing runs on); time-shared on
+        a CPU profile of N cores, the cores its threads use, the larger of its two thread
+        counts. Without this a one-thread agent on a 4-core profile planned its first steps
+        at the 4-core speed, and the simulator, given the same profile, predicted the
+        training of a device the agent did not run (docs/edge.md, "Threads")."""
+        cores = profile.cores
+        if cores.count == 1 or cores.has_gpu or (self.split_cores and cores.can_split):
+            return profile
+        return profile.with_cores(min(cores.count, max(self.inference_threads, self.training_threads)))
+
     def executor_config(self, profile: DeviceProfile) -> ExecutorConfig:
         """How the agent's executor runs on `profile`: two lanes when it splits the cores and the
         profile can, and a batch hold that, under load, serves batches of several."""

@@ -6,11 +6,15 @@ plan. The device's side comes from its telemetry over the replay's window: sampl
 busy times, CPU. Counters are summed snapshot to snapshot, so an agent that restarts during the
 replay (its counters start again from 0) is counted across the restart, not as negative work.
 
-Harvest is measured against the real device's fluid limit over the window: the window less the
-least inference time serving every request needed (at the profile's end-to-end cost, never more
-than the device really spent on inference), trained at the cheaper of the profile's and the
-achieved per-sample cost. On one time-shared executor training and inference time never
-overlap, so a run that answers every request cannot exceed 1.0.
+Harvest is measured against the real device's fluid limit over the window (dartfl/fluid.py):
+its N cores' core-seconds less the least that serving every request needed (at the profile's
+end-to-end cost, never more than the device really spent on inference), trained at the cheaper
+of the profile's and the achieved per-sample cost. Every work item holds at least one core for
+its duration, so the busy times the agent reports are lower bounds on the core-seconds spent:
+the limit is an upper bound on what any policy could train, and a run that answers every
+request cannot exceed 1.0, split lanes that train and serve at once included. On a profile of
+N cores that is the whole device's limit, whatever threads the agent was given: an agent that
+time-shares on one thread of a 2-core device leaves half of it idle, and its harvest says so.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
-from dartfl.fluid import FluidTerms
+from dartfl.fluid import FluidTerms, fluid_terms
 from dartfl.metrics import RunRecord, summarize
 from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
@@ -78,6 +82,11 @@ class DeviceWindow:
     compute_cpu_s: float
     restarts: int
     decision_us_p50: float | None
+    # A split agent's lanes: the changes of split and reclaims in the window, and the serving
+    # lane's cores at each snapshot (empty for an agent on one lane).
+    core_switches: int = 0
+    core_reclaims: int = 0
+    inference_cores: tuple[int, ...] = ()
 
 
 def _delta(snapshots: Sequence[Telemetry], read: Any) -> float:
@@ -108,6 +117,9 @@ def device_window(snapshots: Sequence[Telemetry], task_names: Sequence[str]) -> 
         compute_cpu_s=_delta(snapshots, lambda s: s.compute_cpu_s),
         restarts=int(restarts),
         decision_us_p50=snapshots[-1].decision_us_p50,
+        core_switches=round(_delta(snapshots, lambda s: s.core_switches)),
+        core_reclaims=round(_delta(snapshots, lambda s: s.core_reclaims)),
+        inference_cores=tuple(s.inference_cores for s in snapshots if s.inference_cores is not None),
     )
 
 
@@ -183,20 +195,20 @@ def replay_report(
     ok = replies.status == "ok"
     window = device_window(snapshots, names)
     counts = np.bincount(arrivals.tasks[replies.status != ""], minlength=len(names)).tolist()
-    needed_s = sum(
-        n * profile.inference_for(t).cheapest_per_request_s(profile.max_batch)
-        for t, n in zip(names, counts, strict=True)
-    )
-    cheapest = profile.training.cheapest_per_sample_s()
+    fluid = fluid_terms(profile, names, counts)  # core-seconds on the profile's N cores
+    needed_s, cheapest = fluid.inference_min_s, fluid.cheapest_sample_s
     horizon = arrivals.duration_s
     trained: tuple[int, ...] = (0,) * len(names)
     training_busy = inference_busy = 0.0
+    periods: dict[str, FloatArray] = {}
     if window is not None:
         horizon, trained = window.window_s, window.trained_per_task
         training_busy, inference_busy = window.training_busy_s, window.inference_busy_s
         needed_s = min(needed_s, inference_busy)
         if sum(trained) > 0 and training_busy > 0:
             cheapest = min(cheapest, training_busy / sum(trained))
+        if window.inference_cores:
+            periods["inference_cores"] = np.asarray(window.inference_cores, dtype=np.float64)
     record = RunRecord(
         policy=policy,
         task_names=names,
@@ -209,9 +221,13 @@ def replay_report(
         trained_per_task=trained,
         training_busy_s=training_busy,
         inference_busy_s=inference_busy,
-        fluid=FluidTerms(needed_s, cheapest),
+        fluid=FluidTerms(needed_s, cheapest, fluid.units, fluid.offload_per_s, fluid.offload_saves_s),
         max_backlog=0,
         decision_us=np.zeros(0),
+        periods=periods,
+        cores=profile.cores.count,
+        core_switches=window.core_switches if window is not None else 0,
+        core_reclaims=window.core_reclaims if window is not None else 0,
     )
     cpu_per_request = overhead = None
     if window is not None and arrivals.num_requests:

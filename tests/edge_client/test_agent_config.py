@@ -22,6 +22,23 @@ def test_the_executor_gets_a_second_lane_only_when_asked_and_the_profile_has_cor
     assert AgentConfig().executor_config(two_cores).lanes == 1
 
 
+def test_a_time_shared_agent_plans_on_the_cores_its_threads_use() -> None:
+    # A one-thread agent given a 4-core profile planned with the 4-core speed (training 2.2x
+    # faster than it ran), and the simulator on that profile predicted 2.1x its samples.
+    pi4 = get_profile("pi4")
+    assert pi4.cores.count == 4
+    one = AgentConfig().device_profile(pi4)
+    assert one.cores.count == 1
+    assert one.time_shared().training == pi4.with_cores(1).training
+    assert one.time_shared().training.per_sample_s > 2 * pi4.time_shared().training.per_sample_s
+    assert AgentConfig(inference_threads=2, training_threads=4).device_profile(pi4) is pi4
+    assert AgentConfig(training_threads=2).device_profile(pi4).cores.count == 2
+    assert AgentConfig(training_threads=8).device_profile(pi4) is pi4  # more threads than cores
+    assert AgentConfig(split_cores=True).device_profile(pi4) is pi4  # the lanes take every core
+    jetson = get_profile("jetson-orin-nano")
+    assert AgentConfig().device_profile(jetson) is jetson  # time sharing runs on its GPU
+
+
 def test_the_executor_holds_batches_within_the_period_and_keeps_the_agents_own_settings() -> None:
     # A width-1 model as the agent measures it: 50 us a request, so a batch fits in a hold.
     fast = dataclasses.replace(get_profile("x86-1core"), inference=InferenceCost(1e-4, 5e-5))
