@@ -13,8 +13,9 @@ For each model width (default: 1, where the request path dominates, and 24, a Pi
    latency and trained samples are compared with the replay's. The process CPU sums threads
    that run at once on two cores, so it can price the one executor's time too high: the two
    simulations bracket what the device does (docs/benchmarks.md, "Replay against a real
-   agent, and the simulator's prediction"). Each runs once as the simulator always did and
-   once holding small batches as the agent does (`dartfl sim --batch-hold`).
+   agent, and the simulator's prediction"). Each runs as the simulator always did, holding
+   small batches as the agent does (`dartfl sim --batch-hold`), and receiving on a network
+   thread ahead of the executor as the agent does (`--network-thread`).
 
 With `--split-cores` the profile also measures the [cores] table on two CPUs, and issue 15's
 real-agent comparison runs on the same trace: DART and inference-only time-shared on every
@@ -207,16 +208,23 @@ def _simulate(
     """Each simulation's results by policy, and what each is compared with: (the simulated
     policy, the replay it predicts). Without a split, the simulator runs DART on the priced
     and on the metered profile, each with and without the agent's batch hold
-    (dartfl/executor/batch_hold.py). With one, each real agent is compared with the device it
-    ran: one core (the default threads), time sharing on every core, and the split; at width
-    24 the hold is off, so the held runs are left out."""
+    (dartfl/executor/batch_hold.py) and its network thread (`dartfl sim --network-thread`:
+    the agent computes on one core and receives on the other). With one, each real agent is
+    compared with the device it ran: one core (the default threads; with and without the
+    network thread), time sharing on every core, and the split, whose compute takes every
+    core, so their network thread has none to itself; at width 24 the hold is off, so the
+    held runs are left out."""
     runs: dict[str, tuple[list[str], str, str]] = {}
+    net = "--network-thread"
     for suffix, flags in (("", priced), ("_metered", metered)):
         if not split_cores:
             runs[f"sim{suffix}"] = (flags, "dart", "dart")
             runs[f"sim{suffix}_held"] = ([*flags, "--batch-hold"], "dart", "dart")
+            runs[f"sim{suffix}_net"] = ([*flags, net], "dart", "dart")
+            runs[f"sim{suffix}_net_held"] = ([*flags, net, "--batch-hold"], "dart", "dart")
         else:
             runs[f"sim{suffix}_one_core"] = ([*flags, "--cores", "1"], "dart", "dart")
+            runs[f"sim{suffix}_one_core_net"] = ([*flags, "--cores", "1", net], "dart", "dart")
             runs[f"sim{suffix}_every_core"] = (flags, "dart:split=off", EVERY_CORE)
             runs[f"sim{suffix}_split"] = (flags, "dart", SPLIT)
     predicted, compared = {}, {}

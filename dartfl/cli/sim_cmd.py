@@ -81,6 +81,13 @@ def add_device_arguments(p: argparse.ArgumentParser) -> None:
         help="hold a few waiting requests up to 10 ms under dense traffic so they share a batch, "
         "as the real agent does (for predicting an agent; dartfl/executor/batch_hold.py)",
     )
+    g.add_argument(
+        "--network-thread",
+        action="store_true",
+        help="receive and admit requests on a thread of their own ahead of the executor, as the "
+        "real agent does on a core its compute leaves free: the profile's receive-s and "
+        "ingress-s delay a request on its way in instead of taking the executor's time",
+    )
 
 
 def add_control_arguments(g: argparse._ArgumentGroup) -> None:

@@ -24,6 +24,7 @@ def device_setup(args: argparse.Namespace) -> tuple[DeviceProfile, SimConfig]:
         round_target_samples=args.round_target,
         deadline_admission=not args.no_deadline_admission,
         batch_hold=args.batch_hold,
+        network_thread=args.network_thread,
     )
     return profile, config
 

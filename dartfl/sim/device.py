@@ -26,9 +26,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError
@@ -47,7 +48,9 @@ from dartfl.policies.base import FutureAwarePolicy, FutureView, Policy
 from dartfl.sim.lanes import SimLanes, Work
 from dartfl.types import DeviceProfile, TaskSpec
 
-__all__ = ["SimConfig", "simulate"]
+__all__ = ["SimConfig", "network_thread_delivery", "simulate"]
+
+FloatArray = npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,10 @@ class SimConfig:
     # Hold a few waiting requests back under dense traffic, as the agent does, so they share a
     # batch (dartfl/executor/batch_hold.py): for predicting a real agent's latency.
     batch_hold: bool = False
+    # Receive and admit requests on a network thread of their own ahead of the executor, as
+    # the agent does on a core its compute leaves free (`network_thread_delivery`): for
+    # predicting a real agent's latency and training.
+    network_thread: bool = False
 
     def __post_init__(self) -> None:
         if not self.period_s > 0:
@@ -109,9 +116,24 @@ def simulate(
     )
     device.step_planner = planner
     outcomes = _Outcomes(len(arrivals.times_s))
-    lanes = SimLanes(device, profile, rng, exponential_service=cfg.exponential_service)
-    _run_events(arrivals, device, lanes, planner, outcomes, cfg.period_s, on_step)
+    delivered, work_profile = arrivals.times_s, profile
+    if cfg.network_thread:
+        path = profile.request_path
+        delivered = network_thread_delivery(arrivals.times_s, path.receive_s + path.ingress_s)
+        # The executor still prices a request by all it costs (as the agent's does); its
+        # items take only what the executor thread spends on them.
+        work_profile = replace(profile, request_path=replace(path, receive_s=0.0, ingress_s=0.0))
+    lanes = SimLanes(device, work_profile, rng, exponential_service=cfg.exponential_service)
+    _run_events(arrivals, delivered, device, lanes, planner, outcomes, cfg.period_s, on_step)
     return _record(arrivals, profile, policy, device, lanes, outcomes, cfg)
+
+
+def network_thread_delivery(arrival_s: FloatArray, per_request_s: float) -> FloatArray:
+    """When each request reaches the executor through one FIFO network thread that spends
+    `per_request_s` on it (receiving, decoding, admitting): Lindley's recursion
+    d_i = max(t_i, d_{i-1}) + r, in closed form d_i = (i + 1) r + max_{j <= i} (t_j - j r)."""
+    steps = per_request_s * np.arange(arrival_s.size, dtype=np.float64)
+    return np.maximum.accumulate(arrival_s - steps) + steps + per_request_s
 
 
 def _device(
@@ -158,6 +180,7 @@ class _Outcomes:
 
 def _run_events(
     arrivals: Arrivals,
+    delivered_s: FloatArray,
     device: DeviceExecutor[int],
     lanes: SimLanes,
     planner: _FuturePlanner | None,
@@ -167,7 +190,8 @@ def _run_events(
 ) -> None:
     """The event loop: advance virtual time to the next item end, arrival, tick or round end."""
     horizon = arrivals.duration_s
-    times = arrivals.times_s.tolist()
+    times = delivered_s.tolist()  # when each request reaches the executor
+    waited = (delivered_s - arrivals.times_s).tolist()  # on its way there; its SLO ran meanwhile
     task_of = arrivals.tasks.tolist()
     n = len(times)
     i = 0  # next arrival
@@ -194,7 +218,7 @@ def _run_events(
 
         # 2. Arrivals up to now join their queue, or are rejected when it is full.
         while i < n and times[i] <= now:
-            _admit(device, times[i], task_of[i], i, out)
+            _admit(device, times[i], task_of[i], i, out, waited[i])
             i += 1
         if planner is not None:
             planner.next_arrival = i
@@ -252,9 +276,11 @@ def _expired(device: DeviceExecutor[int], now: float, out: _Outcomes) -> None:
             out.delay_cause_s[i] = cause_s
 
 
-def _admit(device: DeviceExecutor[int], time_s: float, task: int, i: int, out: _Outcomes) -> None:
+def _admit(
+    device: DeviceExecutor[int], time_s: float, task: int, i: int, out: _Outcomes, waited_s: float
+) -> None:
     """Step 2: arrival `i` joins its queue, or is refused (with the training delay behind it)."""
-    if device.admit(time_s, task, i) != "queued":
+    if device.admit(time_s, task, i, waited_s) != "queued":
         out.rejected[i] = True
         if device.refusal_training_delay_s > 0.0:
             out.delay_s[i] = device.refusal_training_delay_s
