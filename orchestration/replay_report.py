@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dartfl.arrivals import Arrivals
-from dartfl.fluid import FluidTerms, fluid_terms
+from dartfl.fluid import fluid_terms
 from dartfl.metrics import RunRecord, summarize
 from dartfl.protocol import Telemetry
 from dartfl.types import DeviceProfile
@@ -221,7 +221,7 @@ def replay_report(
         trained_per_task=trained,
         training_busy_s=training_busy,
         inference_busy_s=inference_busy,
-        fluid=FluidTerms(needed_s, cheapest, fluid.units, fluid.offload_per_s, fluid.offload_saves_s),
+        fluid=replace(fluid, inference_min_s=needed_s, cheapest_sample_s=cheapest),
         max_backlog=0,
         decision_us=np.zeros(0),
         periods=periods,

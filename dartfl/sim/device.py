@@ -121,11 +121,12 @@ def simulate(
         path = profile.request_path
         delivered = network_thread_delivery(arrivals.times_s, path.receive_s + path.ingress_s)
         # The executor still prices a request by all it costs (as the agent's does); its
-        # items take only what the executor thread spends on them.
+        # items take only what the executor thread spends on them, and so does the fluid
+        # limit: the network thread's work is on a core of its own, not the device's.
         work_profile = replace(profile, request_path=replace(path, receive_s=0.0, ingress_s=0.0))
     lanes = SimLanes(device, work_profile, rng, exponential_service=cfg.exponential_service)
     _run_events(arrivals, delivered, device, lanes, planner, outcomes, cfg.period_s, on_step)
-    return _record(arrivals, profile, policy, device, lanes, outcomes, cfg)
+    return _record(arrivals, work_profile, policy, device, lanes, outcomes, cfg)
 
 
 def network_thread_delivery(arrival_s: FloatArray, per_request_s: float) -> FloatArray:

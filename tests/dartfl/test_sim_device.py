@@ -256,5 +256,8 @@ def test_a_network_thread_takes_the_request_path_off_the_executor_and_delays_req
     # Every request still takes the path's 4 ms on its way in, counted in its latency.
     assert np.nanmin(apart.finish_s - apart.arrival_s) >= 0.008 - 1e-9
     assert summarize(apart)["slo_attainment"] == 1.0
-    # DART prices a request by all of it either way, and trains in the time the thread frees.
-    assert run("dart", True).trained_per_task[0] > 1.2 * run("dart", False).trained_per_task[0]
+    # DART prices a request by all of it either way, and trains in the time the thread frees;
+    # the fluid limit leaves the thread's work out too, so harvest stays physical.
+    freed, shared_dart = run("dart", True), run("dart", False)
+    assert freed.trained_per_task[0] > 1.2 * shared_dart.trained_per_task[0]
+    assert 0.5 < summarize(freed)["harvest_efficiency"] <= 1.0

@@ -79,5 +79,9 @@ def test_without_split_cores_the_agent_time_shares_as_before() -> None:
     try:
         assert agent.device.lanes is None
         assert agent.report().inference_cores is None
+        # One thread each: it plans on one core, not at the two cores' 1.8x speed.
+        assert agent.profile.cores.count == 1
+        one_core = two_core_profile().training
+        assert agent._costs.per_sample_s == pytest.approx(one_core.per_sample_s)
     finally:
         agent._release()
