@@ -78,7 +78,7 @@ class Worker:
         It draws from its own generator, so every policy sees the same prompt stream.
         """
         rng = np.random.default_rng(0)
-        self.active = [self._sequence(rng, 8, -1, tools=False) for _ in range(SLOTS)]
+        self.active = [self._sequence(rng, 8, tools=False) for _ in range(SLOTS)]
         start = time.perf_counter()
         done: list[dict[str, Any]] = []
         with torch.no_grad():
@@ -103,9 +103,12 @@ class Worker:
         A slot that frees up mid-slice takes a new prompt at once, up to `grant` new
         prompts in all (the driver's share of the admission bound). In-flight sequences
         persist between calls; new weights load at once and the sequences continue under
-        them, keeping the tag of the version they started with. Adopted sequences (from a
-        worker that left rollout) first have their context recomputed. A step in which
-        every sequence waits for its tool is an idle step: the worker sleeps it out.
+        them. A finished group is tagged with the version that decoded its last token: its
+        staleness is AReaL's tail staleness (the simulator's `interrupt` mode,
+        docs/datacenter.md), so an episode that pauses across weight updates is not dropped
+        for the age of its first turn. Adopted sequences (from a worker that left rollout)
+        first have their context recomputed. A step in which every sequence waits for its
+        tool is an idle step: the worker sleeps it out.
         """
         self._load(weights, version)
         recompute_s = PREFILL_TOKEN_S * sum(len(s["digits"]) + s["pos"] for s in adopted)
@@ -120,7 +123,7 @@ class Worker:
                 if admit > 0:
                     grant -= admit
                     self.active += [
-                        self._sequence(self.rng, n, version, tools=self.multi_turn)
+                        self._sequence(self.rng, n, tools=self.multi_turn)
                         for n in prompt_lengths(self.rng, admit)
                     ]
                 if not self.active:
@@ -156,9 +159,7 @@ class Worker:
             self.model.load_state_dict(weights)
             self.version = version
 
-    def _sequence(
-        self, rng: np.random.Generator, length: int, version: int, *, tools: bool
-    ) -> dict[str, Any]:
+    def _sequence(self, rng: np.random.Generator, length: int, *, tools: bool) -> dict[str, Any]:
         n = self.group_size
         return {
             "digits": torch.as_tensor(rng.integers(0, 10, size=length)),
@@ -167,7 +168,6 @@ class Worker:
             "feedback": torch.zeros(n, length),
             "last": torch.zeros(n),  # the last tool answer, an input of every later step
             "pos": 0,
-            "version": version,
             "tools": tools,
             "wake": 0.0,  # waits for its tool until then (perf_counter seconds)
             "wait_s": 0.0,
@@ -207,7 +207,7 @@ class Worker:
                     "feedback": seq["feedback"].numpy(),
                     "correct": correct.numpy(),
                     "reward": correct.mean(dim=1).numpy(),
-                    "version": seq["version"],
+                    "version": self.version,  # the weights that decoded its last token
                     "wait_s": seq["wait_s"],
                 }
             )

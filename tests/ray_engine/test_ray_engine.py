@@ -46,6 +46,21 @@ def test_shards_balance_tokens_so_a_long_group_gets_a_shard_to_itself() -> None:
     assert len(shards(batch[:1], 3)) == 1  # no empty shards
 
 
+def test_a_group_carries_the_version_that_decoded_its_last_token() -> None:
+    # The worker loads new weights between slices and its sequences continue under them, so
+    # a group's staleness is counted from its newest token (AReaL's tail staleness), not from
+    # the version it started under: an episode spanning weight updates is not dropped for the
+    # age of its first turn. The actor's class runs here without Ray.
+    from ray_engine.actors import Worker
+
+    worker = Worker.__ray_actor_class__(seed=1, group_size=2, task="sort")  # type: ignore[attr-defined]
+    weights = {k: v.clone() for k, v in worker.model.state_dict().items()}
+    first = worker.run_steps(weights, 0, 1, [], 1)  # one token of one prompt under version 0
+    assert first.groups == [] and first.active == 1  # prompts have two digits at least
+    rest = worker.run_steps(weights, 1, 0, [], 100)  # the rest under version 1
+    assert [g["version"] for g in rest.groups] == [1]
+
+
 def test_unknown_policies_and_bad_configs_are_refused_before_ray_starts() -> None:
     with pytest.raises(ConfigError, match=r"(?s)unknown Ray engine policy 'greedy'.*static:F"):
         run_ray(RayRunConfig(), ["greedy"])
