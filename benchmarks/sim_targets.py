@@ -12,6 +12,7 @@ proportional):
 
     .venv/bin/python benchmarks/sim_targets.py [--json out.json] [--jobs 2] [--filter pi4]
     .venv/bin/python benchmarks/sim_targets.py --table out.json   # markdown
+    .venv/bin/python benchmarks/sim_targets.py --rivals-from out.json [--dart SPEC]   # DART alone
 """
 
 from __future__ import annotations
@@ -24,12 +25,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
 from scenarios import Scenario, arrivals_for, scenarios
-from verdict import progress_line, run_cases, simulate_all, verdict, verdict_cells, verdict_counts
+from verdict import Judged, progress_line, run_cases, simulate_all, verdict, verdict_cells, verdict_counts
 
 
-def evaluate(scenario: Scenario, seed: int = 1) -> dict[str, Any]:
+def evaluate(scenario: Scenario, seed: int, judged: Judged) -> dict[str, Any]:
     arrivals = arrivals_for(scenario, seed=seed)
-    results, bound = simulate_all(arrivals, scenario.profile, scenario.slo_s, seed)
+    results, bound = simulate_all(arrivals, scenario.profile, scenario.slo_s, seed, judged=judged)
     row = verdict(scenario.name, results, bound)
     best = row["best_rival_harvest"] if row["best_rival"] != "-" else 0.0
     row["ratio"] = row["dart_harvest"] / best if best > 0 else float("inf")

@@ -28,6 +28,9 @@ Per row, at DART's default knob, the targets are:
 
     .venv/bin/python benchmarks/stress.py --json benchmarks/results/stress.json [--jobs 2]
     .venv/bin/python benchmarks/stress.py --table benchmarks/results/stress.json   # markdown
+    # a change to DART, judged against the stored rivals (only DART simulated; --seed N with
+    # the results file of seed N; --dart dart:knob=value for another setting):
+    .venv/bin/python benchmarks/stress.py --rivals-from benchmarks/results/stress.json
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from base_dart import BASE_COMMIT
-from verdict import progress_line, run_cases, simulate_all, verdict, verdict_cells, verdict_counts
+from verdict import Judged, progress_line, run_cases, simulate_all, verdict, verdict_cells, verdict_counts
 
 import workloads
 from dartfl.arrivals import Arrivals
@@ -134,10 +137,10 @@ def arrivals_for(case: StressCase, seed: int = 1) -> Arrivals:
     return workloads.rescale_to_load(reference_trace(case.workload, seed), case.profile, case.load)
 
 
-def evaluate(case: StressCase, seed: int = 1) -> dict[str, Any]:
+def evaluate(case: StressCase, seed: int, judged: Judged) -> dict[str, Any]:
     arrivals = arrivals_for(case, seed)
     stats = workloads.summarize(reference_trace(case.workload, seed))
-    results, bound = simulate_all(arrivals, case.profile, case.slo_s, seed)
+    results, bound = simulate_all(arrivals, case.profile, case.slo_s, seed, judged=judged)
     row = verdict(case.name, results, bound)
     row.update(
         {

@@ -6,6 +6,11 @@ base_dart.py) and every rival on the same arrivals; `verdict` checks:
 1. DART's SLO attainment within 1 point of inference-only's;
 2. DART not dominated: no rival has SLO attainment >= DART's and harvest >= DART's + 0.01;
 3. the promise: DART's training-caused misses <= budget x arrivals + H_max + E.
+
+To judge a change to DART, `--dart SPEC` judges another DART spec (`dart:budget=0.008`) and
+`--rivals-from FILE` reuses every other policy's results from a results file of the same
+benchmark and seed, so only DART is simulated (the stress suite in well under a minute,
+instead of about ten).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import argparse
 import json
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +42,62 @@ BASE = f"dart@{BASE_COMMIT}"
 HARVEST_MARGIN = 0.01  # a rival dominates with SLO >= DART's and harvest >= DART's + this
 
 
+@dataclass(frozen=True)
+class Judged:
+    """Which DART a row judges (`dart_spec`), and the stored row whose other policies it
+    reuses instead of simulating them again (`stored`, from --rivals-from)."""
+
+    dart_spec: str = "dart"
+    stored: dict[str, Any] | None = None
+
+
+DART_AT_DEFAULTS = Judged()  # DART at its default knob, every policy simulated
+
+
 def simulate_all(
-    arrivals: Arrivals, profile: DeviceProfile, slo_s: float, seed: int = 1, rivals: list[str] | None = None
+    arrivals: Arrivals,
+    profile: DeviceProfile,
+    slo_s: float,
+    seed: int = 1,
+    rivals: list[str] | None = None,
+    judged: Judged = DART_AT_DEFAULTS,
 ) -> tuple[dict[str, dict[str, Any]], MissBudgetBound]:
-    """Summaries per policy name, and DART's miss-budget bound."""
+    """Summaries per policy name (the judged DART's under "dart"), and DART's miss-budget bound."""
     tasks = [TaskSpec(name, slo_s) for name in arrivals.task_names]
-    dart = DartPolicy()
+    dart = make_policy(judged.dart_spec)
+    if not isinstance(dart, DartPolicy):
+        raise SystemExit(f"--dart takes a DART spec (dart or dart:knob=value), got {judged.dart_spec!r}")
+    record = simulate(arrivals, profile, tasks, dart, SimConfig(), np.random.default_rng(seed))
+    results = {"dart": summarize(record)}
+    bound = miss_budget_bound(record, dart.config.miss_budget, dart.debt.debt_limit)
+    if judged.stored is not None:
+        results.update(stored_rivals(judged.stored, results["dart"]["requests"]))
+        return results, bound
     base: Policy = load_base_dart().DartPolicy()
     base.name = BASE
-    policies: list[Policy] = [dart, make_policy("inference-only"), base]
+    policies: list[Policy] = [make_policy("inference-only"), base]
     policies += [make_policy(spec) for spec in (RIVALS if rivals is None else rivals)]
-    results: dict[str, dict[str, Any]] = {}
-    bound = None
     for policy in policies:
         record = simulate(arrivals, profile, tasks, policy, SimConfig(), np.random.default_rng(seed))
         results[policy.name] = summarize(record)
-        if policy is dart:
-            bound = miss_budget_bound(record, dart.config.miss_budget, dart.debt.debt_limit)
-    assert bound is not None
     return results, bound
+
+
+def stored_rivals(row: dict[str, Any], requests: int) -> dict[str, dict[str, Any]]:
+    """Every policy but DART from a stored verdict row, once it is sure to be the same run:
+    the same arrivals (request count) and the same base commit."""
+    name = row["scenario"]
+    if row["requests"] != requests:
+        raise SystemExit(
+            f"{name}: the stored row has {row['requests']} requests and these arrivals {requests}; "
+            "was it written with another --seed? Pass the results file of this seed, or drop --rivals-from"
+        )
+    if BASE not in row["policies"]:
+        raise SystemExit(
+            f"{name}: the stored row was judged against another base commit than {BASE}; "
+            "rerun the benchmark without --rivals-from to refresh it"
+        )
+    return {p: r for p, r in row["policies"].items() if p != "dart"}
 
 
 def verdict(name: str, results: dict[str, dict[str, Any]], bound: MissBudgetBound) -> dict[str, Any]:
@@ -112,6 +155,13 @@ def bench_parser(doc: str | None, cases: bool = True) -> argparse.ArgumentParser
     if cases:
         parser.add_argument("--filter", default="", help="only cases whose name contains this")
         parser.add_argument("--seed", type=int, default=1)
+        parser.add_argument("--dart", default="dart", help="the DART spec to judge (e.g. dart:budget=0.008)")
+        parser.add_argument(
+            "--rivals-from",
+            type=Path,
+            help="reuse every other policy's results from this file (this benchmark's --json at the "
+            "same --seed): only DART is simulated",
+        )
     return parser
 
 
@@ -127,9 +177,19 @@ def run_rows(
     if args.table:
         print(markdown(json.loads(args.table.read_text())))
         return
-    extra = [[args.seed] * len(jobs)] if hasattr(args, "seed") else []
+    extra: list[list[Any]] = []
+    if hasattr(args, "seed"):  # a benchmark over named cases: --seed, --dart, --rivals-from
+        stored = stored_rows(args.rivals_from) if args.rivals_from else None
+        judged = [
+            Judged(args.dart, None if stored is None else stored_row(stored, args.rivals_from, job.name))
+            for job in jobs
+        ]
+        extra = [[args.seed] * len(jobs), judged]
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(evaluate, jobs, *extra))
+    if hasattr(args, "dart"):
+        for row in rows:
+            row["dart_spec"] = args.dart
     if progress is None:
         print(markdown(rows))
     else:
@@ -138,6 +198,21 @@ def run_rows(
         print(markdown(rows).splitlines()[-1].strip())
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
+
+
+def stored_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """The rows of a results file, by case name."""
+    try:
+        rows = json.loads(path.read_text())
+        return {row["scenario"]: row for row in rows}
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise SystemExit(f"--rivals-from {path}: not a results file of this benchmark ({exc})") from None
+
+
+def stored_row(stored: dict[str, dict[str, Any]], path: Path, name: str) -> dict[str, Any]:
+    if name not in stored:
+        raise SystemExit(f"--rivals-from {path} has no row for {name}: write it with --json first")
+    return stored[name]
 
 
 def run_cases(
