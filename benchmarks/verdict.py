@@ -177,8 +177,9 @@ def run_rows(
     if args.table:
         print(markdown(json.loads(args.table.read_text())))
         return
+    named_cases = hasattr(args, "seed")  # the options bench_parser adds with `cases`
     extra: list[list[Any]] = []
-    if hasattr(args, "seed"):  # a benchmark over named cases: --seed, --dart, --rivals-from
+    if named_cases:
         stored = stored_rows(args.rivals_from) if args.rivals_from else None
         judged = [
             Judged(args.dart, None if stored is None else stored_row(stored, args.rivals_from, job.name))
@@ -187,9 +188,8 @@ def run_rows(
         extra = [[args.seed] * len(jobs), judged]
     with ProcessPoolExecutor(args.jobs) as pool:
         rows = list(pool.map(evaluate, jobs, *extra))
-    if hasattr(args, "dart"):
-        for row in rows:
-            row["dart_spec"] = args.dart
+    for row in rows if named_cases else []:
+        row["dart_spec"] = args.dart
     if progress is None:
         print(markdown(rows))
     else:
@@ -210,6 +210,7 @@ def stored_rows(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def stored_row(stored: dict[str, dict[str, Any]], path: Path, name: str) -> dict[str, Any]:
+    """The stored row of case `name`, or a one-line exit naming the file."""
     if name not in stored:
         raise SystemExit(f"--rivals-from {path} has no row for {name}: write it with --json first")
     return stored[name]

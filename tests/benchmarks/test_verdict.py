@@ -74,3 +74,18 @@ def test_a_row_of_other_arrivals_or_a_policy_that_is_not_dart_is_refused(
         judge(arrivals, {**full_row, "requests": full_row["requests"] + 1})
     with pytest.raises(SystemExit, match="--dart takes a DART spec"):
         judge(arrivals, full_row, "inference-first:4")
+
+
+def test_a_results_file_that_is_missing_broken_or_short_of_a_case_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="not a results file"):
+        verdict.stored_rows(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text('[{"no scenario": 1}]')
+    with pytest.raises(SystemExit, match="not a results file"):
+        verdict.stored_rows(broken)
+    good = tmp_path / "good.json"
+    good.write_text('[{"scenario": "a/pi4/250ms"}]')
+    stored = verdict.stored_rows(good)
+    assert verdict.stored_row(stored, good, "a/pi4/250ms") == {"scenario": "a/pi4/250ms"}
+    with pytest.raises(SystemExit, match="no row for b/pi4/250ms"):
+        verdict.stored_row(stored, good, "b/pi4/250ms")
