@@ -6,6 +6,11 @@ inference share x), with inference-only, the clairvoyant reference and the fluid
 (harvest 1.0) beside them. Prints a JSON summary, including DART's gap to the clairvoyant.
 
     .venv/bin/python benchmarks/frontier.py [--profile public-small] [--out docs/img] [--jobs 2]
+
+`--stress CASE` (repeatable) draws a row of the stress suite instead (benchmarks/stress.py,
+seed 1): DART at its default against the fixed steps of `inference-first` from 1 to 32
+samples, zoomed in on the last point of attainment below inference-only, where the rows are
+decided (docs/benchmarks.md, "The stress suite"); `--json` keeps the points.
 """
 
 from __future__ import annotations
@@ -30,6 +35,11 @@ FAMILIES = {
     "static (x)": [f"static:{x}" for x in (0.3, 0.5, 0.7, 0.9)],
 }
 REFERENCES = ["dart", "inference-only", "clairvoyant"]
+# A stress row is decided within a point of inference-only, between neighbouring step sizes.
+STRESS_FAMILIES = {
+    "inference-first (m)": [f"inference-first:{m}" for m in (1, 2, 3, 4, 5, 6, 8, 10, 13, 16, 20, 24, 32)]
+}
+STRESS_REFERENCES = ["dart", "inference-only"]
 
 
 def sweep(scenario: Scenario) -> dict[str, Any]:
@@ -42,7 +52,28 @@ def sweep(scenario: Scenario) -> dict[str, Any]:
     return {"scenario": scenario.name, "workload": scenario.workload, "points": points}
 
 
-def plot(result: dict[str, Any], path: Path) -> None:
+def stress_sweep(name: str) -> dict[str, Any]:
+    import stress
+
+    case = next((c for c in stress.cases() if c.name == name), None)
+    if case is None:
+        raise SystemExit(f"no stress case {name!r}; the cases are named like {stress.cases()[0].name}")
+    specs = [s for family in STRESS_FAMILIES.values() for s in family] + STRESS_REFERENCES
+    arrivals = stress.arrivals_for(case)
+    out = compare_policies(arrivals, case.profile, task_specs(arrivals, case.slo_s), specs, SimConfig())
+    points = {r["policy"]: (r["slo_attainment"], r["harvest_efficiency"]) for r in out.summaries}
+    return {"scenario": name, "workload": case.workload, "points": points}
+
+
+def plot(
+    result: dict[str, Any],
+    path: Path,
+    families: dict[str, list[str]] = FAMILIES,
+    references: tuple[str, ...] = ("dart", "clairvoyant", "inference-only"),
+    below_points: float = 12.0,
+) -> None:
+    """One workload's families and references; x spans `below_points` of attainment under
+    inference-only's (harvest from 0 to the fluid limit, or to the largest point above it)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -50,19 +81,24 @@ def plot(result: dict[str, Any], path: Path) -> None:
 
     pts = result["points"]
     fig, ax = plt.subplots(figsize=(7, 5))
-    for label, specs in FAMILIES.items():
+    for label, specs in families.items():
         xs = [100 * pts[s][0] for s in specs]
         ys = [pts[s][1] for s in specs]
         ax.plot(xs, ys, marker="o", ms=4, lw=1, label=label)
-    for name, marker in (("dart", "*"), ("clairvoyant", "D"), ("inference-only", "s")):
+        if families is STRESS_FAMILIES:  # label each step size: the rows turn on neighbours
+            for spec, x, y in zip(specs, xs, ys, strict=True):
+                ax.annotate(spec.split(":")[1], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    markers = {"dart": "*", "clairvoyant": "D", "inference-only": "s"}
+    for name in references:
+        marker = markers[name]
         slo, harvest = pts[name]
         ax.plot([100 * slo], [harvest], marker=marker, ms=11 if name == "dart" else 7, ls="", label=name)
     ax.axhline(1.0, color="k", ls=":", lw=1, label="fluid limit")
     ax.set_xlabel("SLO attainment (%)")
     ax.set_ylabel("harvest efficiency (samples / fluid limit)")
     io_slo = 100 * pts["inference-only"][0]
-    ax.set_xlim(max(0.0, io_slo - 12), io_slo + 0.5)
-    ax.set_ylim(0, 1.05)
+    ax.set_xlim(max(0.0, io_slo - below_points), io_slo + below_points / 24)
+    ax.set_ylim(0, max(1.05, 1.05 * max(h for _, h in pts.values())))
     ax.set_title(result["scenario"])
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
@@ -79,7 +115,19 @@ def main() -> None:
     parser.add_argument("--profile", default="public-small")
     parser.add_argument("--out", type=Path, default=Path("docs/img"))
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--stress", action="append", metavar="CASE", help="a stress-suite row instead")
+    parser.add_argument("--json", type=Path, help="with --stress: write the points here")
     args = parser.parse_args()
+    if args.stress:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            rows = list(pool.map(stress_sweep, args.stress))
+        for row in rows:
+            path = args.out / f"frontier-stress-{row['scenario'].replace('/', '-')}.png"
+            plot(row, path, STRESS_FAMILIES, tuple(STRESS_REFERENCES), below_points=1.0)
+            print(f"{row['scenario']}: {path}")
+        if args.json:
+            args.json.write_text(json.dumps(rows, indent=1) + "\n")
+        return
     profile, slo = next((p, s) for p, s in profiles_and_slos() if p.name == args.profile)
     todo = [Scenario(w, profile, slo) for w in [*WORKLOADS, "azure-conv"]]
     with ProcessPoolExecutor(args.jobs) as pool:
