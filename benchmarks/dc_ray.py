@@ -4,8 +4,11 @@
 
 Starts Ray, so run it inside the loopback-only namespace. For each task, worker count and
 seed (default: the multi-turn `tools` task, 3 workers, seeds 1 2 3), one `run_ray` session runs
-`sync`, `verl-dynamic` and `dart` for 30 steps, one after the other, each on fresh warmed-up
-workers (the machine has 2 cores: nothing else should run beside it). Targets on `tools`:
+`sync`, `verl-dynamic` and `dart` for 120 steps, one after the other, each on fresh warmed-up
+workers (the machine has 2 cores: nothing else should run beside it). 120 steps, about 30 s
+an asynchronous run and 3 minutes of `sync`, because 30-step runs (8-13 s) of one and the same
+layout differ by up to 15% on the 2-core VM, more than the policies do (docs/datacenter.md,
+"Longer runs"). Targets on `tools`:
 DART >= 1.2x verl-dynamic and >= 1.3x sync in samples/s, reward rising, no trained sample
 past the staleness bound. Prints the ratios (samples/s and trained tokens/s), the reward
 curves' first value and last-five mean, switches, migrated sequences and idle ratios.
@@ -58,7 +61,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["tools"], choices=("sort", "tools"))
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--workers", type=int, nargs="+", default=[3])
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=120)
     args = parser.parse_args()
     rows = []
     for task in args.tasks:
