@@ -26,8 +26,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from scenarios import WORKLOADS, Scenario, arrivals_for, profiles_and_slos
 
+from dartfl.arrivals import Arrivals
 from dartfl.sim import SimConfig
 from dartfl.sim.compare import compare_policies, task_specs
+from dartfl.types import DeviceProfile
 
 FAMILIES = {
     "dart (slack margin)": [f"dart:margin={g}" for g in (0.4, 0.3, 0.2, 0.1, 0.0, -0.2, -0.4)],
@@ -39,16 +41,20 @@ REFERENCES = ["dart", "inference-only", "clairvoyant"]
 STRESS_FAMILIES = {
     "inference-first (m)": [f"inference-first:{m}" for m in (1, 2, 3, 4, 5, 6, 8, 10, 13, 16, 20, 24, 32)]
 }
-STRESS_REFERENCES = ["dart", "inference-only"]
+STRESS_REFERENCES = ("dart", "inference-only")
+
+
+def points_of(
+    arrivals: Arrivals, profile: DeviceProfile, slo_s: float, specs: list[str]
+) -> dict[str, tuple[float, float]]:
+    """(SLO attainment, harvest) of every policy of `specs` on the same arrivals."""
+    out = compare_policies(arrivals, profile, task_specs(arrivals, slo_s), specs, SimConfig())
+    return {r["policy"]: (r["slo_attainment"], r["harvest_efficiency"]) for r in out.summaries}
 
 
 def sweep(scenario: Scenario) -> dict[str, Any]:
     specs = [s for family in FAMILIES.values() for s in family] + REFERENCES
-    arrivals = arrivals_for(scenario)
-    out = compare_policies(
-        arrivals, scenario.profile, task_specs(arrivals, scenario.slo_s), specs, SimConfig()
-    )
-    points = {r["policy"]: (r["slo_attainment"], r["harvest_efficiency"]) for r in out.summaries}
+    points = points_of(arrivals_for(scenario), scenario.profile, scenario.slo_s, specs)
     return {"scenario": scenario.name, "workload": scenario.workload, "points": points}
 
 
@@ -58,10 +64,8 @@ def stress_sweep(name: str) -> dict[str, Any]:
     case = next((c for c in stress.cases() if c.name == name), None)
     if case is None:
         raise SystemExit(f"no stress case {name!r}; the cases are named like {stress.cases()[0].name}")
-    specs = [s for family in STRESS_FAMILIES.values() for s in family] + STRESS_REFERENCES
-    arrivals = stress.arrivals_for(case)
-    out = compare_policies(arrivals, case.profile, task_specs(arrivals, case.slo_s), specs, SimConfig())
-    points = {r["policy"]: (r["slo_attainment"], r["harvest_efficiency"]) for r in out.summaries}
+    specs = [s for family in STRESS_FAMILIES.values() for s in family] + list(STRESS_REFERENCES)
+    points = points_of(stress.arrivals_for(case), case.profile, case.slo_s, specs)
     return {"scenario": name, "workload": case.workload, "points": points}
 
 
@@ -71,9 +75,11 @@ def plot(
     families: dict[str, list[str]] = FAMILIES,
     references: tuple[str, ...] = ("dart", "clairvoyant", "inference-only"),
     below_points: float = 12.0,
+    label_points: bool = False,
 ) -> None:
     """One workload's families and references; x spans `below_points` of attainment under
-    inference-only's (harvest from 0 to the fluid limit, or to the largest point above it)."""
+    inference-only's (harvest from 0 to the fluid limit, or to the largest point above it);
+    `label_points` writes each family point's knob beside it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -85,7 +91,7 @@ def plot(
         xs = [100 * pts[s][0] for s in specs]
         ys = [pts[s][1] for s in specs]
         ax.plot(xs, ys, marker="o", ms=4, lw=1, label=label)
-        if families is STRESS_FAMILIES:  # label each step size: the rows turn on neighbours
+        if label_points:
             for spec, x, y in zip(specs, xs, ys, strict=True):
                 ax.annotate(spec.split(":")[1], (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
     markers = {"dart": "*", "clairvoyant": "D", "inference-only": "s"}
@@ -118,12 +124,15 @@ def main() -> None:
     parser.add_argument("--stress", action="append", metavar="CASE", help="a stress-suite row instead")
     parser.add_argument("--json", type=Path, help="with --stress: write the points here")
     args = parser.parse_args()
+    if args.json and not args.stress:
+        parser.error("--json keeps the points of --stress rows; name at least one --stress CASE")
     if args.stress:
         with ProcessPoolExecutor(args.jobs) as pool:
             rows = list(pool.map(stress_sweep, args.stress))
         for row in rows:
             path = args.out / f"frontier-stress-{row['scenario'].replace('/', '-')}.png"
-            plot(row, path, STRESS_FAMILIES, tuple(STRESS_REFERENCES), below_points=1.0)
+            # Labelled, zoomed to a point: a stress row turns on neighbouring step sizes.
+            plot(row, path, STRESS_FAMILIES, STRESS_REFERENCES, below_points=1.0, label_points=True)
             print(f"{row['scenario']}: {path}")
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1) + "\n")

@@ -35,7 +35,9 @@ def test_a_stress_row_is_drawn_zoomed_and_past_the_fluid_limit(
 
     monkeypatch.setattr(plt.Figure, "savefig", spy)
     path = tmp_path / "f.png"
-    frontier.plot(row, path, frontier.STRESS_FAMILIES, tuple(frontier.STRESS_REFERENCES), below_points=1.0)
+    frontier.plot(
+        row, path, frontier.STRESS_FAMILIES, frontier.STRESS_REFERENCES, below_points=1.0, label_points=True
+    )
 
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     (x_lo, x_hi), (y_lo, y_hi) = limits
