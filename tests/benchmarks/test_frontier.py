@@ -43,3 +43,13 @@ def test_a_stress_row_is_drawn_zoomed_and_past_the_fluid_limit(
     (x_lo, x_hi), (y_lo, y_hi) = limits
     assert x_lo == pytest.approx(29.64 - 1.0) and x_hi > 29.64  # one point below inference-only
     assert y_lo == 0.0 and y_hi >= max(h for _, h in points.values())  # harvests above 1 stay in
+
+
+def test_json_without_a_stress_row_is_refused(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["frontier.py", "--json", "out.json"])
+    with pytest.raises(SystemExit) as exit_info:
+        frontier.main()
+    assert exit_info.value.code == 2
+    assert "--json keeps the points of --stress rows" in capsys.readouterr().err
