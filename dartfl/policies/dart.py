@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.policies.burst import SurpriseEnvelope
-from dartfl.policies.core_split import CoreSplit
+from dartfl.policies.core_split import CoreSplit, CoreSplitConfig
 from dartfl.policies.miss_debt import MissDebt, StepRisk
 from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
 from dartfl.registry import Knob
@@ -57,6 +57,8 @@ class DartConfig:
     # `on`: on a device of several cores, choose every period how many serve inference
     # (dartfl/policies/core_split.py); `off`: time-share all of them, as on one core.
     core_split: str = "on"
+    # Seconds over which the split reads a burst rate's noise (0: one control period).
+    split_window_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.v) and self.v >= 0):
@@ -103,6 +105,12 @@ DART_KNOBS = (
     Knob("memory", float, "seconds a past burst's rate is remembered", field="burst_memory_s"),
     Knob("shares", str, "training shares: demand or uniform", field="task_shares"),
     Knob("split", str, "split a multi-core device's cores: on or off", field="core_split"),
+    Knob(
+        "split-window",
+        float,
+        "seconds over which the core split reads a burst rate's noise (0: one period)",
+        field="split_window_s",
+    ),
 )
 
 
@@ -138,7 +146,7 @@ class DartPolicy(Policy):
         self._ring_pos = 0
         self._decay = 0.0
         self._decay_period_s = -1.0
-        self.cores = CoreSplit()
+        self.cores = CoreSplit(CoreSplitConfig(noise_window_s=self.config.split_window_s))
         self.envelope = SurpriseEnvelope(self.config.surprise_quantile, 0.0)
         # The step size `decide` chose last, the one thing it remembers: `update` prices the
         # exposure of the steps that ran with it.
