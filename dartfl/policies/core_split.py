@@ -5,8 +5,9 @@ docs/allocator.md ("Splitting the cores") derives it; the numbered steps match `
 1. Every split k in 1..N-1 gives a serving lane of k cores, slowed by the training lane's
    interference, and a training lane of N - k; k = N is time sharing. For each, the load the
    serving lane carries at the smoothed rates is rho_k = sum_i r_i c_i(k), the load a burst
-   brings is rho'_k (DART's planning rates at their upper two-sigma bound, its remembered
-   peak, and the busiest period of the burst memory, `CoreSplit.update`), and its backlog
+   brings is rho'_k (DART's planning rates at their upper two-sigma bound, read over a
+   burst's length while the rate is steady and over one period at an onset; its remembered
+   peak; and the busiest period of the burst memory, `CoreSplit.update`), and its backlog
    drains in
    D_k = sum_i Q_i c_i(k) / (1 - rho_k).
 2. The serving lane is decided as DART decides a whole device (`lane_decision`, on the
@@ -63,9 +64,9 @@ from dartfl.unit_split import SplitRule, choose_split_small
 
 __all__ = ["BURST_S", "CoreSplit", "CoreSplitConfig"]
 
-# A burst's rate is read from one period's Poisson count n: it is planned at its upper bound
-# of this many standard deviations, (n + z sqrt(n)) / tau (step 1), or, with a noise window w
-# (`CoreSplitConfig.noise_window_s`), at lambda + z sqrt(lambda / w).
+# A burst's rate is planned at its upper bound of this many standard deviations of its
+# Poisson count (step 1): lambda + z sqrt(lambda / w), with w the window the count is read
+# over (`_burst_rate`).
 BURST_SIGMAS = 2.0
 # What splits have cost (step 4): misses per second of split, forgotten over SPLIT_MEMORY_S
 # towards a prior of PRIOR_SPLIT_S seconds of split without a miss; what time sharing has cost
@@ -81,11 +82,11 @@ class CoreSplitConfig:
 
     hysteresis: float = 0.05
     hold_s: float = 1.0
-    # The seconds over which a burst rate's count noise is read (step 1); 0: one control
-    # period, the cautious default. BURST_S reads it over the burst the miss model assumes,
-    # which trains more on on/off and MMPP traffic and less on real traces' unannounced
-    # bursts (docs/benchmarks.md, "The burst bound's window").
-    noise_window_s: float = 0.0
+    # The seconds over which a steady burst rate's count noise is read (step 1): the burst's
+    # length the miss model assumes. An onset is read over one period whatever this says, and
+    # 0 (or one period) reads every rate so, the rule before 2026-12-07 (docs/benchmarks.md,
+    # "The burst bound's window").
+    noise_window_s: float = BURST_S
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.hysteresis) and 0.0 <= self.hysteresis < 1.0):
@@ -128,6 +129,18 @@ def _prices(split: CoreCosts) -> list[_Prices]:
             )
         )
     return out
+
+
+def _burst_rate(planned: float, smoothed: float, count: int, tau: float, window_s: float) -> float:
+    """A task's burst rate for step 1: `planned` at its upper bound, the count's noise read
+    over `window_s` while the rate is steady (this period's count within its per-period noise
+    of the smoothed rate): a lane must carry the burst's rate over its length, not one
+    period's jitter. At an onset, or an end, only this period's count speaks for the rate,
+    and its per-period noise is also the margin for the burst's growth."""
+    if planned <= 0.0:
+        return 0.0
+    steady = abs(count / tau - smoothed) <= BURST_SIGMAS * math.sqrt(smoothed / tau)
+    return planned + BURST_SIGMAS * math.sqrt(planned / (window_s if steady else tau))
 
 
 def _steps_within(span_s: float, step: tuple[float, float], m_max: int) -> int:
@@ -239,8 +252,11 @@ class CoreSplit:
         # 1. The demand on the whole device and on one core (scaled to each serving lane).
         # A lane judged to carry a burst at its count's mean is overrun by the count's own
         # noise in a quarter of the burst's periods (docs/allocator.md): plan at its bound.
-        window = self.config.noise_window_s or tau
-        bursts = [r + BURST_SIGMAS * math.sqrt(r / window) if r > 0.0 else 0.0 for r in planned]
+        window = max(self.config.noise_window_s, tau)
+        bursts = [
+            _burst_rate(r, smoothed, count, tau, window)
+            for r, smoothed, count in zip(planned, rates, obs.arrivals_since_last, strict=True)
+        ]
         d = lane_demand(obs, rates, bursts, peak, obs.batch_fixed_s, obs.per_request_s)
         one = lane_demand(obs, rates, bursts, peak, split.batch_fixed_s, split.per_request_s)
         # A one-core request's price over a time-shared one's: the serving lane's load (per

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.policies.burst import SurpriseEnvelope
-from dartfl.policies.core_split import CoreSplit, CoreSplitConfig
+from dartfl.policies.core_split import BURST_S, CoreSplit, CoreSplitConfig
 from dartfl.policies.miss_debt import MissDebt, StepRisk
 from dartfl.policies.shares import LOSS_WEIGHTINGS, TASK_SHARES, demand_shares, loss_weights, uniform_shares
 from dartfl.registry import Knob
@@ -57,8 +57,8 @@ class DartConfig:
     # `on`: on a device of several cores, choose every period how many serve inference
     # (dartfl/policies/core_split.py); `off`: time-share all of them, as on one core.
     core_split: str = "on"
-    # Seconds over which the split reads a burst rate's noise (0: one control period).
-    split_window_s: float = 0.0
+    # Seconds over which the split reads a steady burst rate's noise (0: one control period).
+    split_window_s: float = BURST_S
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.v) and self.v >= 0):
@@ -108,7 +108,7 @@ DART_KNOBS = (
     Knob(
         "split-window",
         float,
-        "seconds over which the core split reads a burst rate's noise (0: one period)",
+        "seconds over which the core split reads a steady burst rate's noise (0: one period)",
         field="split_window_s",
     ),
 )

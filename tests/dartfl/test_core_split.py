@@ -13,7 +13,7 @@ from dartfl.errors import ConfigError
 from dartfl.executor import StaticCosts
 from dartfl.metrics import summarize
 from dartfl.policies import DartPolicy, make_policy
-from dartfl.policies.core_split import BURST_S, CoreSplit, CoreSplitConfig
+from dartfl.policies.core_split import BURST_S, CoreSplit, CoreSplitConfig, _burst_rate
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
 from dartfl.types import Allocation, Observation, TaskSpec
@@ -237,17 +237,31 @@ def test_in_the_tight_slo_regime_dart_trains_on_spare_cores_at_inference_only_sl
     assert runs["dart"]["slo_attainment"] >= runs["inference-only"]["slo_attainment"] - 0.01
 
 
-def test_a_burst_rate_whose_noise_is_read_over_the_burst_serves_a_steady_load_on_fewer_cores() -> None:
-    # Steady Poisson arrivals at half the pi4's capacity: read over one period, each count's
-    # two-sigma bound (+26% at this rate) keeps the device time-shared most of the time; read
-    # over the BURST_S seconds the miss model takes a burst to last (+8%), two or three cores
-    # carry it, the rest train, and the SLO holds (docs/benchmarks.md, "The burst bound's
-    # window").
-    runs = poisson_runs("pi4", 0.5, 0.25, ("dart", f"dart:split-window={BURST_S}", "inference-only"))
-    period, burst = runs["dart"], runs[f"dart:split-window={BURST_S}"]
-    assert burst["mean_inference_cores"] < period["mean_inference_cores"] - 0.5
-    assert burst["train_samples"] > 1.1 * period["train_samples"]
-    assert burst["slo_attainment"] >= runs["inference-only"]["slo_attainment"] - 0.01
+def test_a_steady_rates_noise_is_read_over_the_burst_and_serves_on_fewer_cores() -> None:
+    # Steady Poisson arrivals at half the pi4's capacity: read over one period (the rule
+    # before, `split-window=0`), each count's two-sigma bound (+26% at this rate) keeps the
+    # device time-shared most of the time; read over the BURST_S seconds the miss model takes
+    # a burst to last (+8%), two or three cores carry it, the rest train, and the SLO holds
+    # (docs/benchmarks.md, "The burst bound's window").
+    runs = poisson_runs("pi4", 0.5, 0.25, ("dart", "dart:split-window=0", "inference-only"))
+    steady, period = runs["dart"], runs["dart:split-window=0"]
+    assert steady["mean_inference_cores"] < period["mean_inference_cores"] - 0.5
+    assert steady["train_samples"] > 1.1 * period["train_samples"]
+    assert steady["slo_attainment"] >= runs["inference-only"]["slo_attainment"] - 0.01
+
+
+def test_an_onset_is_planned_at_one_periods_noise_whatever_the_window() -> None:
+    # Real traces' bursts grow from their first period (llm-sessions at pi4: 41, 54, 70
+    # arrivals a period): a count far above the smoothed rate is an onset, and its
+    # per-period bound is the margin for that growth. A count within the smoothed rate's
+    # per-period noise is steady, and its noise is read over the window.
+    tau, window = 0.25, BURST_S
+    steady = _burst_rate(200.0, 200.0, 50, tau, window)
+    assert steady == pytest.approx(200.0 + 2.0 * (200.0 / window) ** 0.5)
+    onset = _burst_rate(200.0, 80.0, 50, tau, window)  # 200/s counted against 80/s smoothed
+    assert onset == pytest.approx(200.0 + 2.0 * (200.0 / tau) ** 0.5)
+    assert _burst_rate(200.0, 200.0, 50, tau, tau) == pytest.approx(onset)  # split-window=0
+    assert _burst_rate(0.0, 0.0, 0, tau, window) == 0.0
 
 
 def test_a_split_that_has_cost_misses_is_given_up_and_tried_again_once_forgotten() -> None:
