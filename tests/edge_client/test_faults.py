@@ -9,8 +9,9 @@ process, the load from the replayer (orchestration.replay), figures in docs/faul
   is logged, not asserted);
 - 1.5x the device's capacity as `dartfl edge profile` measures it (40 s here; the 3 minutes
   of issue 16: `DARTFL_FAULT_OVERLOAD_S=180`): every excess request rejected with a reply, the
-  agent's memory flat (judged after a 20-s warm-up that lets it train), and admitted requests within twice the SLO at p99 (an expected
-  failure where not met: docs/faults.md says why).
+  agent's memory flat (judged after a 20-s warm-up that lets it train), and admitted
+  requests within twice the SLO at p99 (an expected failure where not met: docs/faults.md
+  says why).
 
 Run with `-o log_cli=true --log-cli-level=INFO` to see the figures.
 """
