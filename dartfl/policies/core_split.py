@@ -95,7 +95,7 @@ class CoreSplitConfig:
             raise ConfigError(f"core split hold_s must be a finite number > 0, got {self.hold_s}")
         if not (math.isfinite(self.noise_window_s) and self.noise_window_s >= 0):
             raise ConfigError(
-                f"dart split window must be a finite number of seconds >= 0 (0: one period), "
+                f"core split noise window must be a finite number of seconds >= 0 (0: one period), "
                 f"got {self.noise_window_s}"
             )
 

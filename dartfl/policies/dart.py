@@ -90,6 +90,11 @@ class DartConfig:
             )
         if self.core_split not in ("on", "off"):
             raise ConfigError(f"dart split must be on or off, got {self.core_split!r}")
+        if not (math.isfinite(self.split_window_s) and self.split_window_s >= 0):
+            raise ConfigError(
+                f"dart split window must be a finite number of seconds >= 0 (0: one period), "
+                f"got {self.split_window_s}"
+            )
         if self.loss_weighting not in LOSS_WEIGHTINGS:
             raise ConfigError(
                 f"unknown loss weighting {self.loss_weighting!r}; valid: {', '.join(LOSS_WEIGHTINGS)}"

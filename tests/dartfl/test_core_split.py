@@ -197,8 +197,10 @@ def test_every_decision_is_a_valid_allocation_and_deterministic() -> None:
 def test_bad_core_split_settings_are_refused() -> None:
     with pytest.raises(ConfigError, match="hysteresis"):
         CoreSplitConfig(hysteresis=1.5)
-    with pytest.raises(ConfigError, match="split window must be a finite number"):
+    with pytest.raises(ConfigError, match="dart split window must be a finite number"):
         make_policy("dart:split-window=-1")
+    with pytest.raises(ConfigError, match="noise window must be a finite number"):
+        CoreSplitConfig(noise_window_s=float("nan"))
     with pytest.raises(ConfigError, match="split must be on or off"):
         make_policy("dart:split=maybe")
     with pytest.raises(ConfigError, match="needs its inference cores"):
