@@ -27,6 +27,7 @@ __all__ = [
     "Knob",
     "Named",
     "Registry",
+    "distinct",
     "fraction",
     "non_negative",
     "non_negative_int",
@@ -196,6 +197,18 @@ class Registry(Generic[P]):
 
 
 # -- checks shared by the families ---------------------------------------------------------------
+
+
+def distinct(specs: Iterable[str]) -> list[str]:
+    """`specs` as a list, refusing a spec given twice: results are keyed by their spec, so a
+    repeat would run twice and keep one of the two under one name."""
+    out = list(specs)
+    seen: set[str] = set()
+    for spec in out:
+        if spec.strip() in seen:
+            raise ConfigError(f"policy {spec!r} is given twice; give each --policy once")
+        seen.add(spec.strip())
+    return out
 
 
 def unit_interval(value: float) -> str | None:

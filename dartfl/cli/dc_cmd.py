@@ -23,6 +23,7 @@ from dartfl.cli.output_paths import plot_path as checked_plot_path
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError
+from dartfl.registry import distinct
 
 __all__ = ["CONTRACT_KEYS", "MODEL_SIZE_NAMES", "plot_dc", "register"]
 
@@ -98,7 +99,7 @@ def register(sub: Any) -> None:
     g.add_argument("--max-tokens", type=int, help="response length cap, truncation (default 8192)")
     g.add_argument("--group-size", type=int, default=8, help="samples per prompt (GRPO n, default 8)")
     g.add_argument(
-        "--batch-prompts", type=int, default=0, help="prompts per training step (default 4 per GPU)"
+        "--batch-prompts", type=int, default=0, help="prompts per training step (default, or 0: 4 per GPU)"
     )
     g.add_argument("--prompt-tokens", type=int, help="prompt length in tokens (default 512, or the preset's)")
     g.add_argument(
@@ -110,7 +111,9 @@ def register(sub: Any) -> None:
     g.add_argument(
         "--switch-cost-s", type=float, help="dead time of a GPU changing role (default: by model size)"
     )
-    g.add_argument("--period-s", type=float, default=10.0, help="allocator control period (default 10 s)")
+    g.add_argument(
+        "--period-s", type=float, default=10.0, help="allocator control period, >= 0.1 s (default 10 s)"
+    )
     s.add_argument("--seed", type=seed_arg, default=1, help="random seed (default 1)")
     s.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     _add_plot_arguments(s, "dartfl-dc.png", "GPU roles, buffer and staleness")
@@ -248,7 +251,7 @@ def run_sim(args: argparse.Namespace) -> int:
     lengths, prompt_tokens = _workload(args)
     config = _config(args, prompt_tokens)
     plot_path = checked_plot_path(args, args.default_plot)
-    specs = args.policies or list(DEFAULT_POLICIES)
+    specs = distinct(args.policies or DEFAULT_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
     started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
@@ -273,7 +276,7 @@ def run_real(args: argparse.Namespace) -> int:
     import ray_engine
     from dartfl.store import to_jsonable
 
-    specs = args.policies or ["sync", "dart"]
+    specs = distinct(args.policies or ["sync", "dart"])
     cfg = ray_engine.RayRunConfig(
         workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed, task=args.task
     )

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from dartfl.cli.sim_cmd import add_control_arguments, add_store_arguments
 from dartfl.cli.workload_args import WORKLOAD_NAMES, parse_tasks, seed_arg
 from dartfl.errors import ConfigError
+from dartfl.registry import distinct
 
 if TYPE_CHECKING:
     from dartfl.sim.fleet import FleetResult
@@ -34,6 +35,11 @@ DEFAULT_POLICIES = ("dart", "inference-first:4")
 # workloads.fleet's, spelt out so `dartfl --help` need not import the generators (a test checks).
 DEFAULT_MIX = "pareto-onoff,mmpp,gamma,poisson"
 ASSIGNMENTS = ("round-robin", "random")
+# A worker holds a chunk of devices' per-period counts at once: at most this many periods x
+# tasks (1,000 devices x 1 hour x 3 tasks in chunks of 500 is 2.2e7). And the most device-periods
+# a run may take.
+CHUNK_CELLS = 25_000_000
+DEVICE_PERIODS = 1e9
 
 
 def register(sub: Any) -> None:
@@ -77,7 +83,7 @@ def register(sub: Any) -> None:
         type=int,
         metavar="N",
         help="run the profile on its first N cores (1: one-core time sharing; the fleet model "
-        "time-shares all of a device's cores and refuses a policy that splits them)",
+        "time-shares all of a device's cores, so DART runs there as dart:split=off)",
     )
     add_control_arguments(d)
     d.add_argument("--round-target", type=int, default=0, help="samples owed per round (default 0)")
@@ -113,6 +119,22 @@ def _check(args: argparse.Namespace) -> None:
     check_slo_and_queue(args)
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
+    if not (math.isfinite(args.period_s) and args.period_s > 0):
+        raise ConfigError(f"--period-s must be > 0, got {args.period_s}")
+    periods = args.duration_s / args.period_s
+    cells = periods * len(parse_tasks(args.tasks))
+    if cells > CHUNK_CELLS:
+        raise ConfigError(
+            f"one device's {args.duration_s:g} s at --period-s {args.period_s:g} is {periods:.3g} "
+            f"periods, more than a worker holds ({CHUNK_CELLS:,} periods x tasks); shorten "
+            "--duration-s or lengthen --period-s"
+        )
+    if args.devices * periods > DEVICE_PERIODS:
+        raise ConfigError(
+            f"{args.devices:,} devices x {periods:.3g} periods is more than the {DEVICE_PERIODS:.0e} "
+            "device-periods the fleet simulator runs (about an hour on 2 cores; 1,000 devices x 1 hour "
+            "is 1.4e7); use fewer --devices or a shorter --duration-s"
+        )
 
 
 def _mix(text: str) -> tuple[str, ...]:
@@ -135,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
 
     _check(args)
     profile = device_profile(args)
-    specs = args.policies or list(DEFAULT_POLICIES)
+    specs = distinct(_time_shared(spec, profile) for spec in args.policies or DEFAULT_POLICIES)
     for spec in specs:
         make_fleet_policy(spec)  # a bad name fails before any work
     task_names = parse_tasks(args.tasks)
@@ -154,7 +176,8 @@ def run(args: argparse.Namespace) -> int:
         profile=profile,
     )
     workers = args.workers or max(1, min(2, os.cpu_count() or 1))
-    chunk = min(500, math.ceil(args.devices / workers))
+    cells = args.duration_s / args.period_s * len(task_names)
+    chunk = max(1, min(500, math.ceil(args.devices / workers), int(CHUNK_CELLS // cells)))
     started = time.perf_counter()
     results = _with_progress(
         sys.stderr.isatty() and not args.json,
@@ -181,6 +204,29 @@ def run(args: argparse.Namespace) -> int:
         if run_id is not None:
             print(f"recorded as run {run_id} in the run store")
     return 0
+
+
+def _time_shared(spec: str, profile: DeviceProfile) -> str:
+    """`spec`, or the same DART with its split off where it would split `profile`'s cores.
+
+    The fleet model time-shares every core of a device (docs/fleet.md), so DART runs here as
+    `dart:split=off`, under that name, and a note says so; `dartfl sim` models the split. Any
+    other splitting spec (`dart:V`, whose knobs cannot be mixed with keys) is left for the
+    simulator's own error, which names the ways out."""
+    from dartfl.sim.fleet_policies import make_fleet_policy
+
+    if not (profile.cores.can_split and make_fleet_policy(spec).splits_cores):
+        return spec
+    name, sep, knobs = spec.partition(":")
+    if sep and "=" not in knobs:
+        return spec
+    shared = f"{spec},split=off" if sep else f"{name}:split=off"
+    print(
+        f"note: the fleet model time-shares the {profile.cores.count} cores of {profile.name}, so "
+        f"{spec} runs as {shared}; `dartfl sim` models the split",
+        file=sys.stderr,
+    )
+    return shared
 
 
 def _with_progress(show: bool, work: Any) -> dict[str, FleetResult]:

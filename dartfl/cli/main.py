@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -92,7 +93,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(handler(args))
+        code = int(handler(args))
+        sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
+        return code
+    except BrokenPipeError:
+        # `dartfl ... --json | head`: stop quietly, as other Unix tools do, with the exit status
+        # of a process that SIGPIPE ended; stdout goes to /dev/null so the flush at exit is quiet.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + 13
     except InputError as exc:
         print(f"dartfl: error: {exc}", file=sys.stderr)
         return 2

@@ -304,7 +304,8 @@ def _trace_arrivals(
         limit = float(args.duration_s)
         if not (math.isfinite(limit) and limit > 0):
             raise ConfigError(f"--duration-s must be > 0, got {args.duration_s}")
-        arrivals = arrivals.window(0.0, min(limit, arrivals.duration_s))
+        if limit < arrivals.duration_s:  # a window is half-open: one as long as the trace drops its end
+            arrivals = arrivals.window(0.0, limit)
     return arrivals
 
 

@@ -22,6 +22,12 @@ SYNC_MODES = ("blocking", "interrupt", "overlapped")
 QUANTILE_LEVELS = np.concatenate((np.arange(1, 32) / 32, [0.98, 0.99, 0.995, 0.998, 1.0]))
 
 
+MIN_PERIOD_S = 0.1  # the allocator's shortest control period, seconds
+# Sequences of one step, all held at once: 131,072 GPUs at 4 prompts of 8 (the 1,024-GPU
+# benchmark is 32,768).
+MAX_STEP_SAMPLES = 1 << 22
+
+
 def _check(name: str, value: float, low: float, *, strict: bool = False) -> None:
     ok = value > low if strict else value >= low
     if not (isinstance(value, int | float) and math.isfinite(value) and ok):
@@ -68,7 +74,15 @@ class DcConfig:
             raise ConfigError(f"minibatches must be an integer >= 1, got {self.minibatches!r}")
         if self.sync_mode not in SYNC_MODES:
             raise ConfigError(f"unknown --sync-mode {self.sync_mode!r}; valid: {', '.join(SYNC_MODES)}")
-        _check("--period-s", self.period_s, 0, strict=True)
+        # The controller is simulated period by period: ten a second is faster than any
+        # cluster allocator decides, and below it a run takes minutes per step.
+        _check("--period-s", self.period_s, MIN_PERIOD_S)
+        if self.batch_samples > MAX_STEP_SAMPLES:
+            raise ConfigError(
+                f"a step of {self.batch_samples:,} sequences ({self.batch_groups:,} prompts x "
+                f"{self.group_size}) is more than the {MAX_STEP_SAMPLES:,} the simulator holds in memory; "
+                "use fewer --gpus or --batch-prompts"
+            )
         _check("tick_s", self.tick_s, 0, strict=True)
         _check("colocated_switch_s", self.colocated_switch_s, 0)
 

@@ -12,6 +12,8 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.metrics import RunRecord, summarize
 from dartfl.policies import make_policy
+from dartfl.policies.base import Policy
+from dartfl.registry import distinct
 from dartfl.sim.device import SimConfig, simulate
 from dartfl.store import to_jsonable
 from dartfl.types import DeviceProfile, TaskSpec
@@ -21,8 +23,10 @@ __all__ = ["Comparison", "compare_policies", "task_specs"]
 
 @dataclass(frozen=True)
 class Comparison:
-    """One record and one JSON-ready summary per policy, in the order asked for."""
+    """One policy (as it ended the run, so its learnt state can be read), one record and one
+    JSON-ready summary per policy, in the order asked for."""
 
+    policies: list[Policy]
     records: list[RunRecord]
     summaries: list[dict[str, Any]]
 
@@ -44,7 +48,7 @@ def compare_policies(
     on_policy: Callable[[str], None] | None = None,
 ) -> Comparison:
     """Simulate every policy of `specs` on `arrivals`; `on_policy(name)` is told before each."""
-    policies = [make_policy(spec, loss_weighting) for spec in specs]  # fail fast on a bad name
+    policies = [make_policy(spec, loss_weighting) for spec in distinct(specs)]  # fail fast on a bad name
     records: list[RunRecord] = []
     summaries: list[dict[str, Any]] = []
     for policy in policies:
@@ -53,4 +57,4 @@ def compare_policies(
         record = simulate(arrivals, profile, tasks, policy, config, np.random.default_rng(seed))
         records.append(record)
         summaries.append(to_jsonable(summarize(record, burst_threshold=profile.max_batch)))
-    return Comparison(records, summaries)
+    return Comparison(policies, records, summaries)

@@ -82,6 +82,25 @@ class SimConfig:
             raise ConfigError(f"round target must be >= 0 samples, got {self.round_target_samples}")
 
 
+# Control periods and FL rounds are simulated one by one: more than this many is a mistyped
+# trace time, rate or period (29 days at the default 0.25-s period), not a study.
+MAX_PERIODS = 10_000_000
+
+
+def check_span(horizon_s: float, config: SimConfig) -> None:
+    """Refuse a run of more than MAX_PERIODS control periods or FL rounds."""
+    for what, flag, every_s in (
+        ("control periods", "--period-s", config.period_s),
+        ("rounds", "--round-s", config.round_s),
+    ):
+        if horizon_s / every_s > MAX_PERIODS:
+            raise ConfigError(
+                f"a {horizon_s:.4g}-s run is {horizon_s / every_s:.3g} {what} of {every_s:g} s, more than "
+                f"the {MAX_PERIODS:,} the simulator runs; check the trace's times, --rate and "
+                f"--target-load, or shorten --duration-s or lengthen {flag}"
+            )
+
+
 def simulate(
     arrivals: Arrivals,
     profile: DeviceProfile,
@@ -107,6 +126,7 @@ def simulate(
         raise ConfigError(
             f"task specs {[t.name for t in tasks]} must match the workload's tasks {list(names)}"
         )
+    check_span(arrivals.duration_s, cfg)
     rng = rng or np.random.default_rng(0)
     if not keep_policy_state:
         policy.reset()

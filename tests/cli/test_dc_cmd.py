@@ -41,3 +41,57 @@ def test_model_size_help_lists_every_accepted_size_and_the_default(
     assert main(["dc", "sim", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert f"model size, one of: {', '.join(MODEL_SIZE_NAMES)} (default 7b)" in text
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["dc", "sim", "--gpus", "8", "--steps", "5", "--policy", "sync", "--policy", "sync"],
+        [
+            "sim",
+            "--workload",
+            "poisson",
+            "--duration-s",
+            "5",
+            "--profile",
+            "pi4",
+            "--policy",
+            "dart",
+            "--policy",
+            "dart",
+        ],
+        [
+            "fleet",
+            "--devices",
+            "2",
+            "--duration-s",
+            "5",
+            "--profile",
+            "pi4",
+            "--policy",
+            "static:0.5",
+            "--policy",
+            "static:0.5",
+        ],
+    ],
+)
+def test_a_policy_given_twice_exits_2(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    # Results are keyed by the spec: a repeat ran twice and the store kept one result, with the
+    # decisions of both runs mixed under one name.
+    assert main([*argv, "--no-store"]) == 2
+    assert capsys.readouterr().err.strip().endswith("is given twice; give each --policy once")
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--gpus", "100000000"], "more than the 4,194,304 the simulator holds"),  # was a MemoryError
+        (["--gpus", "8", "--period-s", "1e-6"], "--period-s must be a finite number >= 0.1"),  # ran for hours
+    ],
+)
+def test_a_run_too_large_to_hold_or_finish_exits_2(
+    capsys: pytest.CaptureFixture[str], extra: list[str], needle: str
+) -> None:
+    assert main(["dc", "sim", "--steps", "5", *extra, "--no-store", "--no-plot"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1

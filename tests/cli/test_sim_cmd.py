@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -127,6 +129,10 @@ def test_table_output_records_the_run_and_writes_the_plot(
         (["--slo-ms", "-5", "--profile", "pi4"], "--slo-ms"),
         (["--profile", "pi9"], "pi9"),
         (["--profile-file", "/nonexistent/p.toml"], "p.toml"),
+        # Each ran until killed: billions of control periods or rounds.
+        (["--profile", "pi4", "--rate", "1e-9"], "control periods of 0.25 s, more than the 10,000,000"),
+        (["--profile", "pi4", "--period-s", "1e-9"], "control periods of 1e-09 s"),
+        (["--profile", "pi4", "--round-s", "1e-9"], "rounds of 1e-09 s"),
     ],
 )
 def test_bad_flags_exit_2_with_one_line(
@@ -224,3 +230,29 @@ def test_batch_hold_makes_the_simulator_wait_for_company_as_the_agent_does(
     assert at_once["p50_latency_s"] < 0.002
     assert 0.003 < held["p50_latency_s"] < 0.013  # at most one 10 ms hold and a batch behind it
     assert held["completed"] == at_once["completed"] == at_once["requests"]
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    """`dartfl sim --json | head`: the reader has gone before the table is written. No
+    BrokenPipeError traceback, and the exit status of a process that SIGPIPE ended."""
+    argv = ["sim", "--workload", "poisson", "--duration-s", "5", "--profile", "x86-1core"]
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dartfl.cli.main",
+            *argv,
+            "--policy",
+            "inference-only",
+            "--no-store",
+            "--json",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    proc.stdout.close()  # long before the simulation ends and the JSON is written
+    proc.stdout = None
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 141, err.decode()
+    assert b"Traceback" not in err and b"BrokenPipe" not in err

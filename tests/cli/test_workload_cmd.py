@@ -294,6 +294,15 @@ def test_duration_with_a_trace_keeps_its_first_seconds_after_rescaling(tmp_path:
     assert faster.num_requests > first.num_requests
 
 
+@pytest.mark.parametrize("seconds", ["99", "1000"])
+def test_a_duration_as_long_as_the_trace_keeps_its_last_request(tmp_path: Path, seconds: str) -> None:
+    # The trace ends on its last request (99 s); a half-open window of that length dropped it.
+    trace = tmp_path / "t.csv"
+    trace.write_text("time_s,task\n" + "".join(f"{t},a\n" for t in range(100)))
+    arrivals = arrivals_from_args(_parse(["--trace", str(trace), "--duration-s", seconds]), SMALL)
+    assert arrivals.num_requests == 100
+
+
 def test_rate_and_target_load_together_are_an_error_for_generators() -> None:
     with pytest.raises(ConfigError, match="pass only one of them"):
         arrivals_from_args(_parse(["--workload", "poisson", "--rate", "5", "--target-load", "0.5"]), SMALL)

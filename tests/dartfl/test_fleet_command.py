@@ -76,10 +76,30 @@ def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[st
         ["--workload-mix", "poisson,bogus"],
         ["--devices", "0"],
         ["--load-jitter", "1.5"],
-        ["--cores", "4", "--policy", "dart"],  # DART would split the cores: not modelled
+        ["--cores", "4", "--policy", "cores:2"],  # a split is all it does: not modelled
+        ["--cores", "4", "--policy", "dart:2"],  # positional knobs cannot take split=off too
         ["--cores", "5"],
+        ["--duration-s", "1e9"],  # a MemoryError traceback before the guard
+        ["--period-s", "1e-7"],  # ran until killed
+        ["--devices", "100000000"],  # likewise
     ],
 )
 def test_fleet_bad_input_exits_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*FLEET_ARGS, "--no-store", *extra]) == 2
     assert "dartfl: error:" in capsys.readouterr().err
+
+
+def test_on_a_multi_core_profile_dart_runs_time_shared_and_says_so(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The fleet model time-shares a device's cores: the README's `--profile pi4` runs DART with
+    its split off, under that name, with a note, rather than refusing the default policies."""
+    at = FLEET_ARGS.index("--cores")
+    whole_device = FLEET_ARGS[:at] + FLEET_ARGS[at + 2 :]
+    assert main([*whole_device, "--no-store", "--json"]) == 0
+    out = capsys.readouterr()
+    assert "note: the fleet model time-shares the 4 cores of pi4" in out.err
+    implicit = json.loads(out.out)["results"]
+    assert [r["policy"] for r in implicit] == ["dart:split=off", "inference-first:4"]
+    assert main([*whole_device, "--no-store", "--json", "--policy", "dart:split=off"]) == 0
+    assert json.loads(capsys.readouterr().out)["results"][0] == implicit[0]
