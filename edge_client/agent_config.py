@@ -14,12 +14,20 @@ from dartfl.protocol import REPLY_TOPIC_RULES, ReplyTopicRule
 from dartfl.types import DeviceProfile, TaskSpec
 from messaging.security import MqttSecurity
 
-__all__ = ["ORT_PROVIDER_NAMES", "AgentConfig"]
+__all__ = ["ORT_PROVIDER_NAMES", "AgentConfig", "check_agent_policy"]
 
 # ONNX Runtime execution providers by name (edge_client.inference.ORT_PROVIDERS maps them).
 ORT_PROVIDER_NAMES = ("cpu", "cuda", "tensorrt")
 DECISIONS_KEPT = 4096  # decision times kept for telemetry (bounded: the agent runs for months)
 ADMITTED_LATE = 0.02  # admission steers its margin until this share of admitted requests miss
+
+
+def check_agent_policy(policy: str, loss_weighting: str | None = None) -> None:
+    """ConfigError unless a device agent can run `policy`: a bad spec, or one that needs future
+    arrivals. Commands that hand a policy to agents (`edge replay --spawn-agent`, `fl app`,
+    `fl deploy-local`) call it before they start anything."""
+    if isinstance(make_policy(policy, loss_weighting), FutureAwarePolicy):
+        raise ConfigError(f"policy {policy!r} needs future arrivals: it runs in `dartfl sim` only")
 
 
 @dataclass(frozen=True)
@@ -78,9 +86,7 @@ class AgentConfig:
             )
         if self.reply_topics not in REPLY_TOPIC_RULES:
             raise ConfigError(f"reply-topics must be one of {REPLY_TOPIC_RULES}, got {self.reply_topics!r}")
-        # A bad spec fails before the model is built.
-        if isinstance(make_policy(self.policy, self.loss_weighting), FutureAwarePolicy):
-            raise ConfigError(f"policy {self.policy!r} needs future arrivals: it runs in `dartfl sim` only")
+        check_agent_policy(self.policy, self.loss_weighting)  # before the model is built
 
     @property
     def weighting(self) -> str:

@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import math
+import os
 import signal
 import sys
 import tempfile
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
-from dartfl.cli.workload_args import seed_arg
+from dartfl.cli.workload_args import parse_tasks, seed_arg
 from dartfl.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -48,9 +49,9 @@ def register(sub: Any) -> None:
     prof.add_argument(
         "-o",
         "--output",
-        type=Path,
+        type=_output_file,
         default=Path("edge-profile.toml"),
-        help="profile TOML to write (default edge-profile.toml)",
+        help="profile TOML to write (default edge-profile.toml); missing directories are made",
     )
     prof.add_argument("--name", default=None, help="profile name (default: this host's name)")
     prof.add_argument("--quick", action="store_true", help="fewer repetitions (a few seconds)")
@@ -58,7 +59,8 @@ def register(sub: Any) -> None:
         "--cores",
         type=int,
         default=1,
-        help="also measure the [cores] table on this many CPUs (speedups, interference, switch time)",
+        help="also measure the [cores] table on this many CPUs (speedups, interference, switch time; "
+        "at most the CPUs this process may use)",
     )
     _model_arguments(prof)
     prof.set_defaults(handler=_profile)
@@ -138,7 +140,8 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
         "--publish-every-s",
         type=float,
         default=30.0,
-        help="serve the locally trained model every so often (default 30 s; 0: only after FL rounds)",
+        help="serve the locally trained model every so often (default 30 s; 0: never, serving then "
+        "changes only with the global weights of an FL round)",
     )
     p.add_argument(
         "--reply-topics",
@@ -151,9 +154,20 @@ def _agent_arguments(p: argparse.ArgumentParser) -> None:
     add_mqtt_arguments(p)
 
 
+def _output_file(text: str) -> Path:
+    """-o's type: a name ending in '/' is a directory's (Path would drop the slash and write a
+    file of that name)."""
+    if text.endswith(("/", os.sep)):
+        raise argparse.ArgumentTypeError(
+            f"{text} names a directory; give a file name inside it, e.g. {text}edge-profile.toml"
+        )
+    return Path(text)
+
+
 def _check_model_flags(args: argparse.Namespace) -> None:
     _check_range(args, _MODEL_COUNTS, lambda v: v >= 1, "an integer >= 1")
     _check_range(args, ("width",), lambda v: math.isfinite(v) and v > 0, "> 0")
+    parse_tasks(args.tasks)
 
 
 def _check_agent_flags(args: argparse.Namespace) -> None:
@@ -162,6 +176,39 @@ def _check_agent_flags(args: argparse.Namespace) -> None:
     _check_range(args, _AGENT_COUNTS, lambda v: v >= 1, "an integer >= 1")
     _check_range(args, _AGENT_POSITIVE, lambda v: math.isfinite(v) and v > 0, "> 0")
     _check_range(args, _AGENT_NON_NEGATIVE, lambda v: math.isfinite(v) and v >= 0, ">= 0")
+    if args.model_dir is not None:
+        _make_dir(args.model_dir, f"--model-dir {args.model_dir}")
+
+
+def _check_profile_flags(args: argparse.Namespace) -> None:
+    """`edge profile`'s flags (the model's too) before anything loads or is measured; makes the
+    output's missing directories (the profile is written last, after seconds of measuring)."""
+    from dartfl.cli.output_paths import check_output_path
+    from edge_client.core_pinning import available_cpus
+
+    _check_model_flags(args)
+    usable = len(available_cpus())
+    if not 1 <= args.cores <= usable:
+        raise ConfigError(
+            f"--cores must lie in 1..{usable} (the CPUs this process may use), got {args.cores}"
+        )
+    check_output_path(args.output, "-o", "edge-profile.toml")
+    _make_dir(args.output.parent, f"-o {args.output}: its directory {args.output.parent}")
+
+
+def _make_dir(path: Path, label: str) -> None:
+    """Make the directory `path` (`label` names it in errors) and its parents now, so that a
+    file in the way or a place where none can be made fails before the slow work, not after."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{label} is a file; give a directory (it is made if missing)")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"{label} cannot be made ({exc.strerror or exc}); give a directory in a writable place"
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"{label} is not writable; give a writable directory")
 
 
 def _check_range(
@@ -176,7 +223,7 @@ def _check_range(
 def _model_fields(args: argparse.Namespace) -> dict[str, Any]:
     """The AgentConfig fields `_model_arguments`' flags set (for `edge run` and `edge profile`)."""
     return {
-        "tasks": tuple(t.strip() for t in args.tasks.split(",") if t.strip()),
+        "tasks": parse_tasks(args.tasks),
         "width": args.width,
         "inference_threads": args.inference_threads,
         "training_threads": args.training_threads,
@@ -236,10 +283,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _profile(args: argparse.Namespace) -> int:
+    _check_profile_flags(args)
     import platform
     from dataclasses import replace
 
-    from dartfl.cli.output_paths import check_output_path
     from dartfl.cli.replay_cmd import start_local_broker
     from dartfl.profiles import profile_to_toml
     from edge_client.agent import AgentConfig
@@ -247,8 +294,6 @@ def _profile(args: argparse.Namespace) -> int:
     from edge_client.runtime import ModelRuntime
     from messaging.link import connect
 
-    check_output_path(args.output, "-o", "edge-profile.toml")
-    _check_model_flags(args)
     config = AgentConfig(**_model_fields(args))
 
     def say(text: str) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from dartfl.cli.fl_plot import plot_fl_results, print_fl_table
-from dartfl.cli.fl_run_cmd import NO_STORE, register_app, register_run
+from dartfl.cli.fl_run_cmd import NO_STORE, check_timeout_s, register_app, register_run
 from dartfl.cli.run_config_args import add_set_argument, checked_sets
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--loss-weights", choices=("uniform", "demand"), help="override every policy's loss weighting"
     )
     sim.add_argument("--seed", type=seed_arg, default=1, help="random seed of the run (default 1)")
-    add_set_argument(sim)
+    add_set_argument(sim, owned=_SIM_OWNED)
     sim.add_argument("--json", action="store_true", help="print one JSON object {results: [...]}")
     add_store_arguments(sim)
     sim.add_argument("--plot-dir", type=Path, help="write per-task accuracy, SLO and harvest plots here")
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dep.add_argument(
         "--max-train", type=int, default=1000, help="training samples per task per agent (default 1000)"
     )
-    add_set_argument(dep)
+    add_set_argument(dep, owned=_DEPLOY_OWNED)
     dep.add_argument("--workdir", type=Path, help="keep logs, checkpoints and results here (default: temp)")
     dep.add_argument("--json", action="store_true", help="print one JSON object")
     dep.add_argument("--timeout-s", type=float, default=600.0, help="limit for the federated run")
@@ -143,12 +143,15 @@ def _sim(args: argparse.Namespace) -> int:
         raise ConfigError(f"--clients and --rounds must be >= 1, got {args.clients} and {args.rounds}")
     if args.plot_dir is not None and args.plot_dir.exists() and not args.plot_dir.is_dir():
         raise ConfigError(f"--plot-dir {args.plot_dir} is a file; give a directory")
+    check_timeout_s(args.timeout_s)
     policies = args.policy or list(DEFAULT_POLICIES)
     base: dict[str, int | float | str] = {**HEADLINE, **checked_sets(args.set, _SIM_OWNED)}
     base.update({"num-server-rounds": args.rounds, "seed": args.seed, "min-available-nodes": args.clients})
     if args.loss_weights:
         base["loss-weighting"] = args.loss_weights
     configs = [FlConfig.from_run_config({**base, "policy": p}) for p in policies]  # fail fast on bad input
+    if not args.no_store:
+        _check_store(args.store or default_store_path())
     results: list[dict[str, Any]] = []
     with scratch_dir() as work, LocalSuperLink(work, simulation=True) as superlink:
         conn, env = superlink.name, superlink.env
@@ -185,6 +188,16 @@ def _sim(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_store(path: Path) -> None:
+    """Open the run store the ServerApp will record into, now: a damaged, newer or mistyped
+    file is named before the SuperLink starts, in `dartfl sim`'s words, not after the whole
+    simulation as "wrote no results"."""
+    from dartfl.store import RunStore
+
+    with RunStore(path):
+        pass
+
+
 def _show_progress(line: str) -> None:
     """The ServerApp's progress (`_ROUND_LINE`), from the run's log, on stderr."""
     if (found := _ROUND_LINE.search(line)) is not None:
@@ -195,9 +208,12 @@ def _deploy_local(args: argparse.Namespace) -> int:
     import contextlib
     import os
 
+    from edge_client.agent_config import check_agent_policy
     from orchestration.deploy_local import DeployFaults, deploy_local
     from orchestration.flower_processes import scratch_dir
 
+    check_timeout_s(args.timeout_s)
+    check_agent_policy(args.policy)  # every agent would exit on it, after the SuperLink started
     ctx: contextlib.AbstractContextManager[Path] = (
         contextlib.nullcontext(args.workdir.resolve()) if args.workdir else scratch_dir("dartfl-deploy-")
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 from dartfl.cli.run_config_args import add_set_argument, parse_sets, reject_unknown_keys
 from dartfl.errors import ConfigError, DartflError
 
-__all__ = ["NO_STORE", "register_app", "register_run"]
+__all__ = ["NO_STORE", "check_timeout_s", "register_app", "register_run"]
 
 NO_STORE = "none"  # fltask.config.NO_STORE: imported lazily there (it pulls in the policies)
 
@@ -41,7 +42,11 @@ def register_run(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "--root-certificates", type=Path, metavar="PEM", help="CA that signed the SuperLink's TLS certificate"
     )
     trust.add_argument("--insecure", action="store_true", help="plain HTTP (a SuperLink run with --insecure)")
-    add_set_argument(run)
+    add_set_argument(
+        run,
+        help="a run-config key of docs/fl-config.md (repeatable); results-file, checkpoint-dir "
+        "and store as absolute paths on the SuperLink's host",
+    )
     follow = run.add_mutually_exclusive_group()
     follow.add_argument("--detach", action="store_true", help="print the run id and return at once")
     follow.add_argument("--no-stream", action="store_true", help="wait for the end without printing the log")
@@ -63,7 +68,14 @@ def register_app(fl_sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     app.set_defaults(handler=_write_app)
 
 
+def check_timeout_s(timeout_s: float) -> None:
+    """--timeout-s of the `fl` commands: a finite number of seconds > 0."""
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ConfigError(f"--timeout-s must be a finite number > 0 (seconds), got {timeout_s:g}")
+
+
 def _write_app(args: argparse.Namespace) -> int:
+    from edge_client.agent_config import check_agent_policy
     from orchestration.flower_app import APP_FILE, write_app
 
     target = args.directory / APP_FILE
@@ -71,7 +83,17 @@ def _write_app(args: argparse.Namespace) -> int:
         raise ConfigError(f"{target} exists; pass --force to replace it, or give another DIR")
     if args.directory.exists() and not args.directory.is_dir():
         raise ConfigError(f"{args.directory} is a file; give a directory")
-    write_app(args.directory, parse_sets(args.set))
+    overrides = parse_sets(args.set)
+    if "policy" in overrides:  # a deployment's agents would refuse it, after the SuperLink started
+        loss_weighting = str(overrides.get("loss-weighting", "")) or None
+        check_agent_policy(str(overrides["policy"]), loss_weighting)
+    try:
+        write_app(args.directory, overrides)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write {target}: {exc.strerror or exc}; give a DIR that is or can be made a "
+            "writable directory"
+        ) from None
     print(f"wrote {target}; run it with the venv active: cd {args.directory} && flwr run . --stream")
     return 0
 
@@ -81,6 +103,7 @@ def _run_remote(args: argparse.Namespace) -> int:
 
     from orchestration.remote_run import SuperLinkTarget, submit_run
 
+    check_timeout_s(args.timeout_s)
     target = SuperLinkTarget.parse(
         args.superlink, root_certificates=args.root_certificates, insecure=args.insecure
     )

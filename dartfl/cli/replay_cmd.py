@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 AGENT_ONLINE_TIMEOUT_S = 120.0  # loading data and building the model, on a slow device
 PROGRESS_EVERY_S = 10.0  # progress lines when stderr is not a terminal
+STAND_IN_PROFILE = "pi4"  # checks --target-load before the agent's own profile is known
 
 
 def register(edge_sub: Any) -> None:
@@ -233,9 +234,9 @@ def _check_flags(args: argparse.Namespace) -> MqttSecurity | None:
         return mqtt_security_from_args(args)
     if args.mqtt_ca_file or args.mqtt_cert_file or args.mqtt_key_file or args.mqtt_username:
         raise ConfigError("--spawn-agent starts a private plain broker on loopback: drop the --mqtt-* flags")
-    from dartfl.policies import make_policy
+    from edge_client.agent_config import check_agent_policy
 
-    make_policy(args.policy)  # the spawned agent would exit on it
+    check_agent_policy(args.policy)  # the spawned agent would exit on it
     return None
 
 
@@ -243,11 +244,14 @@ def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | No
     """The workload, if it can be built before the agent is up (otherwise None).
 
     None when --target-load must wait for the agent's own profile; the workload flags are
-    checked anyway, by building the workload at its --rate.
+    checked anyway, --target-load with them, by sizing the workload against a stand-in profile
+    (the checks do not depend on the profile; the workload is thrown away).
     """
+    from dartfl.profiles import get_profile
+
     if args.target_load is None or profile is not None:
         return arrivals_from_args(args, profile)
-    _unsized(args)
+    arrivals_from_args(args, get_profile(STAND_IN_PROFILE))
     return None
 
 

@@ -5,6 +5,7 @@ numbers where they read as one and checked against the keys Flower's run config 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 
 from dartfl.errors import ConfigError
 
@@ -12,9 +13,14 @@ __all__ = ["add_set_argument", "checked_sets", "parse_sets", "reject_unknown_key
 
 
 def add_set_argument(
-    parser: argparse.ArgumentParser, help: str = "any run-config key (pyproject.toml)"
+    parser: argparse.ArgumentParser,
+    help: str = "a run-config key of docs/fl-config.md (repeatable)",
+    owned: Mapping[str, str] | None = None,
 ) -> None:
-    """The repeatable `--set KEY=VALUE` flag (into `args.set`, a list)."""
+    """The repeatable `--set KEY=VALUE` flag (into `args.set`, a list); its help names the keys
+    `owned` by the command's own flags, which `checked_sets` refuses."""
+    if owned:
+        help = f"{help}; not {', '.join(owned)}: this command sets them itself"
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=help)
 
 
@@ -36,7 +42,7 @@ def parse_sets(items: list[str]) -> dict[str, int | float | str]:
     return out
 
 
-def checked_sets(items: list[str], owned: dict[str, str]) -> dict[str, int | float | str]:
+def checked_sets(items: list[str], owned: Mapping[str, str]) -> dict[str, int | float | str]:
     """The --set overrides; ConfigError for an unknown key or one the command's flags own."""
     overrides = parse_sets(items)
     reject_unknown_keys(overrides)

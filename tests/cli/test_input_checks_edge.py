@@ -1,0 +1,181 @@
+"""`dartfl edge run|profile|replay`: bad input exits 2 with one line before anything slow starts
+(the data and the model, the measuring, a broker or an agent), each slow step replaced by one
+that fails the test if it is reached."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dartfl.cli import replay_cmd
+from dartfl.cli.main import build_parser, main
+from edge_client.agent import Agent, AgentConfig
+from edge_client.core_pinning import available_cpus
+from edge_client.runtime import ModelRuntime
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _never(step: str) -> Any:
+    def reached(*_args: Any, **_kwargs: Any) -> None:
+        raise AssertionError(f"{step} started before the input was checked")
+
+    return reached
+
+
+def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("dartfl: error: ")
+    return err.strip()
+
+
+@pytest.fixture
+def no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(Agent, "create", _never("the agent (data, model)"))
+
+
+@pytest.fixture
+def no_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ModelRuntime, "build", _never("the measuring"))
+
+
+@pytest.mark.usefixtures("no_agent")
+@pytest.mark.parametrize(
+    ("model_dir", "complaint"),
+    [
+        ("a-file", "--model-dir {dir} is a file; give a directory"),
+        ("a-file/sub", "--model-dir {dir} cannot be made (Not a directory)"),
+    ],
+)
+def test_edge_run_refuses_a_model_dir_that_cannot_be_a_directory_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], model_dir: str, complaint: str
+) -> None:
+    # A FileExistsError / NotADirectoryError traceback came once the model had loaded.
+    (tmp_path / "a-file").write_text("")
+    path = tmp_path / model_dir
+    assert main(["edge", "run", "--broker", "mqtt://127.0.0.1:9", "--model-dir", str(path)]) == 2
+    assert complaint.format(dir=path) in _one_line_error(capsys)
+
+
+@pytest.mark.usefixtures("no_measuring")
+@pytest.mark.parametrize(
+    ("output", "complaint"),
+    [
+        ("new/", "argument -o/--output: {tmp}/new/ names a directory; give a file name inside it"),
+        ("a-dir", "-o {tmp}/a-dir is a directory"),
+        ("a-file/x.toml", "a-file is a file, so no directory can be made there"),
+    ],
+)
+def test_edge_profile_refuses_an_output_it_cannot_write_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str, complaint: str
+) -> None:
+    (tmp_path / "a-file").write_text("")
+    (tmp_path / "a-dir").mkdir()
+    assert main(["edge", "profile", "--quick", "-o", f"{tmp_path}/{output}"]) == 2
+    assert complaint.format(tmp=tmp_path) in _one_line_error(capsys)
+
+
+@pytest.mark.usefixtures("no_measuring")
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_edge_profile_refuses_an_output_under_a_place_no_directory_can_be_made(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Root may write anywhere, so only making the directory tells: after 8 s of measuring, once.
+    assert main(["edge", "profile", "--quick", "-o", "/proc/nope/x.toml"]) == 2
+    assert "/proc/nope" in _one_line_error(capsys)
+
+
+def test_edge_profile_makes_the_outputs_missing_directories_before_measuring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class MeasuringError(Exception):
+        pass
+
+    def measuring(*_args: Any, **_kwargs: Any) -> None:
+        raise MeasuringError
+
+    monkeypatch.setattr(ModelRuntime, "build", measuring)
+    with pytest.raises(MeasuringError):
+        main(["edge", "profile", "--quick", "-o", str(tmp_path / "new" / "parent" / "x.toml")])
+    assert (tmp_path / "new" / "parent").is_dir()
+
+
+@pytest.mark.usefixtures("no_measuring")
+@pytest.mark.parametrize(
+    ("flags", "complaint"),
+    [
+        (["--cores", "0"], "--cores must lie in 1..{cpus} (the CPUs this process may use), got 0"),
+        (["--cores", "-1"], "--cores must lie in 1..{cpus} (the CPUs this process may use), got -1"),
+        (["--cores", "999"], "--cores must lie in 1..{cpus} (the CPUs this process may use), got 999"),
+        (["--tasks", "digits,digits"], "--tasks must be a comma-separated list of unique names"),
+    ],
+)
+def test_edge_profile_checks_cores_and_tasks_before_measuring(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], complaint: str
+) -> None:
+    assert main(["edge", "profile", "--quick", "-o", str(tmp_path / "p.toml"), *flags]) == 2
+    assert complaint.format(cpus=len(available_cpus())) in _one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("flags", "complaint"),
+    [
+        (["--target-load", "0"], "target load must be a finite number > 0"),
+        (["--target-load", "-1"], "target load must be a finite number > 0"),
+        (["--target-load", "nan"], "target load must be a finite number > 0"),
+        (["--rate", "10", "--target-load", "0.5"], "--rate and --target-load both set the mean rate"),
+        (["--policy", "clairvoyant"], "policy 'clairvoyant' needs future arrivals"),
+    ],
+)
+def test_replay_checks_target_load_and_policy_before_a_broker_or_an_agent_starts(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str], complaint: str
+) -> None:
+    # They were found 22-27 s later, by the agent or once its profile came; clairvoyant twice.
+    monkeypatch.setattr(replay_cmd, "start_local_broker", _never("a broker"))
+    monkeypatch.setattr(replay_cmd, "_spawn", _never("an agent"))
+    argv = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--duration-s", "5", "--no-store"]
+    assert main([*argv, *flags]) == 2
+    assert complaint in _one_line_error(capsys)
+
+
+def test_replay_refuses_clairvoyant_in_the_words_of_the_agent(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(Exception, match="needs future arrivals") as agent:
+        AgentConfig(policy="clairvoyant")
+    argv = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--policy", "clairvoyant"]
+    assert main([*argv, "--no-store"]) == 2
+    assert _one_line_error(capsys) == f"dartfl: error: {agent.value}"
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    found: argparse.ArgumentParser = sub.choices[name]
+    return found
+
+
+def _edge_run_flags() -> set[str]:
+    run = _subcommand(_subcommand(build_parser(), "edge"), "run")
+    return {flag for action in run._actions for flag in action.option_strings if flag.startswith("--")}
+
+
+def test_the_docs_flag_table_of_edge_run_lists_every_flag() -> None:
+    text = (DOCS / "edge.md").read_text()
+    table = text.split("## Flags of `dartfl edge run`", 1)[1].split("\n## ", 1)[0]
+    documented = set(re.findall(r"`(--[a-z-]+)`", table))
+    assert _edge_run_flags() - {"--help"} - documented == set()
+
+
+def test_edge_run_help_and_the_docs_say_the_same_of_publish_every_s_0(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # --help said "0: only after FL rounds", the docs "0 turns it off".
+    assert main(["edge", "run", "--help"]) == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    docs = " ".join((DOCS / "edge.md").read_text().split())
+    for text in (help_text, docs):
+        assert "0: never" in text
+    assert "0 turns it off" not in docs and "only after FL rounds" not in help_text
