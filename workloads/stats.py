@@ -70,7 +70,7 @@ def binned_counts(
     if span > MAX_BINS:
         raise ConfigError(
             f"{arrivals.duration_s:g} s in {bin_s:g}-s bins is {span:.3g} bins, more than the "
-            f"{MAX_BINS:,} this tool counts; use wider bins or check the times are seconds from the start"
+            f"{MAX_BINS:,} this tool counts; check the times are seconds from the start (or widen the bins)"
         )
     bins = math.floor(span) if whole_bins_only else max(1, math.ceil(span))
     index = np.floor(arrivals.times_s / bin_s).astype(np.int64)

@@ -59,7 +59,10 @@ def register(sub: Any) -> None:
         help=f"workloads the devices draw from (default {DEFAULT_MIX}); any of: {', '.join(WORKLOAD_NAMES)}",
     )
     g.add_argument(
-        "--assign", choices=ASSIGNMENTS, default="round-robin", help="how devices get a workload from the mix"
+        "--assign",
+        choices=ASSIGNMENTS,
+        default="round-robin",
+        help="how devices get a workload from the mix (default round-robin)",
     )
     g.add_argument(
         "--target-load", type=float, default=0.5, help="mean offered load per device (default 0.5)"
@@ -76,8 +79,11 @@ def register(sub: Any) -> None:
     g.add_argument("--zipf", type=float, default=0.0, help="Zipf exponent of task popularity (default 0)")
     g.add_argument("--seed", type=seed_arg, default=1, help="random seed (default 1)")
     d = p.add_argument_group("device")
-    d.add_argument("--profile", help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core")
-    d.add_argument("--profile-file", help="device profile TOML (see docs/profiles.md)")
+    d.add_argument(
+        "--profile",
+        help="built-in device profile: pi4, pi5, jetson-orin-nano, x86-1core (this or --profile-file)",
+    )
+    d.add_argument("--profile-file", help="device profile TOML (see docs/profiles.md; this or --profile)")
     d.add_argument(
         "--cores",
         type=int,

@@ -132,7 +132,8 @@ def _add_shape_arguments(
     group: argparse.ArgumentParser | argparse._ArgumentGroup, *, with_trace: bool
 ) -> None:
     only = "; --workload only" if with_trace else ""
-    trace_limit = "; with --trace: only its first S seconds, after any rescaling" if with_trace else ""
+    trace_limit = "; with --trace: the whole trace, or only its first S seconds, after any rescaling"
+    trace_limit = trace_limit if with_trace else ""
     group.add_argument(
         "--duration-s",
         type=float,

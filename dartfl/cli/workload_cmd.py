@@ -88,14 +88,21 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    from dartfl.store import to_jsonable
     from workloads.stats import summarize
     from workloads.traces.load import detect_format
 
     arrivals = _load(args)
-    summary = summarize(arrivals)
+    try:
+        summary = summarize(arrivals)
+    except ConfigError as exc:  # a span too long to count: name the file it came from
+        raise ConfigError(f"{args.file}: {exc}") from None
+    # Every request at one instant has no rate (and one in a sliver of a second overflows it).
+    rate = summary.mean_rate_per_s if summary.duration_s > 0 else math.nan
     if args.json:
         record = {"file": str(args.file), "format": detect_format(args.file), **summary.to_dict()}
-        print(json.dumps(record))
+        record["mean_rate_per_s"] = rate
+        print(json.dumps(to_jsonable(record)))  # non-finite as null, as the run store keeps them
         return 0
 
     from rich.console import Console
@@ -106,7 +113,7 @@ def _inspect(args: argparse.Namespace) -> int:
     table.add_column("value", justify="right")
     table.add_row("requests", f"{summary.requests:,}")
     table.add_row("duration", f"{summary.duration_s:.1f} s")
-    table.add_row("mean rate", f"{summary.mean_rate_per_s:.3f} req/s")
+    table.add_row("mean rate", f"{_fmt(rate)} req/s")
     for name, count in summary.task_counts:
         share = count / summary.requests if summary.requests else 0.0
         table.add_row(f"task {name}", f"{count:,} ({share:.1%})")
@@ -130,7 +137,10 @@ def _plot(args: argparse.Namespace) -> int:
     from workloads.stats import binned_counts
 
     arrivals = _load(args)
-    starts, counts = binned_counts(arrivals, args.bin_s)
+    try:
+        starts, counts = binned_counts(arrivals, args.bin_s)
+    except ConfigError as exc:
+        raise ConfigError(f"{args.file}: {exc} with --bin-s") from None
     # Divide by each bin's real width: the last bin may be cut short by the horizon.
     widths = np.minimum(args.bin_s, max(arrivals.duration_s, args.bin_s) - starts)
     rates = counts / np.maximum(widths, 1e-12)

@@ -92,6 +92,31 @@ def test_inspect_json_reports_the_summary(tmp_path: Path, capsys: pytest.Capture
         assert key in record
 
 
+@pytest.mark.parametrize("times", [["0", "0", "0"], ["1e-320"]])
+def test_inspect_json_gives_no_rate_for_a_trace_without_a_duration(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], times: list[str]
+) -> None:
+    # All at one instant printed a rate of 0.0; a sliver of a second printed `Infinity`, which
+    # is not JSON. No rate is null, as the run store keeps non-finite values.
+    path = tmp_path / "t.csv"
+    path.write_text("time_s,task\n" + "".join(f"{t},a\n" for t in times))
+    assert main(["workload", "inspect", str(path), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out, parse_constant=lambda c: pytest.fail(f"not JSON: {c}"))
+    assert record["mean_rate_per_s"] is None and record["requests"] == len(times)
+
+
+@pytest.mark.parametrize("command", ["inspect", "plot"])
+def test_a_span_too_long_to_count_names_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    path = tmp_path / "epoch.csv"  # timestamps, not offsets from the start
+    path.write_text("time_s,task\n0,a\n1e9,a\n")
+    extra = ["-o", str(tmp_path / "p.png")] if command == "plot" else []
+    assert main(["workload", command, str(path), *extra]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"dartfl: error: {path}: 1e+09 s in 1-s bins") and "seconds from the start" in err
+
+
 def test_inspect_bundled_azure_trace_as_a_table(capsys: pytest.CaptureFixture[str]) -> None:
     trace = ROOT / "workloads" / "data" / "azure_llm_conv_2023.csv"
     assert main(["workload", "inspect", str(trace), "--tasks", "x,y"]) == 0
