@@ -162,8 +162,10 @@ class Registry(Generic[P]):
         """The entry and the knob values (factory keywords) that `spec` sets."""
         entry = self.entry(spec)
         spec = spec.strip()
-        arg = spec.partition(":")[2].strip()
-        items = arg.split(",") if arg else []
+        _, colon, arg = spec.partition(":")
+        items = arg.strip().split(",") if colon else []
+        if any(not item.strip() for item in items):
+            raise ConfigError(f"policy {spec!r}: an empty value (a stray ':' or ','); expected {entry.form}")
         keyed = [item for item in items if "=" in item]
         values: dict[str, Any] = {}
         if keyed and len(keyed) < len(items):

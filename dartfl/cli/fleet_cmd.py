@@ -144,8 +144,8 @@ def _check(args: argparse.Namespace) -> None:
 
 
 def _mix(text: str) -> tuple[str, ...]:
-    names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [n for n in names if n not in WORKLOAD_NAMES]
+    names = tuple(part.strip() for part in text.split(","))
+    unknown = [n or "(an empty name)" for n in names if n not in WORKLOAD_NAMES]
     if not names or unknown:
         raise ConfigError(
             f"--workload-mix: unknown workload(s) {', '.join(unknown) or '(none given)'}; "

@@ -74,6 +74,7 @@ def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[st
     [
         ["--policy", "threshold"],
         ["--workload-mix", "poisson,bogus"],
+        ["--workload-mix", "poisson,,mmpp"],  # an empty name was dropped without a word
         ["--devices", "0"],
         ["--load-jitter", "1.5"],
         ["--cores", "4", "--policy", "cores:2"],  # a split is all it does: not modelled

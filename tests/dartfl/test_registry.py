@@ -56,6 +56,10 @@ def test_positional_and_keyed_forms_set_the_same_knobs_and_name_the_policy_by_it
         ("toy:x", r"policy 'toy:x': a 'x' is not a valid float"),
         ("toy:0.5,2,9", r"expected toy:<a>\[,b\]"),
         ("plain:1", r"expected plain"),
+        # A stray ':' or ',' ran as a policy of its own name ('plain:' beside 'plain').
+        ("plain:", r"policy 'plain:': an empty value \(a stray ':' or ','\); expected plain"),
+        ("toy:0.5,", r"an empty value"),
+        ("toy:,0.5", r"an empty value"),
     ],
 )
 def test_every_bad_spec_gets_one_error_that_names_it_and_what_is_valid(spec: str, message: str) -> None:
