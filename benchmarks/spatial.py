@@ -148,7 +148,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--dart", default="dart")
     parser.add_argument("--filter", default="")
-    parser.add_argument("--duration-s", type=float, default=600.0)
+    parser.add_argument(
+        "--duration-s",
+        type=float,
+        default=600.0,
+        help="seconds of arrivals generated at 100 requests/s, then rescaled in time to each load",
+    )
     parser.add_argument("--seed", type=int, default=1, help="arrivals and service times (1: the tuned set)")
     args = parser.parse_args()
     todo = [c for c in cases() if args.filter in c.name]
