@@ -119,6 +119,30 @@ _CORES_KEYS = frozenset(
 )
 
 
+# The keys each table of the top level holds, for pointing a misplaced key to its table.
+_TABLE_KEYS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        "inference": _INFERENCE_KEYS - {"tasks"},
+        "training": _TRAINING_KEYS,
+        "request-path": _REQUEST_PATH_KEYS,
+        "cores": _CORES_KEYS,
+    }
+)
+
+
+def _nearest_key(
+    key: str, prefix: str, known: frozenset[str], tables: Mapping[str, frozenset[str]]
+) -> str | None:
+    """The dotted key most like `key`: one of its own table's, or one of a sub-table's (then
+    written with the table, `inference.per-request-s`); None when nothing is close."""
+    candidates = {name: f"{prefix}{name}" for name in sorted(known)}
+    for table, keys in tables.items():
+        for name in sorted(keys):
+            candidates.setdefault(name, f"{prefix}{table}.{name}")  # a key of its own wins a tie
+    near = difflib.get_close_matches(key, list(candidates), n=1)
+    return candidates[near[0]] if near else None
+
+
 def load_profile_toml(path: str | Path) -> DeviceProfile:
     """Read a device profile file; any problem raises ConfigError naming the file and key."""
     p = Path(path)
@@ -139,7 +163,7 @@ def load_profile_toml(path: str | Path) -> DeviceProfile:
 
 def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DeviceProfile:
     """Build a profile from an already parsed TOML document (`source` names it in errors)."""
-    top = _Section(doc, "", source, _TOP_KEYS)
+    top = _Section(doc, "", source, _TOP_KEYS, _TABLE_KEYS)
     name = top.string("name", required=True)
     description = top.string("description", required=False)
     inference = top.table("inference", _INFERENCE_KEYS)
@@ -192,7 +216,7 @@ def _parse_cores(cores: _Section) -> CoreModel:
     """[cores]: how many, how items speed up on them, interference, switch time (docs/profiles.md).
 
     A file without the table is a one-core device, as every file was before cores were modelled."""
-    count = cores.count("count")
+    count = cores.count("count", example="4")
     gpu = cores.flag("gpu")
     cpu = None
     if gpu:
@@ -201,31 +225,40 @@ def _parse_cores(cores: _Section) -> CoreModel:
             cores.seconds("cpu-per-request-s", allow_zero=False),
         )
     ones = (1.0,) * count
+    inference_speedup = cores.curve("inference-speedup", count, ones if count == 1 else None)
+    training_speedup = cores.curve("training-speedup", count, ones if count == 1 or gpu else None)
+    inference_interference = cores.seconds("inference-interference", allow_zero=True, default=0.0, unit="")
+    training_interference = cores.seconds("training-interference", allow_zero=True, default=0.0, unit="")
+    switch_s = cores.seconds("switch-s", allow_zero=True, default=0.0)
+    # The checks above name the file and the key themselves; what CoreModel checks beyond them
+    # (an infinite speedup) gets the file named here, once.
     try:
-        return _core_model(cores, count, gpu, cpu, ones)
+        return CoreModel(
+            count=count,
+            inference_speedup=inference_speedup,
+            training_speedup=training_speedup,
+            inference_interference=inference_interference,
+            training_interference=training_interference,
+            switch_s=switch_s,
+            gpu_inference_on_cpu=cpu,
+        )
     except ConfigError as exc:
         raise ConfigError(f"{cores.source}: [cores]: {exc}") from None
 
 
-def _core_model(
-    cores: _Section, count: int, gpu: bool, cpu: InferenceCost | None, ones: tuple[float, ...]
-) -> CoreModel:
-    return CoreModel(
-        count=count,
-        inference_speedup=cores.curve("inference-speedup", count, ones if count == 1 else None),
-        training_speedup=cores.curve("training-speedup", count, ones if count == 1 or gpu else None),
-        inference_interference=cores.seconds("inference-interference", allow_zero=True, default=0.0, unit=""),
-        training_interference=cores.seconds("training-interference", allow_zero=True, default=0.0, unit=""),
-        switch_s=cores.seconds("switch-s", allow_zero=True, default=0.0),
-        gpu_inference_on_cpu=cpu,
-    )
-
-
 class _Section:
-    """One TOML table being read; every error names the file, the dotted key and what is expected."""
+    """One TOML table being read; every error names the file, the dotted key and what is expected.
+
+    `tables` (the top level's): the keys of its sub-tables, so that a key written above its
+    table (`per-request-s` before any `[inference]`) is pointed to where it belongs."""
 
     def __init__(
-        self, values: Mapping[str, Any], prefix: str, source: str, known: frozenset[str] | None
+        self,
+        values: Mapping[str, Any],
+        prefix: str,
+        source: str,
+        known: frozenset[str] | None,
+        tables: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.values = values
         self.prefix = prefix  # "" or "training." etc.
@@ -233,8 +266,8 @@ class _Section:
         if known is not None:  # None: the keys are names (task names), not settings
             for key in values:
                 if key not in known:
-                    near = difflib.get_close_matches(key, sorted(known), n=1)
-                    hint = f" (did you mean {prefix}{near[0]}?)" if near else ""
+                    near = _nearest_key(key, prefix, known, tables or {})
+                    hint = f" (did you mean {near}?)" if near else ""
                     log.warning("%s: ignoring unknown profile key %s%s%s", source, prefix, key, hint)
 
     def _fail(self, key: str, expected: str, example: str) -> ConfigError:
@@ -296,18 +329,21 @@ class _Section:
         self._require(key, expected)
         value = self.values[key]
         ok = isinstance(value, list) and len(value) >= count
-        ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) and v > 0 for v in value)
+        ok = ok and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+            for v in value
+        )
         if not ok or float(value[0]) != 1.0:
             raise self._fail(key, expected, "[1.0, 1.6, 2.0, 2.3]")
         return tuple(float(v) for v in value[:count])
 
-    def count(self, key: str) -> int:
+    def count(self, key: str, example: str = "32") -> int:
         expected = "an integer >= 1"
         self._require(key, expected)
         value = self.values[key]
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
             return value
-        raise self._fail(key, expected, "32")
+        raise self._fail(key, expected, example)
 
 
 # ---------------------------------------------------------------------------------------------

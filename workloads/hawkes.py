@@ -39,7 +39,7 @@ def hawkes_times(
         raise ConfigError(
             f"hawkes: branching {branching:g} with kernel-s {kernel_s:g} needs a {burn_in:.3g}-s burn-in "
             f"to start in steady state, about {simulated:.3g} simulated requests at {rate_per_s:g} req/s, "
-            f"more than the {MAX_REQUESTS:,} this tool holds; lower the branching or the kernel"
+            f"more than the {MAX_REQUESTS:,} this tool holds; lower --param branching or --param kernel-s"
         )
     n = int(rng.poisson(immigrant_rate * (burn_in + duration_s)))
     generation = rng.uniform(-burn_in, duration_s, n)

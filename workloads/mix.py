@@ -33,10 +33,14 @@ class TaskMix:
         if len(set(self.task_names)) != len(self.task_names) or not all(self.task_names):
             raise ConfigError(f"task names must be unique and non-empty, got {list(self.task_names)}")
         if not (math.isfinite(self.zipf_s) and self.zipf_s >= 0):
-            raise ConfigError(f"zipf exponent must be a finite number >= 0, got {self.zipf_s!r}")
+            raise ConfigError(
+                "the Zipf exponent of task popularity (--zipf) must be a finite number >= 0, "
+                f"got {self.zipf_s!r}"
+            )
         if self.rotate_s is not None and not (math.isfinite(self.rotate_s) and self.rotate_s > 0):
             raise ConfigError(
-                f"rotation period must be a finite number of seconds > 0, got {self.rotate_s!r}"
+                "the rotation period of task popularity (--rotate-s) must be a finite number of "
+                f"seconds > 0, got {self.rotate_s!r}"
             )
 
     @property

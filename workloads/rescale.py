@@ -22,7 +22,9 @@ __all__ = ["capacity_for", "offered_load", "rate_for_load", "rescale_to_load", "
 def scale_to_rate(arrivals: Arrivals, rate_per_s: float) -> Arrivals:
     """The same arrivals on a time axis scaled so the mean rate (requests / duration) is rate_per_s."""
     if not (math.isfinite(rate_per_s) and rate_per_s > 0):
-        raise ConfigError(f"target rate must be a finite number of requests/s > 0, got {rate_per_s!r}")
+        raise ConfigError(
+            f"the target rate (--rate) must be a finite number of requests/s > 0, got {rate_per_s!r}"
+        )
     current = arrivals.mean_rate_per_s()
     if current <= 0:
         raise ConfigError(
@@ -62,6 +64,6 @@ def rate_for_load(
 def _check_load(target_load: float) -> None:
     if not (math.isfinite(target_load) and target_load > 0):
         raise ConfigError(
-            f"target load must be a finite number > 0 (a fraction of the device's inference "
+            f"target load must be a finite number > 0 (--target-load: a fraction of the device's inference "
             f"capacity, e.g. 0.5), got {target_load!r}"
         )

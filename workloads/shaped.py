@@ -71,7 +71,7 @@ def step_times(
     check_horizon("step", duration_s, rate_per_s)
     at = duration_s / 2.0 if at_s is None else at_s
     require("step", "factor", factor, factor > 0, "> 0 (rate after / rate before)")
-    require("step", "at-s", at, 0 <= at <= duration_s, f"in [0, duration_s = {duration_s:g}]")
+    require("step", "at-s", at, 0 <= at <= duration_s, f"in [0, {duration_s:g}] (the --duration-s)")
     base = rate_per_s * duration_s / (at + factor * (duration_s - at))
     before = uniform_times(rng, 0.0, at, base)
     after = uniform_times(rng, at, duration_s, base * factor)
@@ -96,7 +96,7 @@ def flash_crowd_times(
     check_horizon("flash-crowd", duration_s, rate_per_s)
     at = duration_s / 3.0 if at_s is None else at_s
     require("flash-crowd", "factor", factor, factor >= 1, ">= 1 (peak rate / baseline rate)")
-    require("flash-crowd", "at-s", at, 0 <= at <= duration_s, f"in [0, duration_s = {duration_s:g}]")
+    require("flash-crowd", "at-s", at, 0 <= at <= duration_s, f"in [0, {duration_s:g}] (the --duration-s)")
     require("flash-crowd", "decay-s", decay_s, decay_s > 0, "> 0 seconds")
     # Fraction of the spike's full mass that falls before the horizon ends.
     inside = -math.expm1(-(duration_s - at) / decay_s)

@@ -151,7 +151,9 @@ def _sim(args: argparse.Namespace) -> int:
         base["loss-weighting"] = args.loss_weights
     configs = [FlConfig.from_run_config({**base, "policy": p}) for p in policies]  # fail fast on bad input
     if not args.no_store:
-        _check_store(args.store or default_store_path())
+        from dartfl.cli.recording import check_store
+
+        check_store(args.store)  # before the SuperLink starts, not as "wrote no results" after it
     results: list[dict[str, Any]] = []
     with scratch_dir() as work, LocalSuperLink(work, simulation=True) as superlink:
         conn, env = superlink.name, superlink.env
@@ -186,16 +188,6 @@ def _sim(args: argparse.Namespace) -> int:
     else:
         print_fl_table(results)
     return 0
-
-
-def _check_store(path: Path) -> None:
-    """Open the run store the ServerApp will record into, now: a damaged, newer or mistyped
-    file is named before the SuperLink starts, in `dartfl sim`'s words, not after the whole
-    simulation as "wrote no results"."""
-    from dartfl.store import RunStore
-
-    with RunStore(path):
-        pass
 
 
 def _show_progress(line: str) -> None:

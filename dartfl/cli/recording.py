@@ -16,6 +16,14 @@ from dartfl.store import DecisionRow, RunStore
 from dartfl.types import DeviceProfile
 
 
+def check_store(path: Path | None) -> None:
+    """Open the run store a command will record into (`--store`, else the default) now, so a
+    damaged, newer or mistyped file is named in the store's own one-line error before the
+    command's slow work, not after it. A missing file is created, as recording would."""
+    with RunStore(path or default_store_path()):
+        pass
+
+
 def decision_rows(record: RunRecord) -> list[DecisionRow]:
     """One row per control period: backlog and decision at its start, samples trained in it."""
     p = record.periods

@@ -87,6 +87,10 @@ def run(args: argparse.Namespace) -> int:
     security = _check_flags(args)
     file_profile = load_profile_toml(args.profile_file) if args.profile_file else None
     arrivals = _workload_before_agent(args, file_profile)
+    if not args.no_store:
+        from dartfl.cli.recording import check_store
+
+        check_store(args.store)  # before a broker or an agent starts
     broker: BrokerHandle | None = None
     agent = None
     agent_log = tempfile.TemporaryFile()  # noqa: SIM115 (closed below, after the agent)

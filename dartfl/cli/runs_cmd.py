@@ -19,19 +19,27 @@ from dartfl.errors import InputError
 from dartfl.paths import default_store_path
 from dartfl.store import RUN_KINDS, RunInfo, RunStore, StoreDamagedError, check_store_file
 
+# Flags of the recording command that say nothing about the run (how it printed, whether it
+# was recorded, argparse's bookkeeping); `runs show --json` keeps the whole record.
+_CLI_INTERNAL = frozenset(
+    {"verbose", "json", "no_plot", "no_store", "command", "edge_command", "workload_flags_given"}
+)
+_LIST_CELL_CHARS = 48  # a longer list is summarized: it would fill the value column
+
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    runs = subparsers.add_parser("runs", help="list and show recorded runs (the run store)")
+    runs = subparsers.add_parser("runs", help="list, show and delete recorded runs (the run store)")
     runs_sub = runs.add_subparsers(dest="runs_command", metavar="ACTION", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
+    def common(p: argparse.ArgumentParser, json_help: str = "print JSON instead of a table") -> None:
         p.add_argument(
             "--store",
             type=Path,
             default=None,
-            help="run store file (default: $DARTFL_STORE, else $XDG_DATA_HOME/dartfl/runs.sqlite)",
+            help="run store file (default: $DARTFL_STORE, else the per-user data dir: "
+            "$XDG_DATA_HOME/dartfl/runs.sqlite or ~/.local/share/dartfl/runs.sqlite)",
         )
-        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.add_argument("--json", action="store_true", help=json_help)
 
     p_list = runs_sub.add_parser("list", help="recorded runs, newest first")
     common(p_list)
@@ -48,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "delete", help="delete a run with its results and decisions (a damaged one too)"
     )
     p_delete.add_argument("run_id", type=int, metavar="RUN_ID", help="the run's id (see `dartfl runs list`)")
-    common(p_delete)
+    common(p_delete, "print one JSON object {deleted, store, results, decisions} instead of a line")
     p_delete.set_defaults(handler=_delete)
 
 
@@ -157,8 +165,12 @@ def _print_run(run: RunInfo, results: Mapping[str, Mapping[str, Any]]) -> None:
         f"[bold]run {run.run_id}[/bold] {run.kind} {run.label or ''}  status={run.status}  "
         f"started {_when(run.created_s)}"
     )
+    shown = {k: v for k, v in _flatten(run.config).items() if k not in _CLI_INTERNAL}
+    # The keys stay whole, so that no two read the same; long values fold instead.
     config = Table(title="config", show_header=False)
-    for key, value in _flatten(run.config).items():
+    config.add_column(no_wrap=True, min_width=max(map(len, shown), default=0))
+    config.add_column(overflow="fold")
+    for key, value in shown.items():
         config.add_row(key, _cell(value))
     console.print(config)
     if not results:
@@ -175,9 +187,9 @@ def _print_run(run: RunInfo, results: Mapping[str, Mapping[str, Any]]) -> None:
     for i, group in enumerate(groups):
         title = "results" if len(groups) == 1 else f"results ({i + 1}/{len(groups)})"
         table = Table(title=title)
-        table.add_column("metric", no_wrap=True)
+        table.add_column("metric", no_wrap=True, min_width=max(map(len, names), default=0))
         for policy in group:
-            table.add_column(policy, justify="right", no_wrap=True)
+            table.add_column(policy, justify="right", overflow="fold")
         for name in names:
             table.add_row(name, *(flat[policy].get(name, "-") for policy in group))
         console.print(table)
@@ -203,7 +215,14 @@ def _delete(args: argparse.Namespace) -> int:
     path = _existing_store(args, missing_ok=False)
     with RunStore(path) as store:  # a writer: refuses a newer schema, repairs a missing table
         results, decisions = store.delete_run(args.run_id)
-    print(f"deleted run {args.run_id} from {path} ({results} results, {decisions} decisions)")
+    if args.json:
+        print(
+            json.dumps(
+                {"deleted": args.run_id, "store": str(path), "results": results, "decisions": decisions}
+            )
+        )
+    else:
+        print(f"deleted run {args.run_id} from {path} ({results} results, {decisions} decisions)")
     return 0
 
 
@@ -225,8 +244,14 @@ def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def _cell(value: Any) -> str:
+    """A value in a table cell: a short list of plain values as JSON, a longer one or one of
+    records (an FL run's per-round history) as its length, which `--json` shows in full."""
     if isinstance(value, list):
-        return json.dumps(value) if len(value) <= 8 else f"[{len(value)} values]"
+        text = json.dumps(value)
+        plain = not any(isinstance(v, Mapping | list) for v in value)
+        if plain and len(value) <= 8 and len(text) <= _LIST_CELL_CHARS:
+            return text
+        return f"({len(value)} {'entry' if len(value) == 1 else 'entries'}; --json shows them)"
     return number(value)
 
 

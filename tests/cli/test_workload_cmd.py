@@ -63,8 +63,14 @@ def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
         (["workload", "generate", "bursty"], "unknown workload 'bursty'; valid workloads: poisson, mmpp"),
         (["workload", "generate", "mmpp", "--param", "bursts=3"], "unknown parameter 'bursts'"),
         (["workload", "generate", "mmpp", "--param", "burst"], "--param must look like KEY=VALUE"),
-        (["workload", "generate", "gamma", "--param", "cv=-1"], "gamma parameter cv must be > 0"),
-        (["workload", "generate", "poisson", "--rate", "0"], "rate_per_s must be a finite number > 0"),
+        (
+            ["workload", "generate", "gamma", "--param", "cv=-1"],
+            "gamma parameter cv (--param cv=...) must be > 0",
+        ),
+        (
+            ["workload", "generate", "poisson", "--rate", "0"],
+            "poisson: the mean rate (--rate) must be a finite number",
+        ),
         (["workload", "generate", "poisson", "--tasks", "a,,b"], "--tasks must be a comma-separated list"),
         (["workload", "generate", "poisson", "--seed", "-3"], "--seed: must be an integer >= 0"),
         # A header-only file, which sim and inspect then reject as having no requests.

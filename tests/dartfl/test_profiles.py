@@ -354,7 +354,41 @@ def test_bad_cores_tables_name_the_file_and_key(tmp_path: Path, table: str, mess
     path = _write(tmp_path, CONTRACT_EXAMPLE + "\n[cores]\n" + table + "\n")
     with pytest.raises(ConfigError, match=message) as err:
         load_profile_toml(path)
-    assert str(path) in str(err.value)
+    assert str(err.value).count(str(path)) == 1  # was "p.toml: [cores]: p.toml: cores...."
+
+
+def test_a_bad_cores_count_suggests_a_plausible_core_count(tmp_path: Path) -> None:
+    path = _write(tmp_path, CONTRACT_EXAMPLE + "\n[cores]\ncount = 0\n")
+    with pytest.raises(ConfigError) as err:
+        load_profile_toml(path)
+    assert str(err.value) == f"{path}: cores.count must be an integer >= 1 (e.g. count = 4), got 0"
+
+
+def test_an_infinite_speedup_is_refused_naming_the_file_once(tmp_path: Path) -> None:
+    table = "count = 2\ninference-speedup = [1.0, inf]\ntraining-speedup = [1.0, 2.0]"
+    path = _write(tmp_path, CONTRACT_EXAMPLE + "\n[cores]\n" + table + "\n")
+    with pytest.raises(ConfigError, match=r"cores\.inference-speedup must be") as err:
+        load_profile_toml(path)
+    assert str(err.value).count(str(path)) == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "meant"),
+    [
+        ("per-request-s = 0.002", "inference.per-request-s"),  # above [inference], not in it
+        ("per_request_s = 0.002", "inference.per-request-s"),
+        ("count = 4", "cores.count"),
+        ("microbatch-fixed-s = 0.01", "training.microbatch-fixed-s"),
+        ("nmae = 'x'", "name"),  # a top-level key of its own still wins
+    ],
+)
+def test_a_top_level_key_that_belongs_in_a_table_is_pointed_there(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, line: str, meant: str
+) -> None:
+    # `per-request-s` at the top level was answered with "did you mean request-path?".
+    with caplog.at_level(logging.WARNING, logger="dartfl.profiles"):
+        load_profile_toml(_write(tmp_path, line + "\n" + CONTRACT_EXAMPLE))
+    assert f"(did you mean {meant}?)" in caplog.text
 
 
 def test_any_profile_runs_on_fewer_cores_but_not_more() -> None:

@@ -38,10 +38,12 @@ def test_larger_exponent_is_more_skewed() -> None:
     )
 
 
-def ten_minutes_of_zipf(**mix: float) -> Arrivals:
+def ten_minutes_of_zipf(rotate_s: float | None = None) -> Arrivals:
     """600 s of Poisson traffic at 100/s over NAMES with Zipf exponent 1.5."""
     rng = np.random.default_rng(4)
-    return generate("poisson", duration_s=600.0, rate_per_s=100.0, task_names=NAMES, rng=rng, zipf=1.5, **mix)
+    return generate(
+        "poisson", duration_s=600.0, rate_per_s=100.0, task_names=NAMES, rng=rng, zipf=1.5, rotate_s=rotate_s
+    )
 
 
 def test_rotation_moves_the_popular_task_every_period() -> None:
@@ -97,9 +99,9 @@ def test_assignment_is_deterministic_for_a_seed() -> None:
         ({"task_names": ()}, "at least one task"),
         ({"task_names": ("a", "a")}, "unique"),
         ({"task_names": ("a", "")}, "unique and non-empty"),
-        ({"task_names": ("a",), "zipf_s": -0.5}, "zipf exponent"),
-        ({"task_names": ("a",), "zipf_s": float("inf")}, "zipf exponent"),
-        ({"task_names": ("a",), "rotate_s": 0.0}, "rotation period"),
+        ({"task_names": ("a",), "zipf_s": -0.5}, r"Zipf exponent of task popularity \(--zipf\)"),
+        ({"task_names": ("a",), "zipf_s": float("inf")}, r"Zipf exponent of task popularity \(--zipf\)"),
+        ({"task_names": ("a",), "rotate_s": 0.0}, r"rotation period of task popularity \(--rotate-s\)"),
     ],
 )
 def test_invalid_mix_is_rejected_with_the_bad_value(kwargs: dict[str, object], message: str) -> None:

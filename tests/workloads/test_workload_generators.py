@@ -203,9 +203,12 @@ def test_compound_bursts_come_in_on_periods_over_a_background_of_single_requests
 def test_invalid_parameter_value_names_the_parameter_and_its_range(
     name: str, params: dict[str, float], param: str
 ) -> None:
-    with pytest.raises(ConfigError, match=f"{name} parameter {param} must be") as err:
+    with pytest.raises(
+        ConfigError, match=f"{name} parameter {param} \\(--param {param}=...\\) must be"
+    ) as err:
         generate_times(name, duration_s=600.0, rate_per_s=10.0, rng=np.random.default_rng(1), params=params)
     assert repr(next(iter(params.values()))) in str(err.value)
+    assert "duration_s" not in str(err.value)  # step's at-s range names --duration-s
 
 
 @pytest.mark.parametrize("name", GENERATOR_NAMES)
@@ -213,12 +216,14 @@ def test_invalid_parameter_value_names_the_parameter_and_its_range(
     ("duration", "rate"), [(0.0, 10.0), (100.0, 0.0), (float("nan"), 10.0), (100.0, -1.0)]
 )
 def test_non_positive_duration_or_rate_is_rejected(name: str, duration: float, rate: float) -> None:
-    with pytest.raises(ConfigError, match="must be a finite number > 0"):
+    flag = "--duration-s" if not duration > 0 else "--rate"  # the CLI flag that sets it, not duration_s
+    with pytest.raises(ConfigError, match=f"\\({flag}\\) must be a finite number of [a-z/]+ > 0") as err:
         _times(name, duration, rate)
+    assert "duration_s" not in str(err.value) and "rate_per_s" not in str(err.value)
 
 
 def test_absurd_request_volume_is_refused_before_allocating() -> None:
-    with pytest.raises(ConfigError, match="lower the rate or the duration"):
+    with pytest.raises(ConfigError, match="lower --rate or --duration-s"):
         _times("poisson", 86_400.0 * 365, 1000.0)
 
 

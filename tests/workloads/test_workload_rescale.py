@@ -78,13 +78,13 @@ def test_rate_for_load_inverts_the_capacity() -> None:
 
 @pytest.mark.parametrize("target", [0.0, -0.5, float("nan"), float("inf")])
 def test_invalid_target_load_is_rejected(target: float) -> None:
-    with pytest.raises(ConfigError, match="target load must be a finite number > 0"):
+    with pytest.raises(ConfigError, match=r"target load must be a finite number > 0 \(--target-load: "):
         rescale_to_load(_workload(), PROFILE, target)
 
 
 @pytest.mark.parametrize("rate", [0.0, -1.0, float("nan")])
 def test_invalid_target_rate_is_rejected(rate: float) -> None:
-    with pytest.raises(ConfigError, match="target rate must be"):
+    with pytest.raises(ConfigError, match=r"target rate \(--rate\) must be"):
         scale_to_rate(_workload(), rate)
 
 
