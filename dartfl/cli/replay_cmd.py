@@ -118,27 +118,31 @@ def run(args: argparse.Namespace) -> int:
     summary = outcome.summary
     if report is not None:
         summary["agent_report"] = report
-    if not args.no_store:
-        _record(args, outcome, summary)
+    run_id = None if args.no_store else _record(args, outcome, summary)
     if args.json:
         from dartfl.store import to_jsonable
 
-        json.dump(to_jsonable(summary), sys.stdout)
+        json.dump(to_jsonable({**summary, "run_id": run_id}), sys.stdout)
         sys.stdout.write("\n")
     else:
         from dartfl.cli.tables import print_replay_table
 
         print_replay_table(summary, outcome.arrivals, args.device, args.policy)
+        if run_id is not None:
+            print(f"recorded as run {run_id} in the run store")
     return 0
 
 
-def _record(args: argparse.Namespace, replayed: _Replayed, summary: dict[str, Any]) -> None:
-    """The replay in the run store, from when it began (so its duration is the replay's)."""
+def _record(args: argparse.Namespace, replayed: _Replayed, summary: dict[str, Any]) -> int:
+    """The replay in the run store, from when it began (so its duration is the replay's); its
+    run id."""
     from dartfl.cli.recording import record_runs
 
     runs = [(replayed.record, summary)]
     label = f"replay on {args.device}"
-    record_runs(args.store, "replay", args, replayed.arrivals, label, runs, started_s=replayed.started_s)
+    return record_runs(
+        args.store, "replay", args, replayed.arrivals, label, runs, started_s=replayed.started_s
+    )
 
 
 def _run_replay(

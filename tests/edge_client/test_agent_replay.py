@@ -11,6 +11,7 @@ import pytest
 from dartfl import protocol
 from dartfl.cli.main import main
 from dartfl.profiles import load_profile_toml
+from dartfl.store import RunStore
 from orchestration.replay_report import HEADLINE_KEYS
 from tests.edge_client.agent_fixtures import TASKS
 
@@ -18,11 +19,17 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.slow
-def test_replay_with_a_spawned_agent_loses_nothing(capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_with_a_spawned_agent_loses_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    store = tmp_path / "runs.sqlite"
     args = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--duration-s", "8", "--rate", "40"]
-    args += ["--slo-ms", "250", "--json", "--no-store", "--agent-arg=--max-train", "--agent-arg=300"]
+    args += ["--slo-ms", "250", "--json", "--store", str(store), "--agent-arg=--max-train", "--agent-arg=300"]
     assert main(args) == 0
     out = json.loads(capsys.readouterr().out)
+    with RunStore(store) as runs:  # the JSON names the run it recorded, as sim's and fleet's do
+        run = runs.get_run(out["run_id"])
+        assert run is not None and run.kind == "replay" and run.status == "ok"
     assert set(HEADLINE_KEYS) <= set(out) and set(out["send_lag_s"]) == {"p50", "p95", "p99", "max"}
     assert out["requests"] > 200
     assert out["lost"] == 0 and out["errors"] == 0
