@@ -1,5 +1,6 @@
 """The fleet tiles' HTML: one card per device that answers "is it keeping up, and what is it
-doing with its time?" at a glance. Pure: tiles in, escaped HTML out."""
+doing with its time?" at a glance. Pure: tiles in, escaped HTML out. A figure that is not a
+number (a damaged store row can hold any value in any column) shows as "-", never an error."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Sequence
 from urllib.parse import quote
 
 from dashboard.data import TILE_WINDOW_S, DeviceTile
+from dashboard.telemetry import number
 from dashboard.timeuse import TimeUse
 
 __all__ = ["TILE_CSS", "ago", "tile_html", "tiles_html"]
@@ -50,15 +52,20 @@ def ago(seconds: float) -> str:
     return f"{seconds / 86400:.0f} days"
 
 
-def _fmt(value: float | None, spec: str) -> str:
-    return "-" if value is None else format(value, spec)
+def _fmt(value: object, spec: str) -> str:
+    """`value` formatted by `spec`; "-" for None and for anything the spec cannot show (an
+    integer spec takes integers only)."""
+    whole = isinstance(value, int) and not isinstance(value, bool)
+    if number(value) is None or (spec.endswith("d") and not whole):
+        return "-"
+    return format(value, spec)
 
 
-def _bar(parts: Sequence[tuple[float | None, str]]) -> str:
+def _bar(parts: Sequence[tuple[object, str]]) -> str:
     cells = "".join(
         f'<div style="width:{max(0.0, min(1.0, f)) * 100:.1f}%;background:{color}"></div>'
-        for f, color in parts
-        if f is not None
+        for value, color in parts
+        if (f := number(value)) is not None
     )
     return f'<div class="dfl-bar">{cells}</div>'
 
@@ -92,10 +99,11 @@ def tile_html(t: DeviceTile) -> str:
     link = "device?device=" + html.escape(quote(t.device, safe=""))
     badge = "offline" if t.offline else t.status
     classes = "dfl-tile" + (" dfl-miss" if t.misses_slo else "") + (" dfl-gone" if t.status == "gone" else "")
-    p99_ratio = t.p99_ms / t.slo_ms if t.p99_ms is not None and t.slo_ms else None
+    p99, slo = number(t.p99_ms), number(t.slo_ms)
+    p99_ratio = p99 / slo if p99 is not None and slo else None
     p99_color = RED if p99_ratio is not None and p99_ratio > 1 else GREEN
     if t.round_progress is not None:
-        training = f"round {t.round_trained:,}/{t.round_target:,}"
+        training = f"round {_fmt(t.round_trained, ',d')}/{_fmt(t.round_target, ',d')}"
     else:
         training = f"{_fmt(t.train_samples, ',d')} samples"
     flag = '<span class="dfl-miss-flag">misses SLO</span>' if t.misses_slo else ""

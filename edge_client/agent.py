@@ -67,6 +67,7 @@ from edge_client.transit import TransitClock
 
 if TYPE_CHECKING:
     from edge_client.agent_link import DeviceLink
+    from edge_client.model_versions import ModelDirLock
     from edge_client.runtime import ModelRuntime
     from messaging.link import Message, MqttLink
 
@@ -112,6 +113,7 @@ class Agent:
             runtime, self.device, self._cond, self.counters, self._rounds, self._threads, self._stop
         )
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
+        self._model_dir_lock: ModelDirLock | None = None  # create()'s on a given model dir; released on stop
         self._last_tick_s = now  # when the last control period ended
 
     # -- construction -------------------------------------------------------------------------
@@ -120,16 +122,19 @@ class Agent:
     def create(cls, config: AgentConfig, profile: DeviceProfile | None = None) -> Agent:
         """Build the model (in config.model_dir, else a temp dir the agent removes when it stops)."""
         from edge_client.agent_link import check_private_broker
+        from edge_client.model_versions import ModelDirLock
         from edge_client.runtime import ModelRuntime
 
         check_private_broker(config)  # fail in a moment, not after loading the data
-        own_dir = None
+        own_dir = lock = None
         model_dir = config.model_dir
         if model_dir is None:
             own_dir = tempfile.TemporaryDirectory(
                 prefix=f"dartfl-{config.device_id}-", ignore_cleanup_errors=True
             )
             model_dir = Path(own_dir.name)
+        else:  # one agent per model dir: ConfigError naming the other's pid
+            lock = ModelDirLock.acquire(model_dir)
         try:
             runtime = ModelRuntime.build(config, model_dir)
             if profile is None:
@@ -139,8 +144,11 @@ class Agent:
         except BaseException:
             if own_dir is not None:
                 own_dir.cleanup()
+            if lock is not None:
+                lock.release()
             raise
         agent._own_model_dir = own_dir
+        agent._model_dir_lock = lock
         return agent
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -306,12 +314,15 @@ class Agent:
         self._release()
 
     def _release(self) -> None:
-        """Disconnect, stop the private broker, finish exporting, remove the own temp dir."""
+        """Disconnect, stop the private broker, finish exporting, remove the own temp dir,
+        let go of the model dir."""
         if self._link is not None:
             self._link.close()
         self.runtime.close()
         if self._own_model_dir is not None:
             self._own_model_dir.cleanup()
+        if self._model_dir_lock is not None:
+            self._model_dir_lock.release()
 
     # -- ingress (paho's thread) --------------------------------------------------------------
 

@@ -65,9 +65,10 @@ def admit_request(
     transit: TransitClock | None = None,
 ) -> None:
     """Decode one request message (messaging.link.Message) and queue it, or answer it now.
-    A copy of a request in `recent` is not a request: it gets the answer already sent, or
-    nothing while the first is still pending (edge_client.answered). With `transit`, a
-    request's SLO runs from when it was sent (edge_client/transit.py)."""
+    A copy of a request in `recent` (same reply topic, id, task and image) is not a request:
+    it gets the answer already sent, or nothing while the first is still pending
+    (edge_client.answered). With `transit`, a request's SLO runs from when it was sent
+    (edge_client/transit.py)."""
     received = time.monotonic()
     received_at = time.time()
     try:
@@ -98,7 +99,7 @@ def admit_request(
         log.debug("bad request on %s: %s", message.topic, exc)
     else:
         if recent is not None:
-            new, earlier = recent.take(request.reply_to, request.id)
+            new, earlier = recent.take(request.reply_to, request.id, request.task, request.image)
             if not new:
                 if earlier is not None:
                     reply(request.reply_to, earlier, request.correlation_data)

@@ -25,7 +25,7 @@ from edge_client.agent_report import Counters
 from edge_client.round_messages import RoundOrder, RoundResult
 
 if TYPE_CHECKING:
-    from edge_client.round_channel import RoundChannelServer
+    from edge_client.round_channel import RoundChannelServer, WeightSpec
     from edge_client.runtime import ModelRuntime
 
 log = logging.getLogger(__name__)
@@ -73,11 +73,20 @@ class RoundSlot:
             self.pending = job
         if not job.done.wait(job.duration_s + 120.0):
             raise DartflError(f"the round did not finish within {job.duration_s + 120.0:.0f} s")
-        if job.error is not None:
-            raise job.error
-        if job.result is None:
+        # Take the outcome out of the job: a job that held its own raised error would hold,
+        # through the error's traceback, this frame and so the job (a cycle that keeps the
+        # round's arrays until the garbage collector runs).
+        error, result = job.error, job.result
+        job.error, job.result, job.weights = None, None, {}
+        del job
+        if error is not None:
+            try:
+                raise error
+            finally:
+                del error  # the raised error's traceback holds this frame: break that loop too
+        if result is None:
             raise DartflError("the round ended without an update")
-        return job.result
+        return result
 
     def begin(self) -> RoundJob | None:
         """Executor: take the pending round (None if there is none); it is now active."""
@@ -196,12 +205,14 @@ class FederatedRounds:
         self.counters, self.tick = counters, tick
         self.slot = RoundSlot()
         self.channel: RoundChannelServer | None = None  # once `open_channel` serves one
+        self.spec: WeightSpec | None = None  # the model's weights, which a round must bring
 
     def open_channel(self, address: str, stopping: threading.Event) -> str:
         """Serve the round channel on `address` (127.0.0.1:PORT) until `close`; where it serves."""
-        from edge_client.round_channel import RoundChannelServer
+        from edge_client.round_channel import RoundChannelServer, WeightSpec
 
-        server = RoundChannelServer(address, lambda m, w: self.handle(m, w, stopping), self.health)
+        self.spec = WeightSpec.like(self.runtime.model.state_dict())
+        server = RoundChannelServer(address, lambda m, w: self.handle(m, w, stopping), self.health, self.spec)
         address = server.start()
         self.channel = server  # only a serving one: stop() would wait forever on another
         return address
@@ -232,6 +243,14 @@ class FederatedRounds:
         job = round_job(
             order, weights, cfg.round_s, cfg.tasks, policy=cfg.policy, loss_weighting=cfg.weighting
         )
+        # The channel read only weights of the model; all of them must be there (checked
+        # after the order, so that a bad order is named first).
+        missing = [] if self.spec is None else self.spec.missing(weights)
+        if missing:
+            raise ConfigError(
+                f"cannot install the round's weights: {len(missing)} of the model's are missing, "
+                f"such as {missing[0]!r}"
+            )
         return self.slot.run(job, stopping)
 
     def step(self, now_s: float) -> None:
@@ -258,13 +277,21 @@ class FederatedRounds:
         job = self.slot.begin()
         if job is None:
             return
+        weights, job.weights = job.weights, {}  # installed once: the round keeps no copy
         t0 = time.monotonic()
         try:
-            self.runtime.start_round(job.weights, job.order.learning_rate, job.order.step_samples)
-        except Exception as exc:  # wrong shapes or tasks: fail the round, keep serving
+            self.runtime.start_round(weights, job.order.learning_rate, job.order.step_samples)
+        except DartflError as exc:  # weights that do not fit (NaN, a shape): bad input
+            # The channel logs the one line as it answers 400; no traceback is kept.
+            log.debug("round %s refused: %s", job.order.server_round, str(exc))
+            self.slot.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
+            return
+        except Exception as exc:  # a fault of ours: fail the round, keep serving
             log.exception("could not install the round's weights")
             self.slot.end(job, error=ConfigError(f"could not install the global weights: {exc}"))
             return
+        finally:
+            del weights
         now = time.monotonic()
         device = self.device
         with self.lock:

@@ -15,11 +15,20 @@ stops with a ConfigError instead of setting aside every version it has.
 
 The two newest versions are kept (`prune`): the one serving, and the one before as the fallback
 should the newest turn out damaged; older ones and set-aside ones older than both are removed.
+
+One agent at a time (`ModelDirLock`): an agent holds an exclusive `flock` on `LOCK_FILE` in the
+folder for its life. Two agents on one folder swept each other's exports as "half-written" and
+pruned each other's versions: the second one to start died with a FileNotFoundError traceback.
+The kernel drops a flock when its holder dies, however it dies, so a lock left by a SIGKILLed
+agent never blocks its restart.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
+import os
 import re
 import shutil
 import zipfile
@@ -35,9 +44,18 @@ from edge_client.model_dir import WEIGHTS, ModelLoadError, file_sha256, read_man
 
 log = logging.getLogger(__name__)
 
-__all__ = ["KEEP", "ModelVersions", "Recovered", "mismatch_error", "read_weights"]
+__all__ = [
+    "KEEP",
+    "LOCK_FILE",
+    "ModelDirLock",
+    "ModelVersions",
+    "Recovered",
+    "mismatch_error",
+    "read_weights",
+]
 
 KEEP: Final = 2  # versions kept: the one serving and its fallback
+LOCK_FILE: Final = ".agent.lock"  # holds the pid of the agent using the folder
 _VERSION = re.compile(r"v(\d+)")
 _DAMAGED = re.compile(r"v(\d+)\.damaged")
 _PARTIAL = re.compile(r"\.v\d+\..+")  # export_onnx's temporary folders (and its `.old.` asides)
@@ -133,6 +151,54 @@ class ModelVersions:
             for p in self.root.iterdir()
             if p.is_dir() and (match := pattern.fullmatch(p.name)) is not None
         }
+
+
+class ModelDirLock:
+    """An exclusive lock on a model directory, held from `acquire` until `release` (or the
+    process's end). `acquire` raises ConfigError, one line naming the holder's pid, when
+    another process (or another acquisition in this one) holds it."""
+
+    def __init__(self, root: Path, fd: int) -> None:
+        self.root = root
+        self._fd: int | None = fd
+
+    @classmethod
+    def acquire(cls, root: Path) -> ModelDirLock:
+        path = root / LOCK_FILE
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children
+        except OSError as exc:
+            raise ConfigError(f"--model-dir {root}: cannot open its lock file {LOCK_FILE}: {exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _holder(fd)
+            os.close(fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise ConfigError(f"--model-dir {root}: cannot lock {LOCK_FILE}: {exc}") from None
+            raise ConfigError(
+                f"--model-dir {root} is in use by another agent ({holder}); stop it, "
+                "or give this agent another --model-dir"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        return cls(root, fd)
+
+    def release(self) -> None:
+        """Let go (idempotent). The file stays: removing it would race a new holder's open."""
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # closing the only descriptor drops the flock
+
+
+def _holder(fd: int) -> str:
+    """'pid N' from the lock file, as its holder wrote it ('pid unknown' before it has)."""
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+    except OSError:
+        text = ""
+    return f"pid {text}" if text.isdigit() else "pid unknown"
 
 
 def read_weights(directory: Path, version: int) -> dict[str, np.ndarray]:

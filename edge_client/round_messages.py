@@ -17,8 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from dartfl.errors import ConfigError, ProtocolError
+from dartfl.protocol.device import MAX_COUNT, MAX_TASKS
+from dartfl.protocol.jsonwire import short
 
-__all__ = ["RoundOrder", "RoundResult"]
+__all__ = ["MAX_DEADLINE_S", "RoundOrder", "RoundResult"]
+
+# A day: no federated round trains longer, and the agent's waits stay times the OS can keep.
+MAX_DEADLINE_S = 86_400.0
+MAX_NAME_CHARS = 256  # a task, policy or loss-weighting name
 
 
 @dataclass(frozen=True)
@@ -52,39 +58,55 @@ class RoundOrder:
 
     @classmethod
     def from_json(cls, meta: Mapping[str, Any]) -> RoundOrder:
-        try:
-            deadline = meta.get("round-deadline-s")
-            deadline_s = None if deadline is None else float(deadline)
-            target = int(meta.get("round-target-samples", 0))
-            server_round = meta.get("server-round")
-            server_round = None if server_round is None else int(server_round)
-        except (TypeError, ValueError):
-            raise ConfigError(f"bad round metadata: {dict(meta)}") from None
-        if deadline_s is not None and not (math.isfinite(deadline_s) and deadline_s > 0):
-            raise ConfigError(f"round-deadline-s must be > 0, got {deadline_s}")
-        lr = meta.get("learning-rate")
-        if lr is not None and not (isinstance(lr, int | float) and math.isfinite(lr) and lr > 0):
-            raise ConfigError(f"learning-rate must be a number > 0, got {lr!r}")
-        step = meta.get("step-samples")
-        if step is not None and not (isinstance(step, int) and not isinstance(step, bool) and step >= 1):
-            raise ConfigError(f"step-samples must be an integer >= 1, got {step!r}")
+        """Every field checked for its type and range before the agent acts on any (a key
+        this version does not know is ignored); a bad one raises ConfigError naming it."""
         tasks = meta.get("tasks")
-        if tasks is not None and not (isinstance(tasks, list) and all(isinstance(t, str) for t in tasks)):
-            raise ConfigError(f"tasks must be a list of task names, got {tasks!r}")
+        if tasks is not None and not (
+            isinstance(tasks, list) and 0 < len(tasks) <= MAX_TASKS and all(_is_name(t) for t in tasks)
+        ):
+            raise _bad("tasks", f"a list of task names (1 to {MAX_TASKS} of them)", tasks)
         policy, weighting = meta.get("policy"), meta.get("loss-weighting")
         for key, value in (("policy", policy), ("loss-weighting", weighting)):
-            if value is not None and not isinstance(value, str):
-                raise ConfigError(f"{key} must be a string, got {value!r}")
+            if value is not None and not _is_name(value):
+                raise _bad(key, f"a string of 1 to {MAX_NAME_CHARS} characters", value)
+        lr = _number(meta, "learning-rate", "a number > 0 and finite", math.inf)
         return cls(
-            server_round=server_round,
-            deadline_s=deadline_s,
-            target_samples=target,
+            server_round=_count(meta, "server-round", 0),
+            deadline_s=_number(
+                meta, "round-deadline-s", f"> 0 and <= {MAX_DEADLINE_S:.0f} s", MAX_DEADLINE_S
+            ),
+            target_samples=_count(meta, "round-target-samples", 0) or 0,
             tasks=None if tasks is None else tuple(tasks),
             policy=policy,
             loss_weighting=weighting,
-            learning_rate=None if lr is None else float(lr),
-            step_samples=step,
+            learning_rate=lr,
+            step_samples=_count(meta, "step-samples", 1),
         )
+
+
+def _bad(key: str, expected: str, value: object) -> ConfigError:
+    return ConfigError(f"bad round metadata: {key} must be {expected}, got {short(value)}")
+
+
+def _is_name(value: object) -> bool:
+    return isinstance(value, str) and 0 < len(value) <= MAX_NAME_CHARS
+
+
+def _count(meta: Mapping[str, Any], key: str, least: int) -> int | None:
+    """An integer field in [least, MAX_COUNT) (telemetry's bound on counts), or None if unsaid."""
+    value = meta.get(key)
+    if value is not None and not (type(value) is int and least <= value < MAX_COUNT):
+        raise _bad(key, f"an integer >= {least} and < 2**53", value)
+    return value
+
+
+def _number(meta: Mapping[str, Any], key: str, expected: str, most: float) -> float | None:
+    """A finite number field in (0, most], or None if unsaid."""
+    value = meta.get(key)
+    number = type(value) is float or (type(value) is int and value < MAX_COUNT)  # no 400-digit int
+    if value is not None and not (number and 0 < value <= most and math.isfinite(value)):
+        raise _bad(key, expected, value)
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)

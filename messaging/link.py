@@ -22,7 +22,12 @@ set. The same delays bring a link back after an outage, so a device is back with
 of its broker (docs/faults.md).
 
 A logged-in client's id is its account's name, as the shipped broker makes it
-(`use_username_as_clientid`): one account is one connection, on every broker.
+(`use_username_as_clientid`): one account is one connection, on every broker. An anonymous
+client's id is its caller's (`dartfl-agent-<device>`): two agents started with one `--device`
+take the connection from each other, each reconnect closing the other's, for as long as both
+run. Connections the broker closes soon after accepting them, again and again, are that, not a
+failing network (which fails the connect itself): `ClientIdClash` says so, naming the client
+id, at most once a minute, and the drops it explains are not logged one by one.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from typing import Any, Final
 import paho.mqtt.client as paho
 
 from messaging.brokers import parse_broker_address
+from messaging.client_id_clash import ClientIdClash
 from messaging.errors import (
     MqttAclError,
     MqttConnectError,
@@ -87,6 +93,7 @@ class MqttLink(AbstractContextManager["MqttLink"]):
         label: str,
         attempts: FailedAttempts | None = None,
         account: str | None = None,
+        client_id: str = "",
     ) -> None:
         self._client = client
         self._protocol = protocol
@@ -102,6 +109,9 @@ class MqttLink(AbstractContextManager["MqttLink"]):
         self._account = account
         self._refusals = PublishRefusals(label, account) if protocol == paho.MQTTv5 else None
         self._drops = Drops(label, account)
+        # A logged-in client's drops say "one account is one connection" already (Drops); an
+        # anonymous one's id is its caller's, and a clash over it needs telling apart.
+        self._clash = ClientIdClash(client_id or label) if account is None else None
         self._closed = False
         self._last_sent: paho.MQTTMessageInfo | None = None
         # Called on paho's thread each time the link is ready again after a reconnect.
@@ -148,6 +158,8 @@ class MqttLink(AbstractContextManager["MqttLink"]):
             return
         with self._cond:
             self._connected = True
+            if self._clash is not None:
+                self._clash.connected(time.monotonic())
             subs = list(self._subs.standing.items())
         if not subs:
             self._mark_ready()
@@ -165,7 +177,14 @@ class MqttLink(AbstractContextManager["MqttLink"]):
             self._ready = False
             self._failure.unanswered.closed(self._ever_ready)
             self._cond.notify_all()
-        if not self._closed and not self._drops.lost(reason):
+            clash = None if self._closed or self._clash is None else self._clash.closed(time.monotonic())
+        if self._closed:
+            return
+        if clash:
+            log.error("%s: %s", self._label, clash)
+        elif clash == "":
+            log.debug("%s: disconnected (%s); another client with this id, likely", self._label, reason)
+        elif not self._drops.lost(reason):
             log.warning("%s: disconnected (%s); paho reconnects", self._label, reason)
 
     def _handle_subscribe(
@@ -384,7 +403,9 @@ def connect(
     scheme = "mqtts" if address.tls else "mqtt"
     label = f"{scheme} {client_id}@{address.host}:{address.port}"
     attempts = FailedAttempts(f"{address.host}:{address.port}", security, tls=address.tls)
-    link = MqttLink(client, version, on_message, subscriptions, label, attempts, security.username)
+    link = MqttLink(
+        client, version, on_message, subscriptions, label, attempts, security.username, client_id=client_id
+    )
     if version == paho.MQTTv5:
         client.connect_async(address.host, address.port, keepalive_s, clean_start=True)
     else:

@@ -67,7 +67,9 @@ def streamlit_command(args: argparse.Namespace) -> tuple[list[str], dict[str, st
     security = mqtt_security_from_args(args)  # a bad URL or file fails here, not silently in the app
     store_path = (args.store or default_store_path()).expanduser().resolve()
     try:
-        check_store_file(store_path)  # a CSV or a typo is named now, not in the browser later
+        # A CSV or a typo is named now, not in the browser later; an empty file is a new store,
+        # as `dartfl record` treats it (the pages say how to produce data, and never write it).
+        check_store_file(store_path, empty_ok=True)
         cfg = DashboardConfig(
             store_path=store_path,
             broker_url=args.broker,

@@ -24,10 +24,18 @@ publishes the replies that go to the same reply topic (and carry their id in the
 one message, so its cost per reply falls with the batch. The id may be empty when the MQTT 5
 Correlation Data carries it (such a reply goes alone). Every field is checked as strictly as
 in the JSON form, with the same error codes.
+
+An id travels whole or not at all: its length field is one byte, so an id of the binary form
+is at most `MAX_ID_BYTES` of UTF-8 as well as 1-64 characters (only 64 four-byte characters
+exceed it). A binary request whose id would not fit, which only MQTT 5 Correlation Data can
+carry, is refused (`bad-field`), so every id it accepts comes back exactly. A reply record
+whose contents are bad (not UTF-8, an unknown code) spoils that record only: its header
+still says where the next one starts (`decode_binary_records`).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import struct
 from collections.abc import Collection
@@ -66,6 +74,7 @@ __all__ = [
     "REQUEST_CONTENT_TYPE",
     "decode_any_replies",
     "decode_any_reply",
+    "decode_binary_records",
     "decode_binary_replies",
     "decode_binary_reply",
     "decode_request",
@@ -75,6 +84,8 @@ __all__ = [
     "encode_binary_request",
     "is_binary",
 ]
+
+log = logging.getLogger(__name__)
 
 REQUEST_CONTENT_TYPE: Final = "application/vnd.dartfl.request+binary; v=1"
 REPLY_CONTENT_TYPE: Final = "application/vnd.dartfl.reply+binary; v=1"
@@ -89,6 +100,8 @@ _HAS_SENT_AT: Final = 1
 _STATUSES: Final = ("ok", "rejected", "error")
 _REASONS: Final = tuple(sorted(REJECT_REASONS))
 _CODES: Final = tuple(sorted(ERROR_CODES))
+# The id's length field is one byte: the most UTF-8 an id of the binary form may have.
+MAX_ID_BYTES: Final = 255
 
 
 def is_binary(payload: bytes, content_type: str | None = None) -> bool:
@@ -103,9 +116,7 @@ def encode_binary_request(
     request_id: str, image: np.ndarray, reply_to: str = "", *, sent_at: float | None = None
 ) -> bytes:
     """A request in the binary form; an empty `reply_to` leaves it to the Response Topic."""
-    ident = request_id.encode("utf-8") if valid_id(request_id) is not None or request_id == "" else None
-    if ident is None:
-        raise InputError(f"request id {short(request_id)} must be a string of 0-{MAX_ID_CHARS} characters")
+    ident = _id_bytes(request_id)
     if reply_to:
         check_reply_to(reply_to)
     arr = outgoing_image(image, sent_at)
@@ -121,13 +132,36 @@ def encode_binary_request(
     return b"".join((head, stamp, ident, topic, np.ascontiguousarray(arr).tobytes()))
 
 
+def _id_bytes(request_id: str | None) -> bytes:
+    """The id's UTF-8 for a binary frame: empty for None or "", else a valid id that fits the
+    one-byte length field whole (never cut: a cut id matches nothing); else InputError."""
+    if request_id is None or request_id == "":
+        return b""
+    if valid_id(request_id) is None:
+        raise InputError(f"request id {short(request_id)} must be a string of 0-{MAX_ID_CHARS} characters")
+    ident = request_id.encode("utf-8")
+    if len(ident) > MAX_ID_BYTES:
+        raise InputError(
+            f"request id {short(request_id)} is {len(ident)} bytes of UTF-8; the binary form holds "
+            f"{MAX_ID_BYTES}: use a shorter id or the JSON form"
+        )
+    return ident
+
+
+def _fits(request_id: str | None) -> str | None:
+    """`request_id` if a binary reply can carry it whole, else None."""
+    return request_id if request_id is None or len(request_id.encode("utf-8")) <= MAX_ID_BYTES else None
+
+
 def _decode_binary_request(
     payload: bytes, task: str, known_tasks: Collection[str], max_bytes: int, props: MessageProperties
 ) -> Request:
     """Validate and decode one binary request; raises RequestError, and nothing else. A reply
     topic that breaks the reply rule is never carried on the error (docs/protocol.md)."""
     response_topic, correlation_data, reply_rule = props
-    prop_id = correlation_id(correlation_data)
+    # A Correlation Data id too long for a binary reply's id field is refused below; its error
+    # reply carries no id (the echoed Correlation Data still matches it).
+    prop_id = _fits(correlation_id(correlation_data))
     prop_reply = response_topic if reply_topic_problem(response_topic, reply_rule) is None else None
     fail = Failure(prop_id, prop_reply)
     if not isinstance(payload, bytes | bytearray | memoryview):
@@ -223,7 +257,9 @@ def _request_id(ident: str, prop_id: str | None, correlation_data: bytes | None,
         return prop_id
     if correlation_data is not None:
         fail(
-            "bad-field", f"Correlation Data must be UTF-8 of 1-{MAX_ID_CHARS} characters when the id is empty"
+            "bad-field",
+            f"Correlation Data must be UTF-8 of 1-{MAX_ID_CHARS} characters and at most {MAX_ID_BYTES} "
+            "bytes (a binary reply carries the id whole) when the id is empty",
         )
     fail("missing-field", "the id is empty (and no MQTT 5 Correlation Data)")
 
@@ -250,7 +286,7 @@ def _reply(
     version: int,
     detail: str = "",
 ) -> bytes:
-    ident = (request_id or "").encode("utf-8")[:MAX_ID_CHARS]
+    ident = _id_bytes(request_id)
     text = detail[:MAX_DETAIL_CHARS].encode("utf-8")
     head = _REPLY_HEAD.pack(
         REPLY_MAGIC, PROTOCOL_VERSION, status, code, len(ident), len(text), label, latency_ms, version
@@ -274,37 +310,70 @@ def encode_binary_error(request_id: str | None, code: str, detail: str) -> bytes
     return _reply(2, _CODES.index(code), request_id, 0, 0.0, 0, detail)
 
 
-def decode_binary_replies(payload: bytes) -> list[Reply]:
-    """Every reply record of a binary reply payload (requester side); raises ProtocolError, and
-    nothing else."""
+def decode_binary_records(payload: bytes) -> list[Reply | ProtocolError]:
+    """Each record of a binary reply payload: its Reply, or the ProtocolError of a record whose
+    contents are bad (its header still says where the next record starts). A payload whose
+    framing is broken (no record, a bad magic or version, a record running past the end)
+    raises ProtocolError, and nothing else."""
     view = memoryview(payload)
-    replies: list[Reply] = []
+    records: list[Reply | ProtocolError] = []
     at = 0
-    while at < view.nbytes or not replies:
-        reply, at = _reply_record(view, at)
-        replies.append(reply)
+    while at < view.nbytes or not records:
+        start, end, fields = _record_frame(view, at)
+        try:
+            records.append(_record(view, start, end, fields))
+        except ProtocolError as exc:
+            records.append(exc)
+        at = end
+    return records
+
+
+def decode_binary_replies(payload: bytes) -> list[Reply]:
+    """The readable reply records of a binary reply payload (requester side): a bad record is
+    skipped (and logged) so it does not cost the others; raises ProtocolError, and nothing
+    else, when the framing is broken or no record is readable."""
+    records = decode_binary_records(payload)
+    replies = [r for r in records if isinstance(r, Reply)]
+    problems = [r for r in records if isinstance(r, ProtocolError)]
+    if not replies:
+        raise problems[0]
+    for problem in problems:
+        log.warning("skipped an unreadable binary reply record: %s", problem)
     return replies
 
 
 def decode_binary_reply(payload: bytes) -> Reply:
     """A binary reply payload of exactly one record."""
-    replies = decode_binary_replies(payload)
-    if len(replies) != 1:
-        raise ProtocolError("bad-data", f"expected one binary reply, got {len(replies)}")
-    return replies[0]
+    records = decode_binary_records(payload)
+    if len(records) != 1:
+        raise ProtocolError("bad-data", f"expected one binary reply, got {len(records)}")
+    if isinstance(records[0], ProtocolError):
+        raise records[0]
+    return records[0]
 
 
-def _reply_record(view: memoryview, at: int) -> tuple[Reply, int]:
+_Fields = tuple[int, int, int, int, float, int]
+
+
+def _record_frame(view: memoryview, at: int) -> tuple[int, int, _Fields]:
+    """Where one record's id and detail start and end, and its other header fields."""
     if view.nbytes - at < _REPLY_HEAD.size:
         raise ProtocolError("bad-data", f"a binary reply record needs a {_REPLY_HEAD.size}-byte header")
     fields = _REPLY_HEAD.unpack_from(view, at)
     magic, version, status, code, id_len, detail_len, label, latency_ms, model_version = fields
-    if magic != REPLY_MAGIC or version != PROTOCOL_VERSION or status >= len(_STATUSES):
-        raise ProtocolError("bad-data", f"not a v{PROTOCOL_VERSION} binary reply (magic, version or status)")
+    if magic != REPLY_MAGIC or version != PROTOCOL_VERSION:
+        raise ProtocolError("bad-data", f"not a v{PROTOCOL_VERSION} binary reply (magic or version)")
     start = at + _REPLY_HEAD.size
     end = start + id_len + detail_len
     if end > view.nbytes:
         raise ProtocolError("bad-data", "a binary reply record runs past the end of the payload")
+    return start, end, (status, code, id_len, label, latency_ms, model_version)
+
+
+def _record(view: memoryview, start: int, end: int, fields: _Fields) -> Reply:
+    status, code, id_len, label, latency_ms, model_version = fields
+    if status >= len(_STATUSES):
+        raise ProtocolError("bad-field", f"a binary reply record has an unknown status {status}")
     try:
         ident = bytes(view[start : start + id_len]).decode("utf-8") or None
         detail = bytes(view[start + id_len : end]).decode("utf-8")
@@ -312,15 +381,13 @@ def _reply_record(view: memoryview, at: int) -> tuple[Reply, int]:
         raise ProtocolError("bad-field", "a binary reply's id or detail is not UTF-8") from None
     kind = _STATUSES[status]
     if kind == "ok":
-        return Reply(
-            ident, "ok", label=label, latency_ms=float(latency_ms), model_version=str(model_version)
-        ), end
+        return Reply(ident, "ok", label=label, latency_ms=float(latency_ms), model_version=str(model_version))
     names = _REASONS if kind == "rejected" else _CODES
     if code >= len(names):
         raise ProtocolError("bad-field", f"a binary {kind} reply has an unknown code {code}")
     if kind == "rejected":
-        return Reply(ident, "rejected", reason=names[code]), end
-    return Reply(ident, "error", code=names[code], detail=detail), end
+        return Reply(ident, "rejected", reason=names[code])
+    return Reply(ident, "error", code=names[code], detail=detail)
 
 
 def decode_any_replies(payload: bytes, content_type: str | None = None) -> list[Reply]:

@@ -16,6 +16,7 @@ from dartfl.protocol.topics import (
     ERROR_CODES,
     MAX_DETAIL_CHARS,
     MAX_REQUEST_BYTES,
+    NAME_RE,
     PROTOCOL_VERSION,
     REJECT_REASONS,
     RejectReason,
@@ -65,6 +66,13 @@ def check_listed(what: str, value: str, valid: Collection[str]) -> None:
         raise InputError(f"{what} {value!r} is not one of {sorted(valid)}")
 
 
+def _task_name(task: object) -> str | None:
+    """`task` if it is a task name, else None: an error reply to a request on a topic whose task
+    level is junk (60 kB of it, say) must not copy it back, or the requester could not decode
+    the reply (decode_reply refuses oversized payloads)."""
+    return task if isinstance(task, str) and NAME_RE.fullmatch(task) is not None else None
+
+
 def _reply(request_id: str | None, task: str | None, status: ReplyStatus, **fields: object) -> bytes:
     """A reply's JSON: the envelope every status shares, then the fields of its status."""
     return dumps({"v": PROTOCOL_VERSION, "id": request_id, "task": task, "status": status, **fields})
@@ -89,14 +97,15 @@ def encode_reply(
 def encode_rejection(request_id: str, reason: RejectReason, *, task: str | None = None) -> bytes:
     """The request was well formed but not admitted (bounded queue full, or shutting down)."""
     check_listed("rejection reason", reason, REJECT_REASONS)
-    return _reply(request_id, task, "rejected", reason=reason)
+    return _reply(request_id, _task_name(task), "rejected", reason=reason)
 
 
 def encode_error(request_id: str | None, code: str, detail: str, *, task: str | None = None) -> bytes:
     """The request was malformed; `code` is one of ERROR_CODES (from RequestError.code).
-    `request_id` is None when the payload did not yield one."""
+    `request_id` is None when the payload did not yield one; `task` goes out as null unless
+    it is a task name (it may be whatever a request topic's last level held)."""
     check_listed("error code", code, ERROR_CODES)
-    return _reply(request_id, task, "error", code=code, detail=detail[:MAX_DETAIL_CHARS])
+    return _reply(request_id, _task_name(task), "error", code=code, detail=detail[:MAX_DETAIL_CHARS])
 
 
 def _opt(obj: Mapping[str, Any], name: str, kind: type) -> Any:

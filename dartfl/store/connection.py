@@ -26,7 +26,14 @@ from typing import NoReturn, Self
 from urllib.parse import quote
 
 from dartfl.errors import ConfigError
-from dartfl.store.errors import FIX_PATH, StoreError, StoreTooNewError, StoreWriteError, translate
+from dartfl.store.errors import (
+    FIX_PATH,
+    StoreDamagedError,
+    StoreError,
+    StoreTooNewError,
+    StoreWriteError,
+    translate,
+)
 from dartfl.store.schema import BASE_SCHEMA, MIGRATIONS, SCHEMA_VERSION, TABLE_SINCE, tables_of
 
 log = logging.getLogger(__name__)
@@ -134,7 +141,24 @@ class StoreConnection:
                 f"{', '.join(sorted(tables))}), not a DART-FL run store; {FIX_PATH}"
             )
         row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
-        return None if row[0] is None else int(row[0])
+        if row[0] is None:
+            return None
+        # Whatever else the row holds ('two', a blob, 0, 1.5: SQLite keeps any value in any
+        # column) is damage, said in one line, never a ValueError or a KeyError of a migration.
+        if type(row[0]) is not int or row[0] < 1:
+            raise StoreDamagedError(self._bad_version(row[0], tables))
+        return row[0]
+
+    def _bad_version(self, value: object, tables: set[str]) -> str:
+        text = repr(value)
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        # The newest version whose tables the file holds is most likely the one it had.
+        likely = max((v for v in range(1, SCHEMA_VERSION + 1) if tables_of(v) <= tables), default=1)
+        return (
+            f"{self.path} is damaged (its schema_version row holds {shown}, not a schema version "
+            f"1 or above): restore a backup, or write the version back if you know it, e.g. "
+            f'`sqlite3 {self.path} "UPDATE schema_version SET version = {likely}"`'
+        )
 
     def _inspect_schema(self, conn: sqlite3.Connection) -> None:
         version = self._stored_version(conn, self._tables(conn))

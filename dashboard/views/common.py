@@ -3,6 +3,7 @@ the one-line report of a damaged store in place of the part of a page it breaks.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,9 +27,11 @@ HOW_TO_RECORD = """\
 Start the recorder next to your broker, so telemetry is kept in the run store:
 
 ```sh
-dartfl record --broker mqtt://127.0.0.1:1883 --store {store}
+{command}
 ```
 """
+# The broker a recorder hint names when the dashboard was given none.
+EXAMPLE_BROKER = "mqtt://127.0.0.1:1883"
 
 HOW_TO_RUN = {
     "sim": "dartfl sim --workload pareto-onoff --profile pi4 --target-load 0.5 --store {store}",
@@ -57,11 +60,36 @@ def _cached_store(path: str) -> RunStore:
     return store
 
 
+def how_to_record(cfg: DashboardConfig) -> str:
+    """How to start the recorder on the broker this dashboard reads (an example one when it
+    has none), as a command to paste: the same CA, and an account of its own, since two
+    processes on one account close each other's connection (docs/deployment.md)."""
+    words = ["dartfl", "record", "--broker", cfg.broker_url or EXAMPLE_BROKER]
+    security = cfg.mqtt_security
+    if security is not None and security.ca_file is not None:
+        words += ["--mqtt-ca-file", str(security.ca_file)]
+    if security is not None and security.username is not None:
+        words += ["--mqtt-username", "RECORDER-ACCOUNT"]
+    command = shlex.join([*words, "--store", str(cfg.store_path)])
+    return HOW_TO_RECORD.format(command=command)
+
+
+def store_is_new(cfg: DashboardConfig) -> bool:
+    """Whether the run store holds nothing yet: no file, or an empty one (what `dartfl record`
+    sets up as a new store). The pages then say how to produce data."""
+    try:
+        return not cfg.store_path.exists() or (
+            cfg.store_path.is_file() and cfg.store_path.stat().st_size == 0
+        )
+    except OSError:  # a folder on the way that cannot be entered: opening says why
+        return False
+
+
 def get_store(cfg: DashboardConfig) -> RunStore | None:
-    """The run store opened for reading, or None while it does not exist (the page then says
-    how to make one) or cannot be opened (then this shows why, in one line). A store of a
-    newer schema comes with a warning and reads what this version knows."""
-    if not cfg.store_path.exists():
+    """The run store opened for reading, or None while it holds nothing yet (the page then
+    says how to make one) or cannot be opened (then this shows why, in one line). A store of
+    a newer schema comes with a warning and reads what this version knows."""
+    if store_is_new(cfg):
         return None
     try:
         store = _cached_store(str(cfg.store_path))
@@ -136,7 +164,7 @@ def feed_banner(feed: FeedState | None) -> None:
 def empty_store(cfg: DashboardConfig, store: RunStore | None, what: str, commands: list[str]) -> None:
     """Explain that there is nothing to show yet, and how to produce it; nothing when the store
     exists but did not open (`get_store` said why)."""
-    if store is None and cfg.store_path.exists():
+    if store is None and not store_is_new(cfg):
         return
     lines = "\n".join(c.format(store=cfg.store_path) for c in commands)
     st.info(

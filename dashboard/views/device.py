@@ -4,7 +4,9 @@ all over one time window (every chart spans the same minutes)."""
 from __future__ import annotations
 
 import time
+from dataclasses import fields, replace
 from datetime import UTC, datetime
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -15,11 +17,12 @@ from dashboard.config import DashboardConfig
 from dashboard.data import TimeWindow, device_frames, points_from_snapshots
 from dashboard.feed import FeedState
 from dashboard.views.common import (
-    HOW_TO_RECORD,
     feed_banner,
     get_feed,
     get_live_history,
     get_store,
+    how_to_record,
+    store_is_new,
     store_part,
 )
 
@@ -37,9 +40,9 @@ def render(cfg: DashboardConfig) -> None:
         recorded = {d.device: d for d in (store.telemetry_devices() if store is not None else [])}
     names = sorted(set(recorded) | set(feed.devices if feed is not None else {}))
     if not names:
-        if reading.failed or (store is None and cfg.store_path.exists()):
+        if reading.failed or (store is None and not store_is_new(cfg)):
             return  # the store's error is shown; "no telemetry yet" would be wrong
-        st.info("No device telemetry yet.\n\n" + HOW_TO_RECORD.format(store=cfg.store_path))
+        st.info("No device telemetry yet.\n\n" + how_to_record(cfg))
         return
     device, span_s, label = _choose(names)
     if feed is not None and device in feed.devices:  # a live device's charts move with it
@@ -118,12 +121,22 @@ def _points(
             points = store.telemetry_series(device, window.start_s, window.end_s, max_points=MAX_POINTS)
         if part.failed:
             return None
-        return points, window, f"run store, {info.rows:,} snapshots recorded"
+        return [_numbers_only(p) for p in points], window, f"run store, {info.rows:,} snapshots recorded"
     points = points_from_snapshots(get_live_history(cfg, device))
     until = max(time.time(), points[-1].t_s) if points else time.time()
     window = TimeWindow(until - span_s, until)
     points = [p for p in points if p.t_s >= window.start_s]
     return points, window, "live feed only (not recorded: start `dartfl record` to keep history)"
+
+
+def _numbers_only(point: TelemetryPoint) -> TelemetryPoint:
+    """`point` without the text a damaged row's column gives SQL's MAX and AVG (SQLite keeps any
+    value in any column): a chart shows a gap there, as for a figure not reported. The Fleet
+    page names such rows."""
+    text: dict[str, Any] = {
+        f.name: None for f in fields(point) if isinstance(getattr(point, f.name), str | bytes)
+    }
+    return replace(point, **text) if text else point
 
 
 def _charts(frames: dict[str, pd.DataFrame], window: TimeWindow, cfg: DashboardConfig) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import streamlit as st
@@ -12,16 +15,21 @@ from dartfl.store import RunStore, TelemetryRow
 from dashboard import charts, tiles
 from dashboard.config import DashboardConfig
 from dashboard.data import DeviceTile, TimeWindow, fleet_frame, fleet_tiles, run_choices
+from dashboard.telemetry import number
 from dashboard.views.common import (
-    HOW_TO_RECORD,
     feed_banner,
     get_feed,
     get_store,
+    how_to_record,
     point_to_runs,
+    store_is_new,
     store_part,
 )
 
 FLEET_HISTORY_S = 3600.0  # the fleet SLO chart's window
+# A snapshot's headline columns: integers, and finite numbers.
+_COUNTS = ("backlog", "train_samples")
+_FIGURES = ("inference_share", "p50_ms", "p95_ms", "p99_ms", "slo_ms", "slo_attainment")
 
 
 def render(cfg: DashboardConfig) -> None:
@@ -37,6 +45,7 @@ def render(cfg: DashboardConfig) -> None:
         damage: list[str] = []
         with store_part() as part:  # a damaged store still leaves the live tiles to show
             history = store.telemetry_latest(damage=damage) if store is not None else []
+        history = readable_rows(history, damage, cfg.store_path)
         for line in damage:  # a device's newest snapshot did not read: its previous one shows
             st.error(line)
 
@@ -47,7 +56,7 @@ def render(cfg: DashboardConfig) -> None:
             return {}
 
         found = fleet_tiles(history, feed, now, cfg.liveness, cfg.slo_target, baselines)
-        if not found and store is None and cfg.store_path.exists():
+        if not found and store is None and not store_is_new(cfg):
             return  # the store did not open (its error is shown) and nothing is live
         if not found and not part.failed:
             _no_devices(cfg, store)
@@ -61,11 +70,46 @@ def render(cfg: DashboardConfig) -> None:
     live_part()
 
 
+def readable_rows(rows: Sequence[TelemetryRow], damage: list[str], store_path: Path) -> list[TelemetryRow]:
+    """`rows` with each headline column that is not a number (SQLite keeps any value in any
+    column: `UPDATE telemetry SET backlog = 'lots'`) set to None, so its tile shows "-" and the
+    fleet's figures leave it out; each such row is named in `damage`, with how to remove it."""
+    readable = []
+    for row in rows:
+        bad = {name: getattr(row, name) for name in _COUNTS if not _count(getattr(row, name))}
+        bad |= {name: getattr(row, name) for name in _FIGURES if not _figure(getattr(row, name))}
+        if bad:
+            held = ", ".join(f"{name} {_short(value)}" for name, value in bad.items())
+            quoted = row.device.replace("'", "''")
+            damage.append(
+                f"{store_path}: the telemetry snapshot of {row.device!r} at t_s={row.t_s!r} holds "
+                f'{held}, not a number (shown as -): delete it with `sqlite3 {store_path} "DELETE '
+                f"FROM telemetry WHERE device = '{quoted}' AND t_s = {row.t_s!r}\"` or restore a backup"
+            )
+            blank: dict[str, Any] = dict.fromkeys(bad)
+            row = replace(row, **blank)
+        readable.append(row)
+    return readable
+
+
+def _count(value: object) -> bool:
+    return value is None or (type(value) is int)
+
+
+def _figure(value: object) -> bool:
+    return value is None or number(value) is not None
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _no_devices(cfg: DashboardConfig, store: RunStore | None) -> None:
     st.info(
         "No device has reported yet. Devices publish telemetry on `dartfl/v1/<device>/telemetry`; "
         "start agents with `dartfl edge run --broker URL` and point the dashboard at the "
-        "same broker.\n\n" + HOW_TO_RECORD.format(store=cfg.store_path)
+        "same broker.\n\n" + how_to_record(cfg)
     )
     with store_part():
         point_to_runs(run_choices(store))
@@ -97,8 +141,9 @@ def _fleet_slo(store: RunStore, window: TimeWindow, cfg: DashboardConfig) -> Non
     df = pd.DataFrame(
         {
             "t": pd.to_datetime([p.t_s for p in points], unit="s", utc=True),
-            "mean": [p.slo_attainment for p in points],
-            "worst device": [p.slo_attainment_min for p in points],
+            # number(): a damaged row's text would reach the chart through SQL's AVG and MIN
+            "mean": [number(p.slo_attainment) for p in points],
+            "worst device": [number(p.slo_attainment_min) for p in points],
         }
     ).melt("t", var_name="fleet", value_name="slo_attainment")
     chart = charts.lines(

@@ -21,8 +21,8 @@ from dashboard import synthetic
 from dashboard.config import BROKER_ENV
 from messaging.brokers import free_port
 from messaging.link import Message
+from tests.dashboard.app_fixtures import APP, run_app
 
-APP = str(Path(__file__).resolve().parents[2] / "dashboard" / "app.py")
 # Each page's script (relative to the app) and its title.
 PAGES = {
     "Fleet": ("routes/fleet.py", "Fleet"),
@@ -50,18 +50,6 @@ def full_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         synthetic.record_fl_run(store)
         synthetic.record_dc_run(store, seconds=300)
     return path
-
-
-def _app(monkeypatch: pytest.MonkeyPatch, store: Path, broker: str | None = None) -> AppTest:
-    monkeypatch.setenv(STORE_ENV, str(store))
-    if broker is None:
-        monkeypatch.delenv(BROKER_ENV, raising=False)
-    else:
-        monkeypatch.setenv(BROKER_ENV, broker)
-    at = AppTest.from_file(APP, default_timeout=30)
-    at.run()
-    assert not at.exception, [e.value for e in at.exception]
-    return at
 
 
 def _goto(at: AppTest, page: str) -> AppTest:
@@ -102,7 +90,7 @@ def _titles(at: AppTest) -> list[str]:
 def test_fleet_page_shows_every_device_and_singles_out_slo_misses(
     monkeypatch: pytest.MonkeyPatch, full_store: Path
 ) -> None:
-    at = _app(monkeypatch, full_store)
+    at = run_app(monkeypatch, full_store)
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["devices"] == "12" and metrics["alive"] == "12"
     assert metrics["missing SLO (< 95%)"] == "1"  # dev-003 is overloaded
@@ -115,7 +103,7 @@ def test_fleet_page_shows_every_device_and_singles_out_slo_misses(
 def test_fleet_tiles_headline_the_time_use_of_the_last_minute_from_the_store(
     monkeypatch: pytest.MonkeyPatch, full_store: Path
 ) -> None:
-    at = _app(monkeypatch, full_store)
+    at = run_app(monkeypatch, full_store)
     tiles = next(m.value for m in at.markdown if "dfl-grid" in m.value)
     assert tiles.count('class="dfl-serving"') == 12 and "not reported" not in tiles
     assert tiles.count(">last min<") == 12  # recorded devices: a window from the run store
@@ -125,7 +113,7 @@ def test_fleet_tiles_headline_the_time_use_of_the_last_minute_from_the_store(
 def test_device_page_draws_every_chart_over_one_window(
     monkeypatch: pytest.MonkeyPatch, full_store: Path
 ) -> None:
-    at = _goto(_app(monkeypatch, full_store), "Device")
+    at = _goto(run_app(monkeypatch, full_store), "Device")
     assert at.selectbox(key="device").value == "dev-000"
     assert _charts(at) == 5  # time use, backlog, latency, SLO attainment, trained
     assert "Where its time went" in _titles(at)
@@ -159,13 +147,13 @@ def test_the_device_page_takes_its_device_from_the_url(
 def test_history_pages_draw_their_charts(
     monkeypatch: pytest.MonkeyPatch, full_store: Path, page: str, charts: int
 ) -> None:
-    at = _goto(_app(monkeypatch, full_store), page)
+    at = _goto(run_app(monkeypatch, full_store), page)
     assert _charts(at) == charts
     assert not at.info
 
 
 def test_experiments_compares_two_runs_by_run(monkeypatch: pytest.MonkeyPatch, full_store: Path) -> None:
-    at = _goto(_app(monkeypatch, full_store), "Experiments")
+    at = _goto(run_app(monkeypatch, full_store), "Experiments")
     options = at.multiselect(key="runs").options
     assert len(options) == 3 and all(o.startswith("#") for o in options)
     at.multiselect(key="runs").set_value([o for o in options if " sim: " in o]).run()
@@ -180,7 +168,7 @@ def test_the_first_page_without_devices_points_to_the_recorded_runs(
     with RunStore(path) as store:
         synthetic.record_fl_run(store)
         synthetic.record_dc_run(store, seconds=60)
-    at = _app(monkeypatch, path)
+    at = run_app(monkeypatch, path)
     assert any("No device has reported yet" in i.value for i in at.info)
     links = {link.proto.label: link.proto.page for link in at.get("page_link")}
     assert set(links) == {"FL rounds: 1 runs", "Datacenter: 1 runs"}
@@ -191,7 +179,7 @@ def test_empty_store_explains_how_to_produce_data(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, page: str
 ) -> None:
     store = tmp_path / "nothing-yet.sqlite"
-    at = _goto(_app(monkeypatch, store), page)
+    at = _goto(run_app(monkeypatch, store), page)
     text = " ".join(i.value for i in at.info)
     # A command that produces the page's data, into the store the dashboard reads.
     assert "dartfl " in text and (page == "Device" or f"--store {store}" in text)
@@ -202,7 +190,7 @@ def test_empty_store_explains_how_to_produce_data(
 def test_broker_down_says_so_and_still_shows_history(
     monkeypatch: pytest.MonkeyPatch, full_store: Path
 ) -> None:
-    at = _app(monkeypatch, full_store, broker=f"mqtt://127.0.0.1:{free_port()}")
+    at = run_app(monkeypatch, full_store, broker=f"mqtt://127.0.0.1:{free_port()}")
     assert any("Live feed disconnected" in w.value for w in at.warning)
     assert {m.label: m.value for m in at.metric}["devices"] == "12"
     _goto(at, "Device")
@@ -227,7 +215,7 @@ def test_live_only_devices_show_on_fleet_and_device_pages(
         snap = synthetic.snapshot("jetson-7", now - 20 + i, i)
         feed.handle(Message(protocol.telemetry_topic("jetson-7"), protocol.encode_telemetry(snap), 1, False))
     feed.handle(Message(protocol.telemetry_topic("bad"), b"not json", 1, False))  # ignored
-    at = _app(monkeypatch, tmp_path / "empty.sqlite", broker=live_feed_url)
+    at = run_app(monkeypatch, tmp_path / "empty.sqlite", broker=live_feed_url)
     assert {m.label: m.value for m in at.metric}["devices"] == "1"
     tile = next(m.value for m in at.markdown if "dfl-grid" in m.value)
     assert 'data-device="jetson-7"' in tile and re.search(r"last heard \d+ s ago, via broker", tile)
@@ -259,6 +247,6 @@ def test_datacenter_page_with_summary_only_runs_draws_summary_bars(
                 run_id, policy, {"samples_per_s": rate, "staleness_mean": 0.5, "staleness_max": 2}
             )
         store.finish_run(run_id)
-    at = _goto(_app(monkeypatch, path), "Datacenter")
+    at = _goto(run_app(monkeypatch, path), "Datacenter")
     assert any("no per-period decisions" in i.value for i in at.info)
     assert _charts(at) == 2  # staleness statistics and mean throughput

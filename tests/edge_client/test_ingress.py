@@ -148,10 +148,11 @@ def test_a_request_delivered_twice_is_taken_once_and_a_copy_of_an_answered_one_g
 
 def test_the_request_record_is_bounded_and_forgets_the_oldest_first() -> None:
     recent = RecentRequests(capacity=2)
-    assert [recent.take(REPLY, i)[0] for i in ("a", "b", "c")] == [True, True, True]
-    assert recent.take(REPLY, "a") == (True, None)  # forgotten: served again
-    assert recent.take(REPLY, "c") == (False, None)
-    assert recent.take("dartfl/v1/_reply/other", "c")[0]  # another requester's id is its own
+    image = np.zeros((28, 28), dtype=np.uint8)
+    assert [recent.take(REPLY, i, "digits", image)[0] for i in ("a", "b", "c")] == [True, True, True]
+    assert recent.take(REPLY, "a", "digits", image) == (True, None)  # forgotten: served again
+    assert recent.take(REPLY, "c", "digits", image) == (False, None)
+    assert recent.take("dartfl/v1/_reply/other", "c", "digits", image)[0]  # another requester's id is its own
 
 
 def test_a_request_that_waited_past_its_slo_on_its_way_is_refused_at_once() -> None:

@@ -45,11 +45,29 @@ def test_an_order_and_a_result_round_trip_through_their_json() -> None:
         ({"tasks": ["digits", 7]}, "tasks must be a list of task names"),
         ({"policy": 5}, "policy must be a string"),
         ({"loss-weighting": ["demand"]}, "loss-weighting must be a string"),
+        # Each would pass here and fail later, mid-round: a negative target in every
+        # telemetry snapshot, a deadline no wait can time (OverflowError).
+        ({"round-target-samples": -5}, "round-target-samples must be an integer >= 0"),
+        ({"round-target-samples": 2**53}, "round-target-samples must be an integer >= 0 and < 2"),
+        ({"round-target-samples": 7.5}, "round-target-samples must be an integer"),
+        ({"round-deadline-s": 1e300}, r"round-deadline-s must be > 0 and <= 86400 s, got 1e\+300"),
+        ({"round-deadline-s": True}, "round-deadline-s must be > 0"),
+        ({"learning-rate": 10**400}, "learning-rate must be a number > 0"),
+        ({"server-round": 2.0}, "server-round must be an integer >= 0"),
+        ({"tasks": ["digits"] * 65}, "tasks must be a list of task names"),
+        ({"policy": "x" * 257}, "policy must be a string"),
     ],
 )
 def test_a_bad_order_field_is_refused_by_name(meta: dict[str, object], problem: str) -> None:
     with pytest.raises(ConfigError, match=problem):
         RoundOrder.from_json(meta)
+
+
+def test_an_order_at_its_limits_is_accepted() -> None:
+    order = RoundOrder.from_json(
+        {"round-deadline-s": 86400, "round-target-samples": 2**53 - 1, "server-round": 0}
+    )
+    assert order.deadline_s == 86400.0 and order.target_samples == 2**53 - 1 and order.server_round == 0
 
 
 def test_a_result_without_counts_is_a_bad_reply() -> None:
