@@ -19,11 +19,12 @@ from typing import Any
 from dartfl.errors import ConfigError, ProtocolError
 from dartfl.protocol.device import MAX_COUNT, MAX_TASKS
 from dartfl.protocol.jsonwire import short
+from fltask.config import MAX_DEADLINE_S
 
 __all__ = ["MAX_DEADLINE_S", "RoundOrder", "RoundResult"]
 
-# A day: no federated round trains longer, and the agent's waits stay times the OS can keep.
-MAX_DEADLINE_S = 86_400.0
+# MAX_DEADLINE_S (fltask.config): a day; no federated round trains longer, and the agent's
+# waits stay times the OS can keep.
 MAX_NAME_CHARS = 256  # a task, policy or loss-weighting name
 
 

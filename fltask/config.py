@@ -19,6 +19,10 @@ from dartfl.policies import make_policy
 from dartfl.policies.shares import LOSS_WEIGHTINGS
 from dartfl.types import DeviceProfile
 
+# The longest round deadline, seconds: a device agent refuses a round order past it
+# (edge_client.round_messages), so a run config is refused before the run starts.
+MAX_DEADLINE_S = 86_400.0
+
 __all__ = ["NO_STORE", "FlConfig", "split_list"]
 
 NO_STORE = "none"  # run config `store = "none"`: the run is not recorded
@@ -76,6 +80,11 @@ class FlConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
                 raise ConfigError(f"{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        if self.round_deadline_s > MAX_DEADLINE_S:
+            raise ConfigError(
+                f"round-deadline-s must be at most {MAX_DEADLINE_S:.0f} s (a day), "
+                f"got {self.round_deadline_s}"
+            )
         for name, least in (
             ("step_samples", 1),
             ("max_train_per_task", 1),

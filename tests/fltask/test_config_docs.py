@@ -37,3 +37,11 @@ def test_profile_cores_runs_the_virtual_device_on_fewer_cores() -> None:
     assert FlConfig(profile="pi4", profile_cores=1).device_profile().cores.count == 1
     with pytest.raises(ConfigError, match=r"profile-cores must lie in 0\.\.4"):
         FlConfig(profile="pi4", profile_cores=5)
+
+
+def test_a_round_deadline_the_agents_would_refuse_is_refused_with_the_run_config() -> None:
+    # The agent refuses a round order past a day (edge_client.round_messages); a run config
+    # asking for one failed only once the first round reached the devices.
+    assert FlConfig(round_deadline_s=86_400.0).round_deadline_s == 86_400.0
+    with pytest.raises(ConfigError, match=r"round-deadline-s must be at most 86400 s"):
+        FlConfig(round_deadline_s=86_401.0)
