@@ -320,10 +320,11 @@ def _record(
     """One run in the store: each policy's summary and its per-period decisions (roles,
     buffer, samples trained), which the dashboard's Datacenter page charts. `started_s` is
     the Unix time the run began, so the stored duration is the run's, not the recording's."""
+    from dartfl.cli.recording import run_config
     from dartfl.paths import default_store_path
     from dartfl.store import RunStore
 
-    config = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items() if k != "handler"}
+    config = run_config(args)
     config["static_sweep"] = sweep
     label = f"dc {args.dc_command}: {getattr(args, 'gpus', getattr(args, 'workers', '?'))} workers/GPUs"
     if getattr(args, "workload", None):

@@ -264,10 +264,11 @@ def _record(
 ) -> int:
     from pathlib import Path
 
+    from dartfl.cli.recording import run_config
     from dartfl.paths import default_store_path
     from dartfl.store import RunStore
 
-    config = {k: v for k, v in vars(args).items() if k not in ("handler", "store")}
+    config = run_config(args, leave_out=frozenset({"store"}))
     spec = asdict(workloads)
     spec["profile"] = workloads.profile.name
     config["workloads"] = spec

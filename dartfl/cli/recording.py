@@ -15,6 +15,17 @@ from dartfl.paths import default_store_path
 from dartfl.store import DecisionRow, RunStore
 from dartfl.types import DeviceProfile
 
+# Flags that say how a command printed or kept its books, not what ran: left out of the
+# recorded config (and hidden by `runs show` in stores written before).
+CLI_BOOKKEEPING = frozenset(
+    {"handler", "verbose", "json", "no_plot", "no_store", "command", "edge_command", "workload_flags_given"}
+)
+
+
+def run_config(args: argparse.Namespace, *, leave_out: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The flags of a run as the store records them: plain JSON values, bookkeeping left out."""
+    return {key: _plain(value) for key, value in vars(args).items() if key not in CLI_BOOKKEEPING | leave_out}
+
 
 def check_store(path: Path | None) -> None:
     """Open the run store a command will record into (`--store`, else the default) now, so a
@@ -75,7 +86,7 @@ def record_runs(
 
     `started_s` is the Unix time the run began: it is recorded once it is over, and its
     duration is from then to now (not the few milliseconds that recording takes)."""
-    config = {key: _plain(value) for key, value in vars(args).items() if key != "handler"}
+    config = run_config(args)
     config.update(extra_config or {})
     config["requests"] = arrivals.num_requests
     config["duration_s"] = arrivals.duration_s

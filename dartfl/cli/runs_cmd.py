@@ -19,11 +19,6 @@ from dartfl.errors import InputError
 from dartfl.paths import default_store_path
 from dartfl.store import RUN_KINDS, RunInfo, RunStore, StoreDamagedError, check_store_file
 
-# Flags of the recording command that say nothing about the run (how it printed, whether it
-# was recorded, argparse's bookkeeping); `runs show --json` keeps the whole record.
-_CLI_INTERNAL = frozenset(
-    {"verbose", "json", "no_plot", "no_store", "command", "edge_command", "workload_flags_given"}
-)
 _LIST_CELL_CHARS = 48  # a longer list is summarized: it would fill the value column
 
 
@@ -165,7 +160,9 @@ def _print_run(run: RunInfo, results: Mapping[str, Mapping[str, Any]]) -> None:
         f"[bold]run {run.run_id}[/bold] {run.kind} {run.label or ''}  status={run.status}  "
         f"started {_when(run.created_s)}"
     )
-    shown = {k: v for k, v in _flatten(run.config).items() if k not in _CLI_INTERNAL}
+    from dartfl.cli.recording import CLI_BOOKKEEPING  # recorded no more; older stores hold it
+
+    shown = {k: v for k, v in _flatten(run.config).items() if k not in CLI_BOOKKEEPING}
     # The keys stay whole, so that no two read the same; long values fold instead.
     config = Table(title="config", show_header=False)
     config.add_column(no_wrap=True, min_width=max(map(len, shown), default=0))

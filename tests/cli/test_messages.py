@@ -14,24 +14,13 @@ import orchestration.agent_watch
 from dartfl.cli import replay_cmd
 from dartfl.cli.main import main
 from dartfl.policies import EDGE_POLICIES
+from tests.dartfl.test_profiles import CONTRACT_EXAMPLE as PROFILE_TOML
 from tests.store_fixtures import damaged_copy, healthy_store
 from workloads.registry import GENERATOR_NAMES
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 # Python spellings that once leaked into generator messages.
 IDENTIFIERS = ("duration_s", "rate_per_s", "rotate_s", "zipf_s", "zipf exponent", "rotation period must")
-
-PROFILE = """\
-name = "edge-small"
-[inference]
-batch-fixed-s = 0.004
-per-request-s = 0.002
-max-batch = 32
-[training]
-microbatch-fixed-s = 0.010
-per-sample-s = 0.006
-max-microbatch = 32
-"""
 
 
 def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
@@ -66,7 +55,7 @@ def test_a_bad_cores_table_names_the_profile_file_once(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], cores: str, complaint: str
 ) -> None:
     path = tmp_path / "cores_not1.toml"
-    path.write_text(PROFILE + "[cores]\n" + cores + "\n")
+    path.write_text(PROFILE_TOML + "[cores]\n" + cores + "\n")
     argv = ["sim", "--workload", "poisson", "--duration-s", "2", "--profile-file", str(path), "--no-store"]
     assert main(argv) == 2
     line = _one_line_error(capsys)
@@ -79,7 +68,7 @@ def test_a_table_key_at_the_top_level_is_pointed_to_its_table(
 ) -> None:
     # It was answered with "(did you mean request-path?)".
     path = tmp_path / "p.toml"
-    path.write_text("per-request-s = 0.002\n" + PROFILE)
+    path.write_text("per-request-s = 0.002\n" + PROFILE_TOML)
     argv = ["sim", "--workload", "poisson", "--duration-s", "2", "--profile-file", str(path), "--no-store"]
     with caplog.at_level(logging.WARNING, logger="dartfl.profiles"):
         assert main([*argv, "--json"]) == 0

@@ -111,3 +111,24 @@ def test_runs_show_json_keeps_the_whole_record(tmp_path: Path, capsys: pytest.Ca
     record = json.loads(capsys.readouterr().out)
     assert record["run"]["config"] == SIM_CONFIG
     assert record["results"]["dart"]["history"] == FL_RESULT["history"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["sim", "--workload", "poisson", "--duration-s", "5", "--profile", "x86-1core", "--policy", "dart"],
+        ["fleet", "--devices", "2", "--duration-s", "5", "--profile", "x86-1core", "--policy", "dart"],
+        ["dc", "sim", "--gpus", "8", "--steps", "3", "--policy", "sync", "--no-plot"],
+    ],
+)
+def test_a_recorded_config_holds_the_run_not_the_commands_bookkeeping(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    store = tmp_path / "runs.sqlite"
+    assert main([*argv, "--json", "--store", str(store)]) == 0
+    run_id = json.loads(capsys.readouterr().out)["run_id"]
+    with RunStore(store) as runs:
+        run = runs.get_run(run_id)
+    assert run is not None
+    assert not set(run.config) & {"handler", "verbose", "json", "no_plot", "command", "workload_flags_given"}
+    assert "seed" in run.config  # what ran is kept
