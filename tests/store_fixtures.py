@@ -89,6 +89,19 @@ def malformed_json(path: Path) -> None:
     )
 
 
+def text_in_numbers(path: Path) -> None:
+    """Numeric telemetry columns written as text by hand (SQLite's REAL affinity keeps text that
+    does not read as a number): headline columns of dev-001's snapshot 30 s before its newest,
+    and the time of dev-002's newest."""
+    _sql(
+        path,
+        "UPDATE telemetry SET backlog = 'lots', p99_ms = 'slow', slo_attainment = 'most' "
+        "WHERE device = 'dev-001' AND t_s = (SELECT MAX(t_s) - 30 FROM telemetry WHERE device = 'dev-001')",
+        "UPDATE telemetry SET t_s = 'late' WHERE device = 'dev-002' AND t_s = "
+        "(SELECT MAX(t_s) FROM telemetry WHERE device = 'dev-002')",
+    )
+
+
 @contextmanager
 def locked(path: Path) -> Iterator[None]:
     """Another process holding the store's lock (exclusive locking mode, a write under way),
@@ -110,6 +123,7 @@ DAMAGE: dict[str, Callable[[Path], None]] = {
     "missing-table": without_telemetry,
     "newer-schema": newer_schema,
     "malformed-json": malformed_json,
+    "text-in-numbers": text_in_numbers,
 }
 
 

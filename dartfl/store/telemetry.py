@@ -4,6 +4,7 @@ as the latest per device, one device's bucketed series, or fleet-wide buckets.""
 from __future__ import annotations
 
 import math
+import sqlite3
 from collections.abc import Iterable, Mapping
 from numbers import Real
 from typing import Any
@@ -21,6 +22,20 @@ __all__ = ["MAX_PAYLOAD_BYTES", "TelemetryTable", "check_row"]
 # The largest snapshot a device may publish (the decoder refuses more): one stored payload is
 # at most this, so the table's size is bounded by its rows (docs/store.md).
 MAX_PAYLOAD_BYTES = MAX_DEVICE_MESSAGE_BYTES
+
+
+# A snapshot's time as SQL compares it: SQLite orders every TEXT or BLOB value after every
+# number, so a t_s damaged into text (the column's REAL affinity cannot stop a direct write)
+# sorts above +inf (9e999). Readers keep `t_s <= 9e999` and so never place such a row in time;
+# `t_s > 9e999` finds the damaged ones through the time index.
+_TIMED = "t_s <= 9e999"
+_UNTIMED = "t_s > 9e999"
+
+
+def _number(column: str) -> str:
+    """SQL for `column` where it holds a number, NULL where a direct write left text or a blob
+    (SQLite's AVG would read 'lots' as 0 and MAX would return it)."""
+    return f"CASE WHEN typeof({column}) IN ('integer', 'real') THEN {column} END"
 
 
 class TelemetryTable(StoreConnection):
@@ -92,7 +107,8 @@ class TelemetryTable(StoreConnection):
         """Devices with recorded telemetry, by name."""
         with self._transaction("DEFERRED") as conn:
             rows = conn.execute(
-                "SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry GROUP BY device ORDER BY device"
+                f"SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry WHERE {_TIMED} "
+                "GROUP BY device ORDER BY device"
             ).fetchall()
         return [TelemetryDevice(*row) for row in rows]
 
@@ -100,7 +116,8 @@ class TelemetryTable(StoreConnection):
         """One device's recorded span and count (None: nothing recorded), by its index range."""
         with self._transaction("DEFERRED") as conn:
             row = conn.execute(
-                "SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry WHERE device = ? GROUP BY device",
+                f"SELECT device, MIN(t_s), MAX(t_s), COUNT(*) FROM telemetry WHERE device = ? AND {_TIMED} "
+                "GROUP BY device",
                 (device,),
             ).fetchone()
         return None if row is None else TelemetryDevice(*row)
@@ -113,7 +130,7 @@ class TelemetryTable(StoreConnection):
         A newest snapshot whose payload is not JSON raises its one-line StoreDamagedError, or,
         given a `damage` list, is named there and replaced by that device's newest snapshot
         that reads, so one damaged row does not hide the fleet."""
-        where = "" if since_s is None else "WHERE t_s >= :since"
+        where = f"WHERE {_TIMED}" + ("" if since_s is None else " AND t_s >= :since")
         sql = (
             f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry t JOIN "
             f"(SELECT device AS d, MAX(t_s) AS m FROM telemetry {where} GROUP BY device) l "
@@ -121,6 +138,8 @@ class TelemetryTable(StoreConnection):
         )
         latest: list[TelemetryRow] = []
         with self._transaction("DEFERRED") as conn:
+            if damage is not None:
+                damage.extend(self._untimed(conn))
             for row in conn.execute(sql, {"since": since_s}).fetchall():
                 try:
                     latest.append(self._telemetry_row(row))
@@ -143,7 +162,8 @@ class TelemetryTable(StoreConnection):
         shorter); snapshots that do not read are passed over."""
         found: dict[str, TelemetryRow] = {}
         readable = (
-            f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND json_valid(payload)"
+            f"SELECT {self._TELEMETRY_COLUMNS} FROM telemetry WHERE device = :d AND {_TIMED} "
+            "AND json_valid(payload)"
         )
         with self._transaction("DEFERRED") as conn:
             for device, t_s in times.items():
@@ -156,12 +176,26 @@ class TelemetryTable(StoreConnection):
                     found[device] = self._telemetry_row(row)
         return found
 
+    def _untimed(self, conn: sqlite3.Connection) -> list[str]:
+        """One line per device with snapshots whose t_s is not a time, which no reader shows."""
+        rows = conn.execute(
+            # `+device` keeps the planner off the device index (a scan of every row): the time
+            # index finds the few rows above +inf directly.
+            f"SELECT device, COUNT(*) FROM telemetry WHERE {_UNTIMED} GROUP BY +device ORDER BY +device"
+        ).fetchall()
+        return [
+            f"{self.path}: {count} telemetry snapshot(s) of {device!r} hold a t_s that is not a time "
+            f'(not shown): delete them with `sqlite3 {self.path} "DELETE FROM telemetry WHERE '
+            f"device = {_sql_text(device)} AND typeof(t_s) NOT IN "
+            f"('integer', 'real')\"` or restore a backup"
+            for device, count in rows
+        ]
+
     def _telemetry_row(self, row: tuple[Any, ...]) -> TelemetryRow:
         device, t_s, backlog, share, p50, p95, p99, slo, attainment, trained, payload = row
         what = f"{self.path}: the telemetry snapshot of {device!r} at t_s={t_s!r}"
-        quoted = str(device).replace("'", "''")
         recover = (
-            f"delete it with `sqlite3 {self.path} \"DELETE FROM telemetry WHERE device = '{quoted}' "
+            f'delete it with `sqlite3 {self.path} "DELETE FROM telemetry WHERE device = {_sql_text(device)} '
             f'AND t_s = {t_s!r}"` or restore a backup'
         )
         return TelemetryRow(
@@ -248,8 +282,10 @@ class TelemetryTable(StoreConnection):
         with self._transaction("DEFERRED") as conn:
             rows = conn.execute(
                 "SELECT MIN(CAST((t_s - :since) / :width AS INTEGER), :last) AS b, MIN(t_s), "
-                "COUNT(DISTINCT device), AVG(slo_attainment), MIN(slo_attainment), "
-                "MAX(p99_ms / NULLIF(slo_ms, 0)), MAX(backlog) FROM telemetry "
+                f"COUNT(DISTINCT device), AVG({_number('slo_attainment')}), "
+                f"MIN({_number('slo_attainment')}), "
+                f"MAX({_number('p99_ms')} / NULLIF({_number('slo_ms')}, 0)), MAX({_number('backlog')}) "
+                "FROM telemetry "
                 "WHERE t_s >= :since AND t_s <= :until GROUP BY b ORDER BY b",
                 args,
             ).fetchall()
@@ -266,16 +302,17 @@ _PER_TASK_AGGREGATES = (
 _POINT_STATS = (
     ("t_s", "MIN(t.t_s)"),
     ("count", "COUNT(*)"),
-    ("backlog_max", "MAX(t.backlog)"),
-    ("backlog_mean", "AVG(t.backlog)"),
-    ("inference_share", "AVG(t.inference_share)"),
-    ("p50_ms", "MAX(t.p50_ms)"),
-    ("p95_ms", "MAX(t.p95_ms)"),
-    ("p99_ms", "MAX(t.p99_ms)"),
-    ("slo_ms", "MAX(t.slo_ms)"),
-    ("slo_attainment", "AVG(t.slo_attainment)"),
-    ("slo_attainment_min", "MIN(t.slo_attainment)"),
-    ("train_samples", "MAX(t.train_samples)"),
+    # A headline column a direct write damaged into text counts as missing, not as 0.
+    ("backlog_max", f"MAX({_number('t.backlog')})"),
+    ("backlog_mean", f"AVG({_number('t.backlog')})"),
+    ("inference_share", f"AVG({_number('t.inference_share')})"),
+    ("p50_ms", f"MAX({_number('t.p50_ms')})"),
+    ("p95_ms", f"MAX({_number('t.p95_ms')})"),
+    ("p99_ms", f"MAX({_number('t.p99_ms')})"),
+    ("slo_ms", f"MAX({_number('t.slo_ms')})"),
+    ("slo_attainment", f"AVG({_number('t.slo_attainment')})"),
+    ("slo_attainment_min", f"MIN({_number('t.slo_attainment')})"),
+    ("train_samples", f"MAX({_number('t.train_samples')})"),
     # The time-use counters from the payload, the bucket's largest (they only grow); a payload
     # that is not JSON (a damaged store) gives NULL instead of failing the query.
     *(
@@ -312,6 +349,11 @@ def check_row(row: TelemetryRow) -> TelemetryRow:
         if value is not None and not (ms is not None and not ms < 0):
             raise refuse(name, value, "a duration >= 0")
     return row
+
+
+def _sql_text(value: object) -> str:
+    """`value` as an SQL string literal, for the commands a damage message prints."""
+    return "'" + str(value).replace("'", "''") + "'"
 
 
 def _real(value: object) -> float | None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import sqlite3
+from dataclasses import astuple
 from pathlib import Path
 
 import pytest
@@ -163,6 +165,43 @@ def test_a_snapshot_that_is_not_json_is_named_and_series_skip_damaged_rows(
     assert points[0].task_shares  # the others still do
     assert len(decisions) == 200
     assert sum(1 for d in decisions if d.task_shares == ()) == pytest.approx(200 / 3, abs=2)
+
+
+def test_text_in_a_numeric_column_reads_as_missing_and_a_text_time_is_named(
+    template: Path, tmp_path: Path
+) -> None:
+    # SQLite's AVG read 'most' as 0 (a bucket's attainment halved), MAX returned 'lots' to the
+    # charts, and a t_s of 'late' sorted above every time: the device's newest "snapshot",
+    # which failed the Fleet page with a TypeError.
+    path = damaged_copy(template, tmp_path, "text-in-numbers")
+    with RunStore(template, read_only=True) as store:
+        want_devices = {d.device: d for d in store.telemetry_devices()}
+        want_points = store.telemetry_series("dev-001", max_points=40)
+        end = want_devices["dev-001"].last_t_s
+        want_fleet = store.telemetry_fleet_series(end - 120, end, max_points=40)
+    with RunStore(path, read_only=True) as store:
+        devices = {d.device: d for d in store.telemetry_devices()}
+        damage: list[str] = []
+        latest = {row.device: row.t_s for row in store.telemetry_latest(damage=damage)}
+        points = store.telemetry_series("dev-001", max_points=40)
+        fleet = store.telemetry_fleet_series(end - 120, end, max_points=40)
+        before = store.telemetry_before({"dev-002": math.inf})
+    dev2 = want_devices["dev-002"]
+    assert devices["dev-002"].last_t_s < dev2.last_t_s and devices["dev-002"].rows == dev2.rows - 1
+    assert latest["dev-002"] == devices["dev-002"].last_t_s == before["dev-002"].t_s
+    (line,) = damage
+    assert line.startswith(f"{path}: 1 telemetry snapshot(s) of 'dev-002' hold a t_s that is not a time")
+    assert "typeof(t_s) NOT IN ('integer', 'real')" in line
+    # The damaged bucket's statistics come from its other snapshots; no text reaches a chart.
+    changed = [(w, p) for w, p in zip(want_points, points, strict=True) if w != p]
+    ((bucket_was, bucket),) = changed
+    assert bucket.count == bucket_was.count
+    for name in ("backlog_max", "p99_ms", "slo_attainment", "slo_attainment_min"):
+        assert isinstance(getattr(bucket, name), (int, float)), name
+    assert bucket.slo_attainment == pytest.approx(bucket_was.slo_attainment, abs=0.2)
+    for point in fleet:
+        assert all(isinstance(v, (int, float)) or v is None for v in astuple(point))
+    assert len(fleet) == len(want_fleet)
 
 
 @pytest.mark.parametrize("read_only", [True, False])

@@ -123,3 +123,21 @@ def test_a_locked_store_says_so_on_every_page(
         for page, at in _visit(monkeypatch, path):
             (error,) = _errors(at)
             assert error.startswith(f"{path} is locked by another process (waited 0.1 s)"), page
+
+
+def test_text_in_numeric_columns_is_named_on_the_fleet_page_and_no_page_fails(
+    monkeypatch: pytest.MonkeyPatch, template: Path, tmp_path: Path
+) -> None:
+    # A t_s of 'late' sorted above every time, so it was dev-002's newest snapshot and the
+    # Fleet page failed with a TypeError; text in backlog reached the charts as a value.
+    path = damaged_copy(template, tmp_path, "text-in-numbers")
+    charts = {"Fleet": 2, "Device": 5, "FL rounds": 4, "Experiments": 4, "Datacenter": 5}
+    for page, at in _visit(monkeypatch, path):
+        errors = _errors(at)
+        if page == "Fleet":
+            (error,) = errors
+            assert error.startswith(f"{path}: 1 telemetry snapshot(s) of 'dev-002' hold a t_s that is not")
+            assert {m.label: m.value for m in at.metric}["devices"] == "3"
+        else:
+            assert errors == [], page
+        assert _charts(at) == charts[page], page
