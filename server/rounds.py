@@ -165,13 +165,15 @@ def run_rounds(grid: GridPort, cfg: FlConfig, evaluator: Evaluator | None = None
             summary = summarize_history(cfg, run.history, run.totals)
             _record(store, run.store_run, cfg.policy, summary)
             if cfg.results_file:
-                _write_json(Path(cfg.results_file), summary)
+                _write_json(Path(cfg.results_file), {**summary, "run_id": run.store_run})
 
         summary = summarize_history(cfg, run.history, run.totals)
         if not _record(store, run.store_run, cfg.policy, summary, status="ok") and cfg.results_file:
             log.error("the run's results are in %s", cfg.results_file)
         if cfg.results_file:
-            _write_json(Path(cfg.results_file), summary)
+            # The file also names the run store's run (null: not recorded), so a caller such as
+            # `dartfl fl sim --json` can point at it.
+            _write_json(Path(cfg.results_file), {**summary, "run_id": run.store_run})
         return summary
     except BaseException:
         _record(store, run.store_run, cfg.policy, None, status="failed")

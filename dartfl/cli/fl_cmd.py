@@ -69,7 +69,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     sim.add_argument("--seed", type=seed_arg, default=1, help="random seed of the run (default 1)")
     add_set_argument(sim, owned=_SIM_OWNED)
-    sim.add_argument("--json", action="store_true", help="print one JSON object {results: [...]}")
+    sim.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object {results: [...]}, one per policy, each with its run store run_id",
+    )
     add_store_arguments(sim)
     sim.add_argument("--plot-dir", type=Path, help="write per-task accuracy, SLO and harvest plots here")
     sim.add_argument("--timeout-s", type=float, default=900.0, help="limit per policy run (wall clock)")
@@ -187,6 +191,9 @@ def _sim(args: argparse.Namespace) -> int:
         print(json.dumps({"results": results}))
     else:
         print_fl_table(results)
+        if not args.no_store:
+            ids = [str(r["run_id"]) for r in results if r.get("run_id") is not None]
+            print(f"recorded as run{'s' * (len(ids) > 1)} {', '.join(ids)} in the run store")
     return 0
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from dartfl.store import RunStore
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +59,12 @@ def test_two_clients_two_rounds_end_to_end(tmp_path: Path) -> None:
         for key in ("mean_accuracy", "demand_weighted_accuracy", "slo_attainment", "harvest_efficiency"):
             assert 0.0 <= r[key] <= 1.5
         assert set(r["accuracy_per_task"]) == {"digits", "fashion", "uci-digits"}
-    assert store.is_file()
+    # Each policy's result names its run in the store, which holds that summary.
+    with RunStore(store, read_only=True) as runs:
+        for r in results:
+            stored = runs.results(r["run_id"])[r["policy"]]
+            assert stored["demand_weighted_accuracy"] == r["demand_weighted_accuracy"]
+    assert results[0]["run_id"] != results[1]["run_id"]
     deadline = time.monotonic() + 15  # killed processes may take a moment to exit
     while not _flower_pids() <= before and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -52,7 +53,8 @@ def test_rounds_aggregate_evaluate_and_record(tmp_path: Path) -> None:
         runs = s.list_runs(kind="fl")
         assert len(runs) == 1 and runs[0].status == "ok"
         assert s.results(runs[0].run_id)["dart"]["rounds"] == 2
-    assert (tmp_path / "r.json").is_file()
+    written = json.loads((tmp_path / "r.json").read_text())
+    assert written == {**summary, "run_id": runs[0].run_id}  # the file names the stored run
 
 
 def test_a_restarted_server_resumes_from_its_last_checkpoint(tmp_path: Path) -> None:
