@@ -16,9 +16,14 @@ import numpy as np
 
 from workloads._common import FloatArray, IntArray, check_horizon, require
 
-__all__ = ["mmpp_times", "pareto_onoff_times"]
+__all__ = ["MMPP_MAX_BURST", "mmpp_times", "pareto_onoff_times"]
 
 log = logging.getLogger(__name__)
+
+# Largest mmpp burst ratio. Past it the low state carries under a millionth of the requests, so
+# the process is an ON/OFF source (pareto-onoff models that); far past it the level x length
+# products overflow and the run draws nothing.
+MMPP_MAX_BURST = 1e6
 
 
 def mmpp_times(
@@ -37,7 +42,13 @@ def mmpp_times(
     stationary distribution, P(high) = high_s / (high_s + low_s).
     """
     check_horizon("mmpp", duration_s, rate_per_s)
-    require("mmpp", "burst", burst, burst >= 1, ">= 1 (high rate / low rate)")
+    require(
+        "mmpp",
+        "burst",
+        burst,
+        1 <= burst <= MMPP_MAX_BURST,
+        f"in [1, {MMPP_MAX_BURST:,.0f}] (high rate / low rate)",
+    )
     require("mmpp", "high-s", high_s, high_s > 0, "> 0 seconds")
     require("mmpp", "low-s", low_s, low_s > 0, "> 0 seconds")
     means = np.array([low_s, high_s])

@@ -12,7 +12,12 @@ import numpy as np
 
 from workloads._common import FloatArray, check_horizon, require
 
-__all__ = ["gamma_times", "poisson_times"]
+__all__ = ["GAMMA_CV_RANGE", "gamma_times", "poisson_times"]
+
+# The cv values gamma_times accepts. Below 0.001 the gaps differ by under 0.1%: a clock, not a
+# workload (and below ~1e-154, 1/cv^2 overflows). Above 100 the first gap alone averages
+# cv^2 / rate seconds (over 3 hours at 1 req/s), so a run mostly draws nothing or one burst.
+GAMMA_CV_RANGE = (1e-3, 100.0)
 
 
 def poisson_times(duration_s: float, rate_per_s: float, rng: np.random.Generator) -> FloatArray:
@@ -36,7 +41,8 @@ def gamma_times(
     long silences); cv = 1 is Poisson; cv < 1 is more regular than Poisson.
     """
     check_horizon("gamma", duration_s, rate_per_s)
-    require("gamma", "cv", cv, cv > 0, "> 0")
+    low, high = GAMMA_CV_RANGE
+    require("gamma", "cv", cv, low <= cv <= high, f"in [{low:g}, {high:g}]")
     shape = 1.0 / (cv * cv)
     scale = 1.0 / (rate_per_s * shape)
     # Stationary start: the interval covering t = 0 is length-biased, Gamma(k + 1), and time 0

@@ -26,7 +26,8 @@ class WorkloadSummary:
     Burstiness is measured on the counts in consecutive bins covering [0, duration_s) (the
     last one may be partial, as in the trace figures of shared/traces/README.md): the
     coefficient of variation (std / mean; Poisson at rate r gives 1 / sqrt(r x bin)) and the
-    peak-to-mean ratio of the 10-s counts. Undefined values (no request) are NaN.
+    peak-to-mean ratio of the 10-s counts. Undefined values (no request, or fewer than two
+    full bins of that width) are NaN.
     """
 
     requests: int
@@ -86,19 +87,24 @@ def summarize(arrivals: Arrivals) -> WorkloadSummary:
     """Counts, rate, per-task counts and burstiness of a workload."""
     per_s = binned_counts(arrivals, 1.0)[1].sum(axis=0)
     per_10s = binned_counts(arrivals, 10.0)[1].sum(axis=0)
-    mean_10s = float(per_10s.mean()) if per_10s.size else math.nan
+    cv_1s, _ = _burstiness(per_s, arrivals.duration_s >= 2.0)
+    cv_10s, peak_to_mean_10s = _burstiness(per_10s, arrivals.duration_s >= 20.0)
     return WorkloadSummary(
         requests=arrivals.num_requests,
         duration_s=float(arrivals.duration_s),
         mean_rate_per_s=arrivals.mean_rate_per_s(),
         task_counts=tuple(zip(arrivals.task_names, arrivals.counts_per_task().tolist(), strict=True)),
-        cv_1s=_cv(per_s),
-        cv_10s=_cv(per_10s),
-        peak_to_mean_10s=float(per_10s.max()) / mean_10s if mean_10s > 0 else math.nan,
+        cv_1s=cv_1s,
+        cv_10s=cv_10s,
+        peak_to_mean_10s=peak_to_mean_10s,
         max_per_s=int(per_s.max()) if per_s.size else 0,
     )
 
 
-def _cv(counts: IntArray) -> float:
+def _burstiness(counts: IntArray, two_full_bins: bool) -> tuple[float, float]:
+    """(CV, peak/mean) of the counts per bin; NaN without requests or without two full bins:
+    one bin has no spread, and its CV of 0 and peak/mean of 1 would pass for a steady trace."""
     mean = float(counts.mean()) if counts.size else 0.0
-    return float(counts.std()) / mean if mean > 0 else math.nan
+    if not (two_full_bins and mean > 0):
+        return math.nan, math.nan
+    return float(counts.std()) / mean, float(counts.max()) / mean

@@ -81,7 +81,7 @@ def _generate(args: argparse.Namespace) -> int:
         )
     write_time_task_csv(arrivals, args.output)
     print(
-        f"wrote {arrivals.num_requests:,} requests ({arrivals.mean_rate_per_s():.2f} req/s over "
+        f"wrote {arrivals.num_requests:,} requests ({_fmt_rate(_mean_rate(arrivals))} req/s over "
         f"{arrivals.duration_s:g} s, tasks {', '.join(arrivals.task_names)}) to {args.output}"
     )
     return 0
@@ -97,8 +97,7 @@ def _inspect(args: argparse.Namespace) -> int:
         summary = summarize(arrivals)
     except ConfigError as exc:  # a span too long to count: name the file it came from
         raise ConfigError(f"{args.file}: {exc}") from None
-    # Every request at one instant has no rate (and one in a sliver of a second overflows it).
-    rate = summary.mean_rate_per_s if summary.duration_s > 0 else math.nan
+    rate = _mean_rate(arrivals)
     if args.json:
         record = {"file": str(args.file), "format": detect_format(args.file), **summary.to_dict()}
         record["mean_rate_per_s"] = rate
@@ -113,7 +112,7 @@ def _inspect(args: argparse.Namespace) -> int:
     table.add_column("value", justify="right")
     table.add_row("requests", f"{summary.requests:,}")
     table.add_row("duration", f"{summary.duration_s:.1f} s")
-    table.add_row("mean rate", f"{_fmt(rate)} req/s")
+    table.add_row("mean rate", f"{_fmt_rate(rate)} req/s")
     for name, count in summary.task_counts:
         share = count / summary.requests if summary.requests else 0.0
         table.add_row(f"task {name}", f"{count:,} ({share:.1%})")
@@ -157,7 +156,7 @@ def _plot(args: argparse.Namespace) -> int:
     ax.set_xlabel("time (s)")
     ax.set_ylabel(f"requests/s ({args.bin_s:g}-s bins)")
     ax.set_title(
-        f"{args.file.name}: {arrivals.num_requests:,} requests, mean {arrivals.mean_rate_per_s():.2f} req/s"
+        f"{args.file.name}: {arrivals.num_requests:,} requests, mean {_fmt_rate(_mean_rate(arrivals))} req/s"
     )
     ax.set_xlim(0, edges[-1])
     ax.legend(title="task", loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -176,3 +175,16 @@ def _plot(args: argparse.Namespace) -> int:
 
 def _fmt(value: float) -> str:
     return f"{value:.3f}" if math.isfinite(value) else "-"
+
+
+def _mean_rate(arrivals: Arrivals) -> float:
+    """Requests/s; NaN where every request is at one instant (no duration, so no rate)."""
+    return arrivals.mean_rate_per_s() if arrivals.duration_s > 0 else math.nan
+
+
+def _fmt_rate(rate: float) -> str:
+    """A rate in a few digits, "-" for none (NaN, or infinite for requests in a sliver of a
+    second): fixed point gave requests 1e-300 s apart a 300-digit rate."""
+    if not math.isfinite(rate):
+        return "-"
+    return f"{rate:.2f}" if 0.01 <= rate < 1e6 else f"{rate:.3g}"

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -65,7 +66,18 @@ def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
         (["workload", "generate", "mmpp", "--param", "burst"], "--param must look like KEY=VALUE"),
         (
             ["workload", "generate", "gamma", "--param", "cv=-1"],
-            "gamma parameter cv (--param cv=...) must be > 0",
+            "gamma parameter cv (--param cv=...) must be in [0.001, 100], got -1.0",
+        ),
+        # 1/cv^2 was a ZeroDivisionError traceback.
+        (
+            ["workload", "generate", "gamma", "--param", "cv=1e-300", "--duration-s", "60"],
+            "gamma parameter cv (--param cv=...) must be in [0.001, 100], got 1e-300",
+        ),
+        # These drew nothing and blamed --rate and --duration-s.
+        (["workload", "generate", "gamma", "--param", "cv=1e10"], "gamma parameter cv (--param cv=...)"),
+        (
+            ["workload", "generate", "mmpp", "--param", "burst=1e308"],
+            "mmpp parameter burst (--param burst=...) must be in [1, 1,000,000] (high rate / low rate)",
         ),
         (
             ["workload", "generate", "poisson", "--rate", "0"],
@@ -158,6 +170,82 @@ def test_bad_trace_file_exits_2_with_file_and_line(
     assert main(["workload", *action, str(bad), *extra]) == 2
     line = _one_line_error(capsys.readouterr().err)
     assert f"{bad}{problem}" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["workload", "inspect", "{trace}"],
+        ["sim", "--profile", "pi4", "--trace", "{trace}", "--no-store"],
+        ["workload", "generate", "mmpp", "--param", "burst=1e308", "-o", "{out}"],
+    ],
+)
+def test_overflowing_numbers_exit_2_with_one_line_and_no_warning(tmp_path: Path, argv: list[str]) -> None:
+    # In a subprocess: the int64 counts segfaulted (exit 139), and numpy's overflow warnings go
+    # to stderr only outside pytest, which captures them.
+    trace = tmp_path / "af.csv"
+    big = "9223372036854775807"
+    trace.write_text(f"HashOwner,HashApp,HashFunction,Trigger,1,2,3\no,a,f,http,{big},{big},3\n")
+    args = [a.format(trace=trace, out=tmp_path / "w.csv") for a in argv]
+    code = f"import sys; from dartfl.cli.main import main; sys.exit(main({args!r}))"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    line = _one_line_error(proc.stderr)
+    if "generate" not in argv:
+        assert f"{trace}:2: minute 1: count 9,223,372,036,854,775,807 is more than the 50,000,000" in line
+
+
+def test_inspect_gives_no_burstiness_without_two_full_bins(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # One 10-s bin printed a CV of 0.000 and a peak/mean of 1.000: a perfectly steady trace.
+    path = tmp_path / "t.csv"
+    path.write_text("time_s,task\n1,a\n3,a\n")
+    assert main(["workload", "inspect", str(path)]) == 0
+    rows = {
+        r.split("│")[1].strip(): r.split("│")[2].strip()
+        for r in capsys.readouterr().out.splitlines()
+        if "│" in r
+    }
+    assert rows["CV of 10-s counts"] == rows["peak/mean of 10-s counts"] == "-"
+    assert rows["CV of 1-s counts"] == "0.707"  # three 1-s bins: defined
+    assert main(["workload", "inspect", str(path), "--json"]) == 0
+    record = json.loads(capsys.readouterr().out)
+    assert record["cv_10s"] is None and record["peak_to_mean_10s"] is None
+    assert record["cv_1s"] == pytest.approx(0.5**0.5)
+
+
+@pytest.mark.parametrize(
+    ("times", "rate"),
+    [
+        (["1e-300", "2e-300"], "1e+300"),  # a 300-digit rate in fixed point
+        (["0", "0"], "-"),  # no duration: "0.00 req/s" claimed a rate
+        (["0.5", "2"], "1.00"),
+    ],
+)
+def test_plot_title_and_inspect_give_a_compact_mean_rate(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    times: list[str],
+    rate: str,
+) -> None:
+    from matplotlib.axes import Axes
+
+    titles: list[str] = []
+    set_title = Axes.set_title
+
+    def record_title(ax: Axes, text: str, *args: Any, **kwargs: Any) -> Any:
+        titles.append(text)
+        return set_title(ax, text, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "set_title", record_title)
+    path = tmp_path / "t.csv"
+    path.write_text("time_s,task\n" + "".join(f"{t},a\n" for t in times))
+    assert main(["workload", "plot", str(path), "-o", str(tmp_path / "p.png")]) == 0
+    assert titles == [f"t.csv: 2 requests, mean {rate} req/s"]
+    assert main(["workload", "inspect", str(path)]) == 0
+    assert f" {rate} req/s │" in capsys.readouterr().out
 
 
 def test_missing_trace_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dartfl.errors import ConfigError
+from dartfl.errors import ConfigError, TraceFormatError
+from workloads.traces import azure_functions
 from workloads.traces.azure_functions import read_azure_functions_csv
 
 WriteFile = Callable[[str, str], Path]
@@ -88,7 +89,14 @@ BAD_FILES = [
     (HEADER + "o,a,f,http,1,2,3,4\no,a,g,http,1,x,3,4\n", 3, "minute 2: count 'x' is not a whole number"),
     (HEADER + "o,a,f,http,1,2,3.5,4\n", 2, "minute 3: count '3.5'"),
     (HEADER + "o,a,f,http,1,2,3,-4\n", 2, "minute 4: count must be >= 0"),
-    (HEADER + "o,a,f,http,1,2,3,99999999999999999999\n", 2, "minute 4"),
+    (
+        HEADER + "o,a,f,http,1,2,3,99999999999999999999\n",
+        2,
+        "minute 4: count 99,999,999,999,999,999,999 is more",
+    ),
+    # Past the in-memory limit per cell: the int64 sums wrapped, np.repeat crashed (segfault).
+    (HEADER + "o,a,f,http,1,2,3,50000001\n", 2, "minute 4: count 50,000,001 is more than the 50,000,000"),
+    (HEADER + "o,a,f,http,5000000000000000000,5000000000000000000,0,0\n", 2, "minute 1: count 5,000,"),
     (HEADER, None, "no functions after the header"),
     (HEADER + "o,a,f,http,0,0,0,0\n", None, "no invocations"),
 ]
@@ -99,3 +107,28 @@ def test_bad_file_names_the_line_and_problem(
     refuses_file: RefusesFile, text: str, line: int | None, problem: str
 ) -> None:
     refuses_file(read_azure_functions_csv, text, line, problem)
+
+
+@pytest.mark.parametrize(
+    ("mapping", "tasks", "line", "problem"),
+    [
+        # "hash" keeps every function: refused at the row that crosses the limit, before int64 sums.
+        ("hash", ["t"], 3, "12 invocations up to this line is more than the 10 this tool holds"),
+        ("top", ["t", "u"], None, "12 invocations in the top 2 functions is more than the 10"),
+    ],
+)
+def test_more_invocations_than_fit_in_memory_are_refused(
+    write_file: WriteFile,
+    monkeypatch: pytest.MonkeyPatch,
+    mapping: str,
+    tasks: list[str],
+    line: int | None,
+    problem: str,
+) -> None:
+    monkeypatch.setattr(azure_functions, "MAX_REQUESTS", 10)
+    path = write_file("fn.csv", HEADER + "o,a,f,http,4,4,0,0\no,a,g,http,0,0,4,0\n")
+    with pytest.raises(TraceFormatError, match=problem) as err:
+        read_azure_functions_csv(path, tasks, mapping=mapping)
+    assert err.value.line == line
+    # "top" drops the functions past the K tasks: their invocations do not count.
+    assert read_azure_functions_csv(path, ["t"]).num_requests == 8

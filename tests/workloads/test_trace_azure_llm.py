@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from dartfl.errors import ConfigError
-from workloads.traces.azure_llm import read_azure_llm_csv, read_azure_llm_requests
+from workloads.traces.azure_llm import MAX_TOKENS, read_azure_llm_csv, read_azure_llm_requests
 from workloads.traces.load import bundled_azure_conv
 
 WriteFile = Callable[[str, str], Path]
@@ -75,6 +75,13 @@ BAD_FILES = [
     (HEADER + "2023-11-16 18:15:46,many,44\n", 2, "ContextTokens 'many' is not a whole number"),
     (HEADER + "2023-11-16 18:15:46,3,-4\n", 2, "GeneratedTokens must be >= 0"),
     (HEADER + "2023-11-16 18:15:46,3.5,4\n", 2, "ContextTokens '3.5'"),
+    # Past int64 this was an OverflowError traceback once the rows were read.
+    (
+        HEADER + "2023-11-16 18:15:46.6805900,374,99999999999999999999\n",
+        2,
+        "GeneratedTokens 99999999999999999999 is too large: a request has at most 1,000,000,000 tokens",
+    ),
+    (HEADER + "2023-11-16 18:15:46,1000000001,4\n", 2, "ContextTokens 1000000001 is too large"),
 ]
 
 
@@ -117,3 +124,8 @@ def test_bundled_trace_carries_its_cc_by_attribution() -> None:
     readme = resources.files("workloads.data").joinpath("README.md").read_text(encoding="utf-8")
     for fact in ("CC-BY 4.0", "Splitwise", "ISCA 2024", "Azure/AzurePublicDataset", "Pratyush Patel"):
         assert fact in readme
+
+
+def test_the_token_bound_itself_is_accepted(write_file: WriteFile) -> None:
+    path = write_file("llm.csv", HEADER + f"2023-11-16 18:15:46,{MAX_TOKENS},{MAX_TOKENS}\n")
+    assert read_azure_llm_requests(path).generated_tokens.tolist() == [MAX_TOKENS]

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
 from dartfl.errors import ConfigError
+from workloads.modulated import MMPP_MAX_BURST
 from workloads.registry import GENERATOR_NAMES, generate_times
+from workloads.renewal import GAMMA_CV_RANGE
 
 
 def per_second_cv(times: np.ndarray, duration_s: float) -> float:
@@ -157,6 +161,9 @@ BAD_PARAMS = [
     ("mmpp", {"high-s": 0.0}, "high-s"),
     ("mmpp", {"low-s": -1.0}, "low-s"),
     ("gamma", {"cv": 0.0}, "cv"),
+    ("gamma", {"cv": 1e-300}, "cv"),  # 1/cv^2 divided by zero
+    ("gamma", {"cv": 1e10}, "cv"),  # drew nothing, blaming --rate and --duration-s
+    ("mmpp", {"burst": 1e308}, "burst"),  # overflowed (a numpy warning) and drew nothing
     ("pareto-onoff", {"alpha": 1.0}, "alpha"),
     ("pareto-onoff", {"on-s": 0.0}, "on-s"),
     ("pareto-onoff", {"off-frac": 1.5}, "off-frac"),
@@ -235,3 +242,12 @@ def test_hawkes_near_criticality_refuses_a_burn_in_it_cannot_hold() -> None:
     with pytest.raises(ConfigError, match="burn-in"):
         hawkes_times(10.0, 1000.0, np.random.default_rng(0), branching=0.99999)
     assert hawkes_times(10.0, 50.0, np.random.default_rng(0), branching=0.9).size > 0
+
+
+def test_the_ends_of_the_gamma_cv_and_mmpp_burst_ranges_still_generate() -> None:
+    low, high = GAMMA_CV_RANGE
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow warnings at the bounds either
+        assert _times("gamma", 600.0, 50.0, cv=low).size == pytest.approx(30_000, rel=0.01)
+        assert _times("gamma", 600.0, 50.0, cv=high).size > 0
+        assert _times("mmpp", 600.0, 50.0, burst=MMPP_MAX_BURST).size == pytest.approx(30_000, rel=0.1)

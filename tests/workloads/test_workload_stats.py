@@ -82,3 +82,14 @@ def test_empty_workload_has_undefined_burstiness_as_none_in_json() -> None:
     record = s.to_dict()
     assert record["cv_1s"] is None and record["peak_to_mean_10s"] is None
     assert record["task_counts"] == {"a": 0}
+
+
+@pytest.mark.parametrize(("duration_s", "defined_10s"), [(19.9, False), (20.0, True)])
+def test_burstiness_needs_two_full_bins(duration_s: float, defined_10s: bool) -> None:
+    # One 10-s bin gave a CV of 0 and a peak/mean of 1, as if the trace were perfectly steady.
+    arrivals = Arrivals(np.array([0.5, 1.5, 2.5]), np.zeros(3, dtype=np.int64), ("a",), duration_s)
+    s = summarize(arrivals)
+    assert not math.isnan(s.cv_1s)
+    assert math.isnan(s.cv_10s) == math.isnan(s.peak_to_mean_10s) == (not defined_10s)
+    short = summarize(Arrivals(np.array([0.5]), np.zeros(1, dtype=np.int64), ("a",), 1.9))
+    assert math.isnan(short.cv_1s) and short.max_per_s == 1

@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 FUNCTIONS_KEY_COLUMNS: tuple[str, ...] = ("HashOwner", "HashApp", "HashFunction", "Trigger")
 FUNCTION_MAPPINGS: tuple[str, ...] = ("top", "hash")
 MINUTE_S = 60.0
+_CUT = "cut the file to fewer minutes or functions"
 
 # Sparse per-minute counts of one function: (minute indices, counts), one part per row.
 _Parts = list[tuple[IntArray, IntArray]]
@@ -68,6 +69,7 @@ def read_azure_functions_csv(
     per_function: dict[str, tuple[int, _Parts]] = {}  # "top" mapping: total and sparse counts
     width = len(FUNCTIONS_KEY_COLUMNS) + minutes
     functions = 0
+    kept = 0  # "hash" mapping: invocations so far, a Python int so it cannot wrap
     for line, fields in it:
         functions += 1
         if len(fields) != width:
@@ -77,6 +79,9 @@ def read_azure_functions_csv(
         counts = _parse_counts(path, line, fields[len(FUNCTIONS_KEY_COLUMNS) :])
         key = "|".join(fields[:3])
         if mapping == "hash":
+            # Checked before adding: int64 counts past the limit could wrap and crash the spread.
+            kept += int(counts.sum())
+            _check_total(path, line, kept, "up to this line", _CUT)
             per_task[zlib.crc32(key.encode()) % k] += counts
         else:
             total, parts = per_function.get(key, (0, []))
@@ -109,32 +114,59 @@ def _check_header(path: Path, line: int, fields: list[str]) -> int:
 
 
 def _parse_counts(path: Path, line: int, texts: list[str]) -> IntArray:
+    """The row's per-minute counts, each a whole number in [0, MAX_REQUESTS].
+
+    The per-cell bound keeps a row's int64 sum far from wrapping around; totals over rows are
+    checked as Python ints.
+    """
+    counts: IntArray | None
     try:
         counts = np.array(texts, dtype=np.int64)
     except (ValueError, OverflowError):
-        bad = next(i for i, t in enumerate(texts) if not _is_count(t))
-        raise TraceFormatError(
-            str(path), line, f"minute {bad + 1}: count {texts[bad]!r} is not a whole number"
-        ) from None
-    if counts.size and counts.min() < 0:
-        bad = int(np.argmax(counts < 0))
-        raise TraceFormatError(str(path), line, f"minute {bad + 1}: count must be >= 0, got {counts[bad]}")
+        counts = None
+    if counts is None or (counts.size and (counts.min() < 0 or counts.max() > MAX_REQUESTS)):
+        # Rare: parse again one by one to name the first bad minute.
+        counts = np.array([_parse_count(path, line, m, t) for m, t in enumerate(texts, 1)], dtype=np.int64)
     return counts
 
 
-def _is_count(text: str) -> bool:
-    """Whether text is a whole number that fits the int64 counts."""
+def _parse_count(path: Path, line: int, minute: int, text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        return False
-    return -(2**63) <= value < 2**63
+        raise TraceFormatError(
+            str(path), line, f"minute {minute}: count {text!r} is not a whole number"
+        ) from None
+    if value < 0:
+        raise TraceFormatError(str(path), line, f"minute {minute}: count must be >= 0, got {value}")
+    if value > MAX_REQUESTS:
+        raise TraceFormatError(
+            str(path),
+            line,
+            f"minute {minute}: count {value:,} is more than the {MAX_REQUESTS:,} invocations this tool "
+            "holds in memory; check the minute columns hold invocation counts",
+        )
+    return value
+
+
+def _check_total(path: Path, line: int | None, total: int, which: str, fix: str) -> None:
+    """Refuse more invocations than fit in memory; `which` says which ones were counted."""
+    if total > MAX_REQUESTS:
+        raise TraceFormatError(
+            str(path),
+            line,
+            f"{total:,} invocations {which} is more than the {MAX_REQUESTS:,} this tool holds "
+            f"in memory; {fix}",
+        )
 
 
 def _top_functions(path: Path, per_function: dict[str, tuple[int, _Parts]], k: int, minutes: int) -> IntArray:
     """Dense per-minute counts of the k most invoked functions, most invoked first."""
     # Ties broken by the key so the choice is deterministic whatever the row order.
     ranked = sorted(per_function.items(), key=lambda item: (-item[1][0], item[0]))
+    # The totals are Python ints: checked before the int64 sums below can wrap.
+    kept = sum(total for _, (total, _) in ranked[:k])
+    _check_total(path, None, kept, f"in the top {k} functions", f"use fewer tasks or {_CUT}")
     per_task = np.zeros((k, minutes), dtype=np.int64)
     for task, (_, (_, parts)) in enumerate(ranked[:k]):
         for index, counts in parts:
@@ -153,16 +185,8 @@ def _top_functions(path: Path, per_function: dict[str, tuple[int, _Parts]], k: i
 
 def _spread(path: Path, per_task: IntArray, names: tuple[str, ...], rng: np.random.Generator) -> Arrivals:
     """Arrivals uniform within each minute; the horizon is the trace's whole span of minutes."""
-    total = int(per_task.sum())
-    if total == 0:
+    if not per_task.any():
         raise TraceFormatError(str(path), None, "the selected functions have no invocations")
-    if total > MAX_REQUESTS:
-        raise TraceFormatError(
-            str(path),
-            None,
-            f"{total:,} invocations is more than the {MAX_REQUESTS:,} this tool holds in memory; "
-            "use fewer tasks or cut the file to fewer minutes or functions",
-        )
     minutes = np.arange(per_task.shape[1], dtype=np.float64)
     times = np.concatenate([np.repeat(minutes, row) for row in per_task])
     times = (times + rng.random(times.size)) * MINUTE_S

@@ -22,11 +22,14 @@ from dartfl.errors import TraceFormatError
 from workloads._common import FloatArray, IntArray
 from workloads.traces._io import DEFAULT_TASK_NAMES, check_task_names, finish, header_problem, rows
 
-__all__ = ["AZURE_LLM_HEADER", "LLMRequests", "read_azure_llm_csv", "read_azure_llm_requests"]
+__all__ = ["AZURE_LLM_HEADER", "MAX_TOKENS", "LLMRequests", "read_azure_llm_csv", "read_azure_llm_requests"]
 
 log = logging.getLogger(__name__)
 
 AZURE_LLM_HEADER: tuple[str, str, str] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+# Most tokens one request may read or write. Context windows are at most about 10 M tokens
+# (2025), so a larger count is a corrupt field; the bound also keeps counts in int64.
+MAX_TOKENS = 10**9
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?")
 
 
@@ -125,4 +128,11 @@ def _parse_count(path: Path, line: int, text: str, column: str) -> int:
         raise TraceFormatError(str(path), line, f"{column} {text!r} is not a whole number") from None
     if value < 0:
         raise TraceFormatError(str(path), line, f"{column} must be >= 0, got {value}")
+    if value > MAX_TOKENS:
+        raise TraceFormatError(
+            str(path),
+            line,
+            f"{column} {value} is too large: a request has at most {MAX_TOKENS:,} tokens; "
+            "check the column holds token counts",
+        )
     return value
