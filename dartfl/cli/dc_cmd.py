@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from dartfl.cli.output_paths import plot_path as checked_plot_path
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError
-from dartfl.registry import distinct
+from dartfl.registry import Registry, distinct
 
 __all__ = ["CONTRACT_KEYS", "MODEL_SIZE_NAMES", "plot_dc", "register"]
 
@@ -109,7 +110,10 @@ def register(sub: Any) -> None:
         help="how new weights reach the engines (default interrupt)",
     )
     g.add_argument(
-        "--switch-cost-s", type=float, help="dead time of a GPU changing role (default: by model size)"
+        "--switch-cost-s",
+        type=float,
+        help="dead time of a GPU changing role, 0 to 3600 s (default: by model size); not used by "
+        "sync, whose offload/onload between phases is a fixed 3 s",
     )
     g.add_argument(
         "--period-s", type=float, default=10.0, help="allocator control period, >= 0.1 s (default 10 s)"
@@ -157,7 +161,11 @@ def _add_run_arguments(parser: argparse.ArgumentParser, steps: int, steps_help: 
 
 
 def _add_plot_arguments(parser: argparse.ArgumentParser, default: str, shows: str) -> None:
-    parser.add_argument("--plot", type=Path, help=f"PNG of {shows} over time (default: {default})")
+    parser.add_argument(
+        "--plot",
+        type=Path,
+        help=f"PNG of {shows} over time (default: {default}; with --json, none unless given)",
+    )
     parser.add_argument("--no-plot", action="store_true", help="do not write a PNG")
     parser.set_defaults(default_plot=Path(default))
 
@@ -224,9 +232,13 @@ def _lengths(args: argparse.Namespace, values: dict[str, Any]) -> Any:
 
 def _config(args: argparse.Namespace, prompt_tokens: int) -> Any:
     from dartfl.datacenter import DcConfig, model_spec
+    from dartfl.datacenter.model import MAX_SWITCH_S
 
-    if args.switch_cost_s is not None and not args.switch_cost_s >= 0:
-        raise ConfigError(f"--switch-cost-s must be >= 0, got {args.switch_cost_s}")
+    if args.switch_cost_s is not None and not 0 <= args.switch_cost_s <= MAX_SWITCH_S:
+        raise ConfigError(
+            f"--switch-cost-s must be a number of seconds from 0 to {MAX_SWITCH_S:g} (published role "
+            f"switches take seconds), got {args.switch_cost_s}"
+        )
     model = model_spec(args.model_size, switch_s=args.switch_cost_s)
     return DcConfig(
         gpus=args.gpus,
@@ -245,14 +257,17 @@ def run_sim(args: argparse.Namespace) -> int:
     import numpy as np
 
     from dartfl.datacenter import make_dc_policy, simulate
+    from dartfl.datacenter.engine import check_fits
+    from dartfl.datacenter.policies import DC_POLICIES
     from dartfl.datacenter.sweep import sweep_static
     from dartfl.store import to_jsonable
 
     lengths, prompt_tokens = _workload(args)
     config = _config(args, prompt_tokens)
-    plot_path = checked_plot_path(args, args.default_plot)
-    specs = distinct(args.policies or DEFAULT_POLICIES)
+    check_fits(config, lengths)
+    specs = _distinct_specs(args.policies or DEFAULT_POLICIES, DC_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
+    plot_path = _checked_outputs(args)
     started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
     sweep: list[tuple[float, float]] = []
@@ -261,34 +276,92 @@ def run_sim(args: argparse.Namespace) -> int:
         if best.policy not in {r.policy for r in runs}:
             runs.append(best)
     summaries = [to_jsonable(r.summary()) for r in runs]
-    run_id = None
-    if not args.no_store:
-        run_id = _record(args, runs, summaries, sweep, started_s=started_s)
-    if plot_path:
+    if plot_path:  # written before the run is recorded: a run in the store had all its outputs
         what = f", {args.workload}" if args.workload else ""
         title = f"{args.gpus} GPUs, {config.model.name}{what}, {args.steps} steps, eta {args.eta}"
-        plot_dc(runs, plot_path, title=title)
+        _write_plot(runs, plot_path, title=title)
+    run_id = None if args.no_store else _record(args, runs, summaries, sweep, started_s=started_s)
     extra = {"static_sweep": [{"fraction": f, "samples_per_s": v} for f, v in sweep]} if sweep else {}
     return _report(args, summaries, run_id, plot_path, extra)
 
 
 def run_real(args: argparse.Namespace) -> int:
     import ray_engine
+    from dartfl.datacenter.policies import RAY_POLICIES
     from dartfl.store import to_jsonable
 
-    specs = distinct(args.policies or ["sync", "dart"])
+    specs = _distinct_specs(args.policies or ["sync", "dart"], RAY_POLICIES)
     cfg = ray_engine.RayRunConfig(
         workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed, task=args.task
     )
-    plot_path = checked_plot_path(args, args.default_plot)
+    plot_path = _checked_outputs(args)
     started_s = time.time()
     runs = ray_engine.run_ray(cfg, specs)
     summaries = [to_jsonable(r.summary()) for r in runs]
-    run_id = None if args.no_store else _record(args, runs, summaries, [], started_s=started_s)
-    if plot_path:
+    if plot_path:  # before the record, as in run_sim
         title = f"Ray engine, {cfg.task} task, {cfg.workers} workers, eta {cfg.eta}, seed {cfg.seed}"
-        plot_dc(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
+        _write_plot(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
+    run_id = None if args.no_store else _record(args, runs, summaries, [], started_s=started_s)
     return _report(args, summaries, run_id, plot_path)
+
+
+def _distinct_specs(specs: Iterable[str], registry: Registry[Any]) -> list[str]:
+    """`distinct`, and also refusing two spellings of one policy (`static:0.5`, `static:0.50`):
+    the same knob values would simulate the same run twice, under two names."""
+    out = distinct(specs)
+    seen: dict[tuple[str, tuple[tuple[str, Any], ...]], str] = {}
+    for spec in out:
+        entry, values = registry.parse(spec)
+        key = (entry.name, tuple(sorted(values.items())))
+        if key in seen:
+            raise ConfigError(
+                f"policy {spec.strip()!r} sets the same knobs as {seen[key]!r}, so it is given twice; "
+                "give each --policy once"
+            )
+        seen[key] = spec.strip()
+    return out
+
+
+def _checked_outputs(args: argparse.Namespace) -> Path | None:
+    """The plot path and the run store, checked before any work (dartfl/cli/output_paths.py):
+    the commands simulate or run first and write last, so a bad output found then would
+    throw the run away. Returns the plot path (None: no plot)."""
+    path = checked_plot_path(args, args.default_plot)
+    if path is not None:
+        _probe_folder(path)
+    if not args.no_store:
+        from dartfl.cli.recording import check_store
+
+        check_store(args.store)
+    return path
+
+
+def _probe_folder(path: Path) -> None:
+    """Create (and at once delete) a file where the plot goes: the permission bits that
+    `check_image_path` reads do not tell, e.g. for root, or under /proc, where any write fails."""
+    import tempfile
+
+    folder = path.parent.absolute()
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent  # the writer makes the folders in between; the first that exists
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"--plot {path}: cannot write into {folder} ({exc.strerror or exc}); pick a writable directory"
+        ) from None
+
+
+def _write_plot(runs: list[Any], path: Path, **kwargs: Any) -> None:
+    """`plot_dc`, with a failed write (disk full, folder gone since the check) as one line."""
+    try:
+        plot_dc(runs, path, **kwargs)
+    except OSError as exc:
+        raise ConfigError(
+            f"--plot {path}: cannot write the plot ({exc.strerror or exc}); pick a writable directory, "
+            "or --no-plot"
+        ) from None
 
 
 def _report(

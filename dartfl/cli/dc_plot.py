@@ -119,9 +119,11 @@ def plot_dc(
             frameon=False,
             bbox_to_anchor=(0.5, 0.955),
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    try:  # a failed write (the caller reports it) must not leave the figure open
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=90)
+    finally:
+        plt.close(fig)
     return path
 
 

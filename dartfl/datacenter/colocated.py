@@ -30,6 +30,8 @@ def run_colocated(sim: Simulation) -> None:
             if take > 0:
                 engine.start_groups(take, step, progress, sim.now)
                 left -= take
+            elif not engine.pool.inflight_groups and not engine.pool.waiting:
+                raise sim.stalled()  # nothing runs and nothing can start: it would tick forever
             sim.advance(c.tick_s)
         run.rollout_phase_s += sim.now - start
         # 2. Switch to training: offload the engines, load the optimizer (dead time).

@@ -21,8 +21,51 @@ from dartfl.datacenter.roles import GpuRoles
 from dartfl.datacenter.rollout import RolloutPool
 from dartfl.datacenter.types import QUANTILE_LEVELS, DcConfig
 from dartfl.datacenter.workload import AgenticWorkload, Workload
+from dartfl.errors import ConfigError
 
-__all__ = ["EpisodeStats", "RolloutEngine", "SingleTurnPool"]
+__all__ = ["EpisodeStats", "RolloutEngine", "SingleTurnPool", "check_fits"]
+
+
+def check_fits(config: DcConfig, workload: Workload) -> None:
+    """Refuse, before any run, token lengths and groups the rollout engines cannot hold.
+
+    1. A sequence (prompt plus the longest response) must fit the KV cache of one engine, the
+       most memory any sequence can have (agentic episodes are cut at their context window,
+       so only their prompt is checked). A longer one is no model of a real engine, and the
+       pool's ring (rollout.py) would be sized by it: a 10^11-token cap asked numpy for 93 GiB.
+    2. A group's samples are admitted together, so one group must fit in the slots of every
+       GPU rolling out at the context `RolloutEngine.slots` starts from (the prompt plus half
+       the median response; agentic: the prompt and half again). If it does not, nothing is
+       ever admitted and the run stalls under every policy; a group that fits there is not
+       refused, even if it must wait for room later in a run (the stall guard's case).
+    """
+    m, prompt = config.model, config.prompt_tokens
+    engine_kv = f"the {m.kv_tokens_per_engine:,}-token KV cache of one {m.name} rollout engine"
+    if prompt > m.kv_tokens_per_engine:
+        raise ConfigError(
+            f"--prompt-tokens {prompt:,} does not fit {engine_kv}; lower --prompt-tokens "
+            "(or pick a --model-size with more KV cache per engine)"
+        )
+    if isinstance(workload, AgenticWorkload):
+        context = 1.5 * prompt
+    else:
+        longest = prompt + workload.max_tokens
+        if longest > m.kv_tokens_per_engine:
+            raise ConfigError(
+                f"--max-tokens {workload.max_tokens:,}: a sequence of up to {longest:,} tokens "
+                f"(with --prompt-tokens {prompt:,}) does not fit {engine_kv}; lower --max-tokens or "
+                "--prompt-tokens (or pick a --model-size with more KV cache per engine)"
+            )
+        context = prompt + 0.5 * workload.median(0.0)
+    engines = config.gpus // m.tp
+    slots = engines * m.engine_slots(context)
+    if config.group_size > slots:
+        raise ConfigError(
+            f"--group-size {config.group_size:,}: a group's samples start together, but even with all "
+            f"{config.gpus:,} GPUs rolling out, their {engines:,} engines hold at most {slots:,} {m.name} "
+            f"sequences of {context:,.0f} tokens; lower --group-size, --prompt-tokens or --median-tokens, "
+            "or add --gpus"
+        )
 
 
 class EpisodeStats:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from dartfl.errors import ConfigError
 
-__all__ = ["MODEL_SIZES", "ModelSpec", "model_spec", "weight_sync_range_s"]
+__all__ = ["MAX_SWITCH_S", "MODEL_SIZES", "ModelSpec", "model_spec", "weight_sync_range_s"]
 
 GPU_MEM_B = 80e9
 GPU_HBM_B_PER_S = 3.35e12
@@ -24,6 +24,11 @@ MEM_BW_EFFICIENCY = 0.7  # share of peak HBM bandwidth a decode step achieves
 DECODE_OVERHEAD_S = 0.002  # kernel launches, sampling, scheduler: per decode step
 TRAIN_MFU = 0.35  # model FLOP utilisation of an FSDP trainer on long sequences
 PREFILL_MFU = 0.5
+# The longest role switch a run may set (--switch-cost-s), seconds. Published switches take
+# seconds (verl: 9.1 s to lend a replica, 3.3 s to take it back; the default here is 6-17 s):
+# an hour is far beyond any of them, and a longer dead time only makes the simulator tick
+# through it second by second (1e7 s ran for minutes, 1e300 s never ended).
+MAX_SWITCH_S = 3600.0
 
 # verl fully-async weight-sync times (s): low and high of the published range per model size.
 SYNC_ANCHORS: tuple[tuple[float, float, float], ...] = (
@@ -79,6 +84,10 @@ class ModelSpec:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise ConfigError(f"model {self.name}: {name} must be a finite number >= 0, got {value}")
+        if self.switch_s > MAX_SWITCH_S:
+            raise ConfigError(
+                f"model {self.name}: switch_s must be <= {MAX_SWITCH_S:g} s, got {self.switch_s}"
+            )
         if self.kv_tokens_per_engine < 1 or self.max_seqs_per_engine < 1:
             raise ConfigError(f"model {self.name}: the KV cache leaves no room for a sequence")
 

@@ -27,9 +27,24 @@ from dartfl.datacenter.roles import GpuRoles
 from dartfl.datacenter.trainer import Trainer
 from dartfl.datacenter.types import DcConfig, DcObservation
 from dartfl.datacenter.workload import AgenticWorkload, Workload
-from dartfl.errors import DartflError
+from dartfl.errors import ConfigError, DartflError
 
-__all__ = ["DcRun", "Simulation", "simulate"]
+__all__ = ["MAX_PERIODS", "MAX_SPAN_S", "DcRun", "Simulation", "simulate"]
+
+# Limits that make every run end, and in bounded memory, whatever its inputs: time is
+# simulated in steps of at most `tick_s` (1 s), so the loop's cost grows with the simulated
+# span, and the series keeps one row per control period (about 0.3 KB, per policy).
+# The documented scale target, 1,024 GPUs x 1,000 steps, spans 33,000 s: 3,300 periods of
+# 10 s, 330,000 of the shortest, 0.1 s. 1e7 s (116 days of training) is 300 times that span
+# and some 15 minutes of simulating; a million periods keep about 0.3 GB per policy. Past
+# either, the inputs are mistyped (a role switch of days, a step of hours), not a study.
+MAX_SPAN_S = 1e7
+MAX_PERIODS = 1_000_000
+# What makes a run long, for the errors of both limits.
+_SHORTEN = (
+    "lower --steps, --switch-cost-s, --group-size, --batch-prompts or the token lengths "
+    "(--median-tokens, --max-tokens, --prompt-tokens), or add --gpus"
+)
 
 
 def simulate(config: DcConfig, policy: DcPolicy, workload: Workload, rng: np.random.Generator) -> DcRun:
@@ -106,9 +121,21 @@ class Simulation:
             self.advance(horizon - self.now)
             guard = guard + 1 if self._stuck() else 0
             if guard > 10_000:
-                raise DartflError(
-                    f"{self.policy.name}: the run stalled at t={self.now:.0f} s (no progress possible)"
-                )
+                raise self.stalled()
+
+    def _too_long(self, what: str, fix: str = _SHORTEN) -> ConfigError:
+        return ConfigError(
+            f"{self.policy.name}: the run passed {what} at step {self.trainer.version:,} of "
+            f"{self.c.steps:,}, more than the simulator runs; {fix}"
+        )
+
+    def stalled(self) -> DartflError:
+        """The last resort when no progress is possible (dc sim checks the inputs that cause
+        it, dartfl.datacenter.engine.check_fits, before any run)."""
+        return DartflError(
+            f"{self.policy.name}: the run stalled at t={self.now:.0f} s (no progress possible: no "
+            "group fits the rollout engines; lower --group-size or the token lengths)"
+        )
 
     def _stuck(self) -> bool:
         return (
@@ -134,6 +161,8 @@ class Simulation:
         """Book GPU time for dt, decode, and move the clock."""
         if dt <= 0:
             return
+        if self.now + dt > MAX_SPAN_S:
+            raise self._too_long(f"{MAX_SPAN_S:,.0f} simulated seconds")
         r, roles, engine, trainer = self.run, self.roles, self.engine, self.trainer
         own, lent = engine.engines()
         engines = own + lent
@@ -212,6 +241,11 @@ class Simulation:
             self.mean_wait_s, self.mean_prefill = e.per_sample("wait_s"), e.per_sample("prefill")
         elif engine.p_samples:
             self.mean_len = engine.p_tokens / engine.p_samples
+        if len(self.run.series["t_s"]) >= MAX_PERIODS:
+            raise self._too_long(
+                f"{MAX_PERIODS:,} control periods of {self.c.period_s:g} s",
+                "lengthen --period-s, or " + _SHORTEN,
+            )
         obs = self._observe()
         self.policy.update(obs)
         target = self._clip_rollout(self.policy.decide(obs).rollout_gpus)

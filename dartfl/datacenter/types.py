@@ -14,7 +14,15 @@ import numpy as np
 from dartfl.datacenter.model import ModelSpec
 from dartfl.errors import ConfigError
 
-__all__ = ["QUANTILE_LEVELS", "SYNC_MODES", "DcAllocation", "DcConfig", "DcObservation", "StepReport"]
+__all__ = [
+    "MAX_STEPS",
+    "QUANTILE_LEVELS",
+    "SYNC_MODES",
+    "DcAllocation",
+    "DcConfig",
+    "DcObservation",
+    "StepReport",
+]
 
 SYNC_MODES = ("blocking", "interrupt", "overlapped")
 # The levels of DcObservation.length_quantiles: 31 even steps, then finer towards the maximum,
@@ -26,6 +34,11 @@ MIN_PERIOD_S = 0.1  # the allocator's shortest control period, seconds
 # Sequences of one step, all held at once: 131,072 GPUs at 4 prompts of 8 (the 1,024-GPU
 # benchmark is 32,768).
 MAX_STEP_SAMPLES = 1 << 22
+# Training steps of one run. The documented scale target is 1,024 GPUs x 1,000 steps, and RL
+# post-training runs are hundreds to a few thousand steps: 1,000x the target is a mistyped
+# number, not a study (a larger one would be refused anyway, later, by the simulator's span
+# limit, simulator.MAX_SPAN_S, after minutes of work).
+MAX_STEPS = 1_000_000
 
 
 def _check(name: str, value: float, low: float, *, strict: bool = False) -> None:
@@ -59,11 +72,12 @@ class DcConfig:
                 f"--gpus {self.gpus} is too few for a {self.model.name} model: one rollout engine needs "
                 f"{self.model.tp} and the trainer at least {self.model.train_min_gpus}"
             )
-        if not (isinstance(self.steps, int) and self.steps >= 1):
-            raise ConfigError(f"--steps must be an integer >= 1, got {self.steps!r}")
+        if not (isinstance(self.steps, int) and 1 <= self.steps <= MAX_STEPS):
+            raise ConfigError(f"--steps must be an integer from 1 to {MAX_STEPS:,}, got {self.steps!r}")
         if not (isinstance(self.eta, int) and self.eta >= 0):
             raise ConfigError(f"--eta must be an integer >= 0, got {self.eta!r}")
-        if self.batch_groups == 0:
+        by_gpus = self.batch_groups == 0  # the batch follows --gpus unless --batch-prompts set it
+        if by_gpus:
             object.__setattr__(self, "batch_groups", 4 * self.gpus)
         if not (isinstance(self.batch_groups, int) and self.batch_groups >= 1):
             raise ConfigError(f"--batch-prompts must be an integer >= 1, got {self.batch_groups!r}")
@@ -78,10 +92,17 @@ class DcConfig:
         # cluster allocator decides, and below it a run takes minutes per step.
         _check("--period-s", self.period_s, MIN_PERIOD_S)
         if self.batch_samples > MAX_STEP_SAMPLES:
+            # Name the factor that is out of range: a group alone too large is --group-size's
+            # fault, whatever the batch; otherwise either factor can give.
+            if self.group_size > MAX_STEP_SAMPLES:
+                fix = "lower --group-size"
+            else:
+                prompts = "--gpus (4 prompts per GPU) or --batch-prompts" if by_gpus else "--batch-prompts"
+                fix = f"lower --group-size or {prompts}"
             raise ConfigError(
                 f"a step of {self.batch_samples:,} sequences ({self.batch_groups:,} prompts x "
-                f"{self.group_size}) is more than the {MAX_STEP_SAMPLES:,} the simulator holds in memory; "
-                "use fewer --gpus or --batch-prompts"
+                f"--group-size {self.group_size:,}) is more than the {MAX_STEP_SAMPLES:,} the simulator "
+                f"holds in memory; {fix}"
             )
         _check("tick_s", self.tick_s, 0, strict=True)
         _check("colocated_switch_s", self.colocated_switch_s, 0)
