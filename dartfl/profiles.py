@@ -56,6 +56,10 @@ from dartfl.types import CoreModel, DeviceProfile, InferenceCost, RequestPathCos
 
 __all__ = [
     "BUILTIN_PROFILE_NAMES",
+    "MAX_CORES",
+    "MIN_INFERENCE_ITEM_S",
+    "MIN_TRAINING_ITEM_S",
+    "SUPERLINEAR_SPEEDUP",
     "get_profile",
     "load_profile_toml",
     "parse_profile",
@@ -69,6 +73,30 @@ _NO_TASKS: Mapping[str, InferenceCost] = MappingProxyType({})
 _BUILTIN_PROFILES = BUILTIN_PROFILES
 
 BUILTIN_PROFILE_NAMES: tuple[str, ...] = tuple(_BUILTIN_PROFILES)
+
+# Bounds a profile file must keep (docs/profiles.md, "Profile files"), so that a typo or a
+# made-up figure cannot stall the simulator, which takes one step per work item.
+#
+# Cores: more than any one device has (the largest CPUs have 192-256 cores, 512 threads); the
+# agent builds a session per core count and policies search the splits, so 20,000 stalls them.
+MAX_CORES = 1024
+# A speedup on j cores lies in [1/j, SUPERLINEAR_SPEEDUP * j]. Above j only by what per-core
+# caches holding more of the working set give, plus timing noise: `edge profile --cores 2`
+# measured 2.04-2.20 on a shared 2-vCPU VM (benchmarks/results/edge_replay_split_*.json), so
+# 1.05 x j would refuse real files; 1e6 on 3 cores is no device. Below 1 is contention; 1/j
+# (each added core costing as much as the first gives) is far past any measured dip, and
+# keeps an item's time finite.
+SUPERLINEAR_SPEEDUP = 1.5
+# The cheapest work item, one sample or request with its fixed cost, on the core count that
+# runs it fastest. Training runs back to back, so a run of D seconds takes about D / (that
+# item) simulator steps: the floor is on that sum, not on each key, which keeps a zero fixed
+# cost and a GPU's tiny per-item cost. At 1 us a 20 s `dartfl sim` did not finish in 120 s;
+# at 100 us it takes 5 s; a real training step takes 1 ms or more (~150 eager PyTorch ops,
+# docs/profiles.md). Inference batches serve at least one request each, so the workload
+# bounds their number and 1 us (ONNX Runtime's per-call overhead alone is ~14 us) only
+# catches figures no device has.
+MIN_TRAINING_ITEM_S = 1e-4
+MIN_INFERENCE_ITEM_S = 1e-6
 
 
 def get_profile(name: str) -> DeviceProfile:
@@ -196,7 +224,7 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
                 for key in _PATH_ORDER
             }
         )
-    return DeviceProfile(
+    profile = DeviceProfile(
         name=name,
         inference=default_cost,
         max_batch=inference.count("max-batch"),
@@ -210,13 +238,58 @@ def parse_profile(doc: Mapping[str, Any], source: str = "<profile>") -> DevicePr
         request_path=path,
         cores=_parse_cores(top.table("cores", _CORES_KEYS)) if "cores" in top.values else CoreModel(),
     )
+    _check_cheapest_items(profile, source)
+    return profile
+
+
+def _check_cheapest_items(profile: DeviceProfile, source: str) -> None:
+    """Each one-item work item, on its fastest core count, costs at least its floor
+    (MIN_TRAINING_ITEM_S, MIN_INFERENCE_ITEM_S: why there)."""
+    cores = profile.cores
+    items = [
+        (
+            "a one-sample training microbatch",
+            "training.microbatch-fixed-s",
+            "training.per-sample-s",
+            profile.training.microbatch_fixed_s + profile.training.per_sample_s,
+            "training-speedup",
+            cores.training_speedup,
+            MIN_TRAINING_ITEM_S,
+        )
+    ]
+    tables = {"inference": profile.inference} | {
+        f"inference.tasks.{_toml_key(task)}": cost for task, cost in profile.task_inference.items()
+    }
+    if cores.gpu_inference_on_cpu is not None:
+        tables["cores.cpu"] = cores.gpu_inference_on_cpu
+    for table, cost in tables.items():
+        fixed, per = (
+            ("cores.cpu-batch-fixed-s", "cores.cpu-per-request-s")
+            if table == "cores.cpu"
+            else (f"{table}.batch-fixed-s", f"{table}.per-request-s")
+        )
+        total = cost.batch_fixed_s + cost.per_request_s
+        what = "a one-request inference batch" + ("" if table == "inference" else f" ({table})")
+        items.append(
+            (what, fixed, per, total, "inference-speedup", cores.inference_speedup, MIN_INFERENCE_ITEM_S)
+        )
+    for what, fixed, per, total, curve_key, curve, floor in items:
+        j = max(range(1, len(curve) + 1), key=lambda k: curve[k - 1])
+        fastest = total / curve[j - 1]
+        if fastest >= floor:
+            continue
+        how = f"{fixed} + {per}" if j == 1 else f"({fixed} + {per}) / cores.{curve_key} on {j} cores"
+        raise ConfigError(
+            f"{source}: {what} would take {fastest:.3g} s ({how}), under the floor of {floor:g} s "
+            "that every real device exceeds; give the costs in seconds (e.g. per-sample-s = 0.005)"
+        )
 
 
 def _parse_cores(cores: _Section) -> CoreModel:
     """[cores]: how many, how items speed up on them, interference, switch time (docs/profiles.md).
 
     A file without the table is a one-core device, as every file was before cores were modelled."""
-    count = cores.count("count", example="4")
+    count = cores.count("count", example="4", maximum=MAX_CORES)
     gpu = cores.flag("gpu")
     cpu = None
     if gpu:
@@ -335,14 +408,25 @@ class _Section:
         )
         if not ok or float(value[0]) != 1.0:
             raise self._fail(key, expected, "[1.0, 1.6, 2.0, 2.3]")
-        return tuple(float(v) for v in value[:count])
+        curve = tuple(float(v) for v in value[:count])
+        for j, speedup in enumerate(curve[1:], start=2):  # why these bounds: SUPERLINEAR_SPEEDUP
+            low, high = 1.0 / j, SUPERLINEAR_SPEEDUP * j
+            if not low <= speedup <= high:
+                raise ConfigError(
+                    f"{self.source}: {self.prefix}{key} on {j} cores must lie in "
+                    f"[1/{j}, {SUPERLINEAR_SPEEDUP:g} x {j}] = [{low:.3g}, {high:.3g}] (an item's time "
+                    f"on one core over its time on {j}; e.g. {key} = [1.0, 1.6, 2.0, 2.3]), got {speedup:g}"
+                )
+        return curve
 
-    def count(self, key: str, example: str = "32") -> int:
+    def count(self, key: str, example: str = "32", maximum: int | None = None) -> int:
         expected = "an integer >= 1"
         self._require(key, expected)
         value = self.values[key]
         if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
-            return value
+            if maximum is None or value <= maximum:
+                return value
+            raise self._fail(key, f"an integer in 1..{maximum}", example)
         raise self._fail(key, expected, example)
 
 

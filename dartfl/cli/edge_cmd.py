@@ -20,7 +20,7 @@ from typing import Any
 
 from dartfl.cli.mqtt_args import add_mqtt_arguments, mqtt_security_from_args
 from dartfl.cli.workload_args import parse_tasks, seed_arg
-from dartfl.errors import ConfigError
+from dartfl.errors import ConfigError, DartflError
 
 log = logging.getLogger(__name__)
 DEFAULT_TASKS = "digits,fashion,uci-digits"
@@ -35,6 +35,10 @@ _MODEL_COUNTS = ("inference_threads", "training_threads", "max_train")
 _AGENT_COUNTS = ("queue_capacity",)
 _AGENT_POSITIVE = ("slo_ms", "period_s", "telemetry_s", "round_s")
 _AGENT_NON_NEGATIVE = ("round_target", "publish_every_s")  # 0 switches them off
+# The widest model fltask.model.MultitaskCNN builds (its check `0 < width <= 64`, a literal
+# there; tests/cli/test_input_checks_edge.py checks the two agree). Checked here so that a
+# wider one fails before seconds of data loading, naming the flag.
+MAX_WIDTH = 64.0
 
 
 def register(sub: Any) -> None:
@@ -167,6 +171,7 @@ def _output_file(text: str) -> Path:
 def _check_model_flags(args: argparse.Namespace) -> None:
     _check_range(args, _MODEL_COUNTS, lambda v: v >= 1, "an integer >= 1")
     _check_range(args, ("width",), lambda v: math.isfinite(v) and v > 0, "> 0")
+    _check_range(args, ("width",), lambda v: v <= MAX_WIDTH, f"<= {MAX_WIDTH:g} (the widest model)")
     parse_tasks(args.tasks)
 
 
@@ -194,6 +199,24 @@ def _check_profile_flags(args: argparse.Namespace) -> None:
         )
     check_output_path(args.output, "-o", "edge-profile.toml")
     _make_dir(args.output.parent, f"-o {args.output}: its directory {args.output.parent}")
+    _probe_output(args.output)
+
+
+def _probe_output(path: Path) -> None:
+    """Open the output now as it will be opened last: check_output_path judges by permissions,
+    which root passes everywhere, so a place that takes no new file (/proc) only tells when
+    a file is made. A new file is removed again; an existing one is opened without truncating.
+    What fails only on writing (a full disk, /dev/full) is caught when the profile is written."""
+    existed = path.exists()
+    try:
+        with path.open("ab"):
+            pass
+    except OSError as exc:
+        raise ConfigError(
+            f"-o {path} cannot be written ({exc.strerror or exc}); pick a file in a writable directory"
+        ) from None
+    if not existed:
+        path.unlink(missing_ok=True)
 
 
 def _make_dir(path: Path, label: str) -> None:
@@ -318,7 +341,15 @@ def _profile(args: argparse.Namespace) -> int:
         finally:
             link.close()
     profile = replace(profile, request_path=path)
-    args.output.write_text(profile_to_toml(profile))
+    try:
+        args.output.write_text(profile_to_toml(profile))
+    except OSError as exc:
+        # A full disk or a device that refuses writes (/dev/full) passes every check up front;
+        # like the store's "disk full", a failure (exit 1), not unusable input.
+        raise DartflError(
+            f"-o {args.output}: writing the measured profile failed ({exc.strerror or exc}); "
+            "free space or pick another file, then measure again"
+        ) from None
     inf, tr = profile.inference, profile.training
     print(
         f"inference: {1e3 * inf.batch_fixed_s:.3f} ms + {1e3 * inf.per_request_s:.3f} ms/request (the model) "

@@ -18,6 +18,7 @@ from dartfl.cli.tables import number
 from dartfl.errors import InputError
 from dartfl.paths import default_store_path
 from dartfl.store import RUN_KINDS, RunInfo, RunStore, StoreDamagedError, check_store_file
+from dartfl.store.jsonable import to_jsonable
 
 _LIST_CELL_CHARS = 48  # a longer list is summarized: it would fill the value column
 
@@ -94,7 +95,7 @@ def _list(args: argparse.Namespace) -> int:
         for line in run.damage:
             _warn(line)
     if args.json:
-        print(json.dumps([_summary(r) for r in runs], indent=2))
+        print(_json([_summary(r) for r in runs], indent=2))
         return 0
 
     from rich import box
@@ -143,7 +144,7 @@ def _show(args: argparse.Namespace) -> int:
             results = {}
             damage.append(str(exc))
     if args.json:
-        print(json.dumps({"run": run.to_json(), "results": results, "damage": damage}, indent=2))
+        print(_json({"run": run.to_json(), "results": results, "damage": damage}, indent=2))
     else:
         _print_run(run, results)
     for line in damage:
@@ -213,14 +214,16 @@ def _delete(args: argparse.Namespace) -> int:
     with RunStore(path) as store:  # a writer: refuses a newer schema, repairs a missing table
         results, decisions = store.delete_run(args.run_id)
     if args.json:
-        print(
-            json.dumps(
-                {"deleted": args.run_id, "store": str(path), "results": results, "decisions": decisions}
-            )
-        )
+        print(_json({"deleted": args.run_id, "store": str(path), "results": results, "decisions": decisions}))
     else:
         print(f"deleted run {args.run_id} from {path} ({results} results, {decisions} decisions)")
     return 0
+
+
+def _json(value: Any, indent: int | None = None) -> str:
+    """Strict JSON for --json: a stored row may hold NaN or Infinity (Python's json reads them
+    back from a file written by hand), which strict parsers reject; they print as null."""
+    return json.dumps(to_jsonable(value), indent=indent, allow_nan=False)
 
 
 def _summary(run: RunInfo) -> dict[str, Any]:
@@ -266,4 +269,10 @@ def _when(epoch_s: float, *, short: bool = False) -> str:
     """Local time; `short` (a listing's column): without the year and seconds."""
     if not math.isfinite(epoch_s):
         return "?"  # a damaged row: RunInfo.damage says so
-    return datetime.fromtimestamp(epoch_s).strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M:%S")
+    try:
+        when = datetime.fromtimestamp(epoch_s)
+    except (ValueError, OverflowError, OSError):
+        # A time no date can be (years out of range, beyond the platform's time_t): the store
+        # names such a time as damage; a listing still shows the rest of the row.
+        return "?"
+    return when.strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M:%S")

@@ -9,6 +9,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from dartfl.errors import ConfigError
+from dartfl.protocol.jsonwire import MAX_UNIX_S
 from dartfl.store.connection import StoreConnection
 from dartfl.store.errors import StoreDamagedError, decode_json_column, delete_run_hint
 from dartfl.store.jsonable import strict_json_text
@@ -18,6 +19,9 @@ __all__ = ["RUN_KINDS", "RUN_STATUSES", "RunTables"]
 
 RUN_KINDS = ("sim", "replay", "fl", "dc", "fleet")
 RUN_STATUSES = ("running", "ok", "failed")
+# SQLite's INTEGER range: a run_id outside it cannot be in the store, and binding it would
+# raise OverflowError, so such an id is simply "no run" (a dashboard URL or the CLI may pass one).
+_SQLITE_INT_MIN, _SQLITE_INT_MAX = -(2**63), 2**63 - 1
 
 
 class RunTables(StoreConnection):
@@ -100,7 +104,10 @@ class RunTables(StoreConnection):
         return int(counts[0]), int(counts[1])
 
     def _require_run(self, conn: sqlite3.Connection, run_id: int) -> None:
-        if conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None:
+        if (
+            not _SQLITE_INT_MIN <= run_id <= _SQLITE_INT_MAX
+            or conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is None
+        ):
             raise ConfigError(
                 f"no run {run_id} in run store {self.path}; list its runs with "
                 f"`dartfl runs list --store {self.path}`"
@@ -128,10 +135,18 @@ class RunTables(StoreConnection):
             damage.append(str(exc))
         times: list[float | None] = []
         for name, value in (("start time", created), ("finish time", finished)):
-            if value is None or (type(value) in (int, float) and math.isfinite(value)):
+            if value is None or (type(value) in (int, float) and 0 <= value <= MAX_UNIX_S):
                 times.append(None if value is None else float(value))
+                continue
+            times.append(math.nan)
+            if type(value) in (int, float) and math.isfinite(value):
+                # A number no date can be (the writer only stores 0..now): the CLI and the
+                # dashboard could not format it, so it reads as damage like text does.
+                damage.append(
+                    f"{what} {name} is not a date ({value:g}, not a Unix time in "
+                    f"[0, {MAX_UNIX_S:g}]): {recover}"
+                )
             else:
-                times.append(math.nan)
                 damage.append(f"{what} {name} is not a number ({repr(value)[:40]}): {recover}")
         return RunInfo(
             run_id,
@@ -147,6 +162,9 @@ class RunTables(StoreConnection):
 
     def list_runs(self, kind: str | None = None, limit: int = 50) -> list[RunInfo]:
         """The newest `limit` runs, newest first, optionally of one kind."""
+        # No store holds more rows than SQLite's largest integer, so a larger limit means the
+        # same; bound it so that binding it cannot overflow.
+        limit = min(limit, _SQLITE_INT_MAX)
         where, params = ("WHERE r.kind = ?", [kind]) if kind is not None else ("", [])
         sql = f"SELECT {self._RUN_COLUMNS} FROM runs r {where} ORDER BY r.run_id DESC LIMIT ?"
         with self._transaction("DEFERRED") as conn:
@@ -154,6 +172,8 @@ class RunTables(StoreConnection):
         return [self._run_info(row) for row in rows]
 
     def get_run(self, run_id: int) -> RunInfo | None:
+        if not _SQLITE_INT_MIN <= run_id <= _SQLITE_INT_MAX:
+            return None  # no row can hold it
         with self._transaction("DEFERRED") as conn:
             row = conn.execute(
                 f"SELECT {self._RUN_COLUMNS} FROM runs r WHERE r.run_id = ?", (run_id,)

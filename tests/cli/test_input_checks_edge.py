@@ -179,3 +179,86 @@ def test_edge_run_help_and_the_docs_say_the_same_of_publish_every_s_0(
     for text in (help_text, docs):
         assert "0: never" in text
     assert "0 turns it off" not in docs and "only after FL rounds" not in help_text
+
+
+@pytest.mark.usefixtures("no_measuring")
+@pytest.mark.parametrize("width", ["1e9", "64.5", "inf"])
+def test_edge_profile_checks_the_models_widest_width_before_loading(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], width: str
+) -> None:
+    # fltask's "model width must be a number in (0, 64]" came after 5.5 s of data loading.
+    assert main(["edge", "profile", "--quick", "-o", str(tmp_path / "p.toml"), "--width", width]) == 2
+    expected = "> 0" if width == "inf" else "<= 64 (the widest model)"
+    assert _one_line_error(capsys) == f"dartfl: error: --width must be {expected}, got {float(width):g}"
+
+
+def test_the_width_bound_is_the_models() -> None:
+    import math
+
+    from dartfl.cli.edge_cmd import MAX_WIDTH
+    from dartfl.errors import ConfigError
+    from fltask.model import MultitaskCNN
+
+    with pytest.raises(ConfigError, match=rf"in \(0, {MAX_WIDTH:g}\]"):
+        MultitaskCNN({"a": 10}, math.nextafter(MAX_WIDTH, math.inf))
+
+
+@pytest.mark.usefixtures("no_measuring")
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_edge_profile_refuses_a_place_that_takes_no_new_file_before_measuring(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # Root passes every permission check, so only making the file tells: it told after 9 s
+    # of measuring, with a FileNotFoundError traceback.
+    assert main(["edge", "profile", "--quick", "-o", "/proc/e.toml"]) == 2
+    assert _one_line_error(capsys) == (
+        "dartfl: error: -o /proc/e.toml cannot be written (No such file or directory); "
+        "pick a file in a writable directory"
+    )
+
+
+def test_checking_the_output_up_front_leaves_no_file_and_keeps_an_existing_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class MeasuringError(Exception):
+        pass
+
+    def measuring(*_args: Any, **_kwargs: Any) -> None:
+        raise MeasuringError
+
+    monkeypatch.setattr(ModelRuntime, "build", measuring)
+    new, old = tmp_path / "new.toml", tmp_path / "old.toml"
+    old.write_text("name = 'kept'\n")
+    for path in (new, old):
+        with pytest.raises(MeasuringError):
+            main(["edge", "profile", "--quick", "-o", str(path)])
+    assert not new.exists() and old.read_text() == "name = 'kept'\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_edge_profile_says_in_one_line_when_writing_the_profile_fails(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # /dev/full passes every check up front and refuses only the write: an OSError traceback
+    # came after the measuring. The measuring is replaced by the built-in x86 figures.
+    import contextlib
+    from types import SimpleNamespace
+
+    import edge_client.request_path
+    import messaging.link
+    from dartfl.profiles import get_profile
+    from dartfl.types import RequestPathCost
+
+    runtime = SimpleNamespace(calibrate=lambda **_kw: get_profile("x86-1core"), close=lambda: None)
+    monkeypatch.setattr(ModelRuntime, "build", lambda *_a: runtime)
+    broker = contextlib.nullcontext(SimpleNamespace(url="mqtt://127.0.0.1:9"))
+    monkeypatch.setattr(replay_cmd, "start_local_broker", lambda: broker)
+    monkeypatch.setattr(messaging.link, "connect", lambda *_a, **_k: SimpleNamespace(close=lambda: None))
+    monkeypatch.setattr(edge_client.request_path, "measure_request_path", lambda *_a: RequestPathCost())
+    assert main(["edge", "profile", "--quick", "-o", "/dev/full"]) == 1
+    err = capsys.readouterr().err
+    assert err.endswith(
+        "dartfl: failed: -o /dev/full: writing the measured profile failed (No space left on device); "
+        "free space or pick another file, then measure again\n"
+    )
+    assert "Traceback" not in err
