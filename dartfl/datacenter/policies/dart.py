@@ -67,8 +67,9 @@ class DcDartPolicy(DcPolicy):
         self.train_gain = 1.0
         self._candidates: FloatArray | None = None
         self._score: FloatArray | None = None  # the smoothed J per candidate
-        self._window: list[tuple[float, float, float, float]] = []
+        self._window: list[tuple[float, float]] = []
         self._window_split = -1
+        self._steps = _StepSpan()
 
     def reset(self) -> None:
         self.length = 0.0
@@ -77,16 +78,18 @@ class DcDartPolicy(DcPolicy):
         self._score = None
         self._window = []
         self._window_split = -1
+        self._steps = _StepSpan()
 
     def update(self, obs: DcObservation) -> None:
         """Track the response length and how far the cost model is off.
 
-        Rates are measured over a window of `window` periods at an unchanged split (steps
-        finish in lumps, so one period says little), and only once a step has trained: before
+        Rates are measured at an unchanged split, and only once a step has trained: before
         it the pipeline is filling and only a batch's short samples have finished (a 32B run
         measured 0.8x the rollout rate there and kept the wrong split). A side's measured rate
         corrects the model only while it was the bottleneck: rollout never blocked by
-        admission control, or the trainer never short of data.
+        admission control, or the trainer never short of data. Rollout is read over a window
+        of `window` periods (groups finish a few at a time); training from one step's end to
+        a later one's, `_StepSpan`.
         """
         if obs.mean_response_tokens > 0:
             w = self.config.smoothing
@@ -98,28 +101,31 @@ class DcDartPolicy(DcPolicy):
         if obs.switching_gpus or obs.rollout_gpus != self._window_split or obs.version == 0:
             self._window = []
             self._window_split = obs.rollout_gpus
+            self._steps = _StepSpan()
             return
-        self._window.append(
-            (
-                obs.measured_rollout_groups_per_s,
-                obs.measured_train_groups_per_s,
-                obs.admission_blocked_share,
-                float(obs.buffer_groups < obs.batch_groups),
-            )
+        if self.length <= 0:
+            return
+        g = 0.5
+        trained = self._steps.observe(
+            obs.measured_train_groups_per_s * obs.period_s,
+            obs.period_s,
+            starved=obs.buffer_groups < obs.batch_groups,
+            least_s=self.config.window * obs.period_s,
         )
-        if len(self._window) < self.config.window or self.length <= 0:
+        if trained is not None:
+            train = predicted_rates(obs, np.array([float(obs.rollout_gpus)]), self.length)[1]
+            if train[0] > 0:
+                ratio = float(np.clip(trained / train[0], 0.2, 5.0))
+                self.train_gain = (1 - g) * self.train_gain + g * ratio
+        self._window.append((obs.measured_rollout_groups_per_s, obs.admission_blocked_share))
+        if len(self._window) < self.config.window:
             return
         win = self._window[-self.config.window :]
-        rolled, trained = sum(x[0] for x in win) / len(win), sum(x[1] for x in win) / len(win)
-        blocked, starved = sum(x[2] for x in win) / len(win), sum(x[3] for x in win) / len(win)
-        rollout, train = predicted_rates(obs, np.array([float(obs.rollout_gpus)]), self.length)
-        g = 0.5
+        rolled, blocked = sum(x[0] for x in win) / len(win), sum(x[1] for x in win) / len(win)
+        rollout = predicted_rates(obs, np.array([float(obs.rollout_gpus)]), self.length)[0]
         if blocked < 0.1 and rolled > 0 and rollout[0] > 0:
             ratio = float(np.clip(rolled / rollout[0], 0.2, 5.0))
             self.rollout_gain = (1 - g) * self.rollout_gain + g * ratio
-        if starved < 0.1 and trained > 0 and train[0] > 0:
-            ratio = float(np.clip(trained / train[0], 0.2, 5.0))
-            self.train_gain = (1 - g) * self.train_gain + g * ratio
         self._window = []
 
     def decide(self, obs: DcObservation) -> DcAllocation:
@@ -173,3 +179,41 @@ class DcDartPolicy(DcPolicy):
         else:
             self._score += self.config.score_smoothing * (score - self._score)
         return self._score
+
+
+class _StepSpan:
+    """The trainer's measured rate, read from the end of one step to the end of a later one.
+
+    Steps finish in lumps of a whole batch. A fixed window that counts only the windows in
+    which a step finished reads a step longer than the window as one batch per window: on 16
+    GPUs of `agentic-swe` (three to five trainer GPUs, steps of several minutes against a
+    120-s window) that read training 4.6x faster than it was, and DART moved GPUs to rollout
+    until the trainer was the bottleneck (0.66x the best static split, docs/datacenter.md).
+    From one step's end to a later one's, the groups trained over the time between them is
+    the rate, whatever the step's length. A span in which the trainer was short of data for
+    a tenth of its periods or more is not read: its rate measures the data, not the trainer.
+    """
+
+    def __init__(self) -> None:
+        self.started = False
+        self.groups = 0.0  # trained after the span's first step end
+        self.periods = 0
+        self.starved = 0  # periods of the span that ended with less than a batch buffered
+        self.seconds = 0.0
+
+    def observe(self, groups: float, period_s: float, *, starved: bool, least_s: float) -> float | None:
+        """Take one period's trained groups; the rate (groups/s) once the span, ended by a
+        step's end, covers at least `least_s`, else None."""
+        if not self.started:
+            # The span opens at a step's end: the periods before it hold part of a step.
+            self.started = groups > 0
+            return None
+        self.seconds += period_s
+        self.groups += groups
+        self.periods += 1
+        self.starved += starved
+        if groups <= 0 or self.seconds < least_s:
+            return None
+        rate = self.groups / self.seconds if self.starved < 0.1 * self.periods else None
+        self.groups, self.seconds, self.periods, self.starved = 0.0, 0.0, 0, 0  # opens at this end
+        return rate
