@@ -177,6 +177,8 @@ class Registry(Generic[P]):
                 if knob is None:
                     valid = ", ".join(k.key for k in entry.knobs) or "none"
                     raise ConfigError(f"policy {spec!r}: unknown key {key.strip()!r}; valid: {valid}")
+                if knob.field in values:  # the last would win silently: say which was meant
+                    raise ConfigError(f"policy {spec!r}: key {key.strip()!r} given twice; give it once")
                 values[knob.field] = knob.value(spec, text)
         else:
             if len(items) > entry.positional:

@@ -60,6 +60,8 @@ def test_positional_and_keyed_forms_set_the_same_knobs_and_name_the_policy_by_it
         ("plain:", r"policy 'plain:': an empty value \(a stray ':' or ','\); expected plain"),
         ("toy:0.5,", r"an empty value"),
         ("toy:,0.5", r"an empty value"),
+        # The last value won silently: dart:v=1,v=2 ran as dart:v=2 under the name given.
+        ("toy:a=0.1,a=0.2", r"policy 'toy:a=0.1,a=0.2': key 'a' given twice; give it once"),
     ],
 )
 def test_every_bad_spec_gets_one_error_that_names_it_and_what_is_valid(spec: str, message: str) -> None:

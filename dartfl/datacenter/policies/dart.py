@@ -46,14 +46,24 @@ class DcDartConfig:
     max_move: float = 0.125  # most of the cluster one decision moves
 
     def __post_init__(self) -> None:
-        for name in ("kappa", "hysteresis", "hold_periods"):
+        # Upper bounds past any meaning, which keep the score finite: kappa >= 1 already lets
+        # the buffer's pull (|backlog| <= 1) outweigh throughput, and 1e308 made J NaN;
+        # a gain of the whole score or more never clears the band; a million periods is
+        # months at the default 10 s.
+        for name, most in (("kappa", 100.0), ("hysteresis", 1.0), ("hold_periods", 1e6)):
             value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0):
-                raise ConfigError(f"dart knob {name} must be a finite number >= 0, got {value}")
+            if not (math.isfinite(value) and 0 <= value <= most):
+                raise ConfigError(
+                    f"dart knob {_KNOB_KEYS[name]} must be a number in [0, {most:g}], got {value}"
+                )
         for name in ("smoothing", "score_smoothing"):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise ConfigError(f"dart {name} must lie in (0, 1], got {value}")
+
+
+# The spec keys of the knobs `DcDartConfig` checks (dartfl.datacenter.policies' registry).
+_KNOB_KEYS = {"kappa": "kappa", "hysteresis": "hysteresis", "hold_periods": "hold"}
 
 
 class DcDartPolicy(DcPolicy):

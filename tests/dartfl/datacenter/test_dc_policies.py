@@ -184,6 +184,21 @@ def test_dart_refuses_a_smoothing_weight_outside_0_1() -> None:
     assert make_dc_policy("dart:smooth=0.5").config.score_smoothing == 0.5  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        # kappa 1e308 made the score NaN (inf - inf), and DART chose splits from NaN.
+        ("dart:kappa=1e308", r"dart knob kappa must be a number in \[0, 100\], got 1e\+308"),
+        ("dart:hysteresis=2", r"dart knob hysteresis must be a number in \[0, 1\]"),
+        ("dart:hold=1e300", r"dart knob hold must be a number in \[0, 1e\+06\]"),
+    ],
+)
+def test_dart_refuses_knobs_past_any_meaning(spec: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_dc_policy(spec)
+    assert make_dc_policy("dart:kappa=100,hysteresis=1,hold=1e6").config.kappa == 100  # type: ignore[attr-defined]
+
+
 @pytest.mark.parametrize("step_periods", [3, 30])
 def test_dart_reads_the_trainer_rate_right_when_a_step_outlasts_its_window(step_periods: int) -> None:
     # A trainer that steps exactly as fast as the model predicts, one batch of 64 groups
