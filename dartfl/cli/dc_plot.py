@@ -108,13 +108,16 @@ def plot_dc(
             h, lab = axes[row][first].get_legend_handles_labels()
             handles += h
             labels += lab
-    fig.tight_layout(rect=(0, 0, 1, 0.93 if handles else 0.97))
+    # One column of panels is too narrow for five labels in a row (they ran off both sides).
+    per_row = len(labels) if cols > 1 else 3
+    strip = 0.93 if -(-len(labels) // max(per_row, 1)) <= 1 else 0.89
+    fig.tight_layout(rect=(0, 0, 1, strip if handles else 0.97))
     if handles:
         fig.legend(
             handles,
             labels,
             loc="upper center",
-            ncol=len(labels),
+            ncol=per_row,
             fontsize=8,
             frameon=False,
             bbox_to_anchor=(0.5, 0.955),

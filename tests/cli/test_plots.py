@@ -102,3 +102,26 @@ def test_deploy_local_prints_tables_with_accuracy_and_rounded_figures(
     assert "7.6" in text and "7.578" not in text  # no raw floats
     assert "edge-1 edge-2" in text and "killed edge-2's SuperNode while training: 4.2 s in" in text
     assert "mean accuracy 0.812" in text and "SLO met 99.9%" in text and "12,345 samples" in text
+
+
+def test_a_one_policy_dc_plot_keeps_its_legend_inside_the_figure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # One column of panels is 3.6 in wide; its five labels in one row ran off both sides.
+    from matplotlib.figure import Figure
+
+    saved: list[Figure] = []
+    save = Figure.savefig
+
+    def keep(fig: Figure, *args: Any, **kwargs: Any) -> None:
+        saved.append(fig)
+        save(fig, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    png = tmp_path / "dc.png"
+    argv = ["dc", "sim", "--gpus", "8", "--steps", "5", "--policy", "dart", "--no-store", "--plot", str(png)]
+    assert main(argv) == 0
+    (fig,) = saved
+    (legend,) = fig.legends
+    box = legend.get_window_extent()
+    assert box.x0 >= 0 and box.x1 <= fig.bbox.width
