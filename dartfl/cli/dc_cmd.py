@@ -399,7 +399,8 @@ def _record(
 
     config = run_config(args)
     config["static_sweep"] = sweep
-    label = f"dc {args.dc_command}: {getattr(args, 'gpus', getattr(args, 'workers', '?'))} workers/GPUs"
+    size = f"{args.gpus} GPUs" if hasattr(args, "gpus") else f"{args.workers} workers"
+    label = f"dc {args.dc_command}: {size}"
     if getattr(args, "workload", None):
         label += f", {args.workload}"
     with RunStore(args.store or default_store_path()) as store:

@@ -113,6 +113,7 @@ def test_dc_sim_records_per_period_decisions_and_staleness_the_dashboard_charts(
     with RunStore(store) as s:
         run = s.get_run(run_id)
         assert run is not None
+        assert run.label == "dc sim: 16 GPUs"  # was "16 workers/GPUs" for either command
         frames = dc_frames(s, run)
         results = s.results(run_id)
         trained = {p: sum(d.trained_samples for d in s.decisions(run_id, p)) for p in results}
