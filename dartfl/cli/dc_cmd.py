@@ -327,30 +327,11 @@ def _checked_outputs(args: argparse.Namespace) -> Path | None:
     the commands simulate or run first and write last, so a bad output found then would
     throw the run away. Returns the plot path (None: no plot)."""
     path = checked_plot_path(args, args.default_plot)
-    if path is not None:
-        _probe_folder(path)
     if not args.no_store:
         from dartfl.cli.recording import check_store
 
         check_store(args.store)
     return path
-
-
-def _probe_folder(path: Path) -> None:
-    """Create (and at once delete) a file where the plot goes: the permission bits that
-    `check_image_path` reads do not tell, e.g. for root, or under /proc, where any write fails."""
-    import tempfile
-
-    folder = path.parent.absolute()
-    while not folder.exists() and folder != folder.parent:
-        folder = folder.parent  # the writer makes the folders in between; the first that exists
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"--plot {path}: cannot write into {folder} ({exc.strerror or exc}); pick a writable directory"
-        ) from None
 
 
 def _write_plot(runs: list[Any], path: Path, **kwargs: Any) -> None:

@@ -199,24 +199,6 @@ def _check_profile_flags(args: argparse.Namespace) -> None:
         )
     check_output_path(args.output, "-o", "edge-profile.toml")
     _make_dir(args.output.parent, f"-o {args.output}: its directory {args.output.parent}")
-    _probe_output(args.output)
-
-
-def _probe_output(path: Path) -> None:
-    """Open the output now as it will be opened last: check_output_path judges by permissions,
-    which root passes everywhere, so a place that takes no new file (/proc) only tells when
-    a file is made. A new file is removed again; an existing one is opened without truncating.
-    What fails only on writing (a full disk, /dev/full) is caught when the profile is written."""
-    existed = path.exists()
-    try:
-        with path.open("ab"):
-            pass
-    except OSError as exc:
-        raise ConfigError(
-            f"-o {path} cannot be written ({exc.strerror or exc}); pick a file in a writable directory"
-        ) from None
-    if not existed:
-        path.unlink(missing_ok=True)
 
 
 def _make_dir(path: Path, label: str) -> None:

@@ -45,7 +45,31 @@ def check_output_path(path: Path, flag: str, example_name: str) -> Path:
         raise ConfigError(f"{flag} {path}: cannot write into {folder}; pick a writable directory")
     if path.exists() and not os.access(path, os.W_OK):
         raise ConfigError(f"{flag} {path} exists and is read-only; remove it or pick another name")
+    _probe(path, folder, flag)
     return path
+
+
+def _probe(path: Path, folder: Path, flag: str) -> None:
+    """Open a file where the output goes, as the writer will: the permission bits above are
+    what root passes everywhere, and a place that takes no new file (/proc) tells only when a
+    file is made. An existing output is opened to append, so nothing in it changes; otherwise
+    a temporary file in the folder is made and removed. What fails only on writing (a full
+    disk, /dev/full) is left to the writer's own one-line error."""
+    import tempfile
+
+    try:
+        if path.exists():
+            where = str(path)
+            with path.open("ab"):
+                pass
+        else:
+            where = f"into {folder}"
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {path}: cannot write {where} ({exc.strerror or exc}); pick a writable directory"
+        ) from None
 
 
 def _nearest_existing(folder: Path) -> Path:

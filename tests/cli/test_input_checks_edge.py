@@ -212,8 +212,8 @@ def test_edge_profile_refuses_a_place_that_takes_no_new_file_before_measuring(
     # of measuring, with a FileNotFoundError traceback.
     assert main(["edge", "profile", "--quick", "-o", "/proc/e.toml"]) == 2
     assert _one_line_error(capsys) == (
-        "dartfl: error: -o /proc/e.toml cannot be written (No such file or directory); "
-        "pick a file in a writable directory"
+        "dartfl: error: -o /proc/e.toml: cannot write into /proc (No such file or directory); "
+        "pick a writable directory"
     )
 
 

@@ -64,6 +64,22 @@ def test_unwritable_output_exits_2_before_the_work(
     assert not _private_run_store.exists()  # nothing ran, so nothing was recorded
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+@pytest.mark.parametrize("command", [*IMAGE_COMMANDS, "workload generate", "edge profile"])
+def test_a_place_that_takes_no_file_exits_2_before_the_work_even_for_root(
+    tmp_path: Path, trace: Path, capsys: pytest.CaptureFixture[str], _private_run_store: Path, command: str
+) -> None:
+    # Root passes the permission bits everywhere, so only making a file tells; /proc takes
+    # none. The commands found out after the work, with a FileNotFoundError traceback.
+    out = Path("/proc/out.png" if command in IMAGE_COMMANDS else "/proc/out.csv")
+    assert main(_argv(command, trace, out)) == 2
+    err = capsys.readouterr().err.strip()
+    flag = "--plot" if command in IMAGE_COMMANDS[:3] else "-o"
+    reason = "(No such file or directory); pick a writable directory"
+    assert err == f"dartfl: error: {flag} {out}: cannot write into /proc {reason}"
+    assert not _private_run_store.exists()
+
+
 @pytest.mark.parametrize("command", IMAGE_COMMANDS)
 def test_plot_name_without_an_image_suffix_exits_2_before_the_work(
     tmp_path: Path, trace: Path, capsys: pytest.CaptureFixture[str], _private_run_store: Path, command: str
