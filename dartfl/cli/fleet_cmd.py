@@ -226,7 +226,9 @@ def _time_shared(spec: str, profile: DeviceProfile) -> str:
     name, sep, knobs = spec.partition(":")
     if sep and "=" not in knobs:
         return spec
-    shared = f"{spec},split=off" if sep else f"{name}:split=off"
+    # An explicit split=on is replaced, not followed by a second split key (refused as given twice).
+    others = [k for k in knobs.split(",") if k.partition("=")[0].strip() != "split"] if sep else []
+    shared = f"{name}:" + ",".join([*(k.strip() for k in others), "split=off"])
     print(
         f"note: the fleet model time-shares the {profile.cores.count} cores of {profile.name}, so "
         f"{spec} runs as {shared}; `dartfl sim` models the split",

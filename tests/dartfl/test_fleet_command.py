@@ -104,3 +104,8 @@ def test_on_a_multi_core_profile_dart_runs_time_shared_and_says_so(
     assert [r["policy"] for r in implicit] == ["dart:split=off", "inference-first:4"]
     assert main([*whole_device, "--no-store", "--json", "--policy", "dart:split=off"]) == 0
     assert json.loads(capsys.readouterr().out)["results"][0] == implicit[0]
+    # An explicit split=on ran as dart:split=on,split=off, refused as a key given twice.
+    assert main([*whole_device, "--no-store", "--json", "--policy", "dart:split=on,v=2"]) == 0
+    out = capsys.readouterr()
+    assert "runs as dart:v=2,split=off" in out.err
+    assert json.loads(out.out)["results"][0]["policy"] == "dart:v=2,split=off"
