@@ -11,10 +11,24 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads._common import FloatArray, IntArray, check_horizon, require
-from workloads.modulated import _pareto_onoff_path
+from dartfl.errors import ConfigError
+from workloads._common import MAX_REQUESTS, FloatArray, IntArray, check_horizon, require
+from workloads.modulated import (
+    PARETO_ALPHA_MAX,
+    STATE_S_RANGE,
+    _pareto_onoff_path,
+    check_pareto_alternations,
+    require_pareto_alpha,
+    require_state_s,
+)
+from workloads.renewal import GAMMA_CV_RANGE
 
-__all__ = ["compound_times"]
+__all__ = ["COMPOUND_MAX_BATCH_MEAN", "compound_times"]
+
+# Largest mean batch size. A million requests at once is already a whole workload in one clump;
+# far past it a single batch (1 + Poisson(~batch-mean)) overflows memory, and at 1e308 the
+# heavy-tailed sizes overflow int64 (a numpy warning, then a traceback).
+COMPOUND_MAX_BATCH_MEAN = 1e6
 
 
 def compound_times(
@@ -45,14 +59,24 @@ def compound_times(
     which keeps the count and moves a few requests.
     """
     check_horizon("compound", duration_s, rate_per_s)
-    require("compound", "batch-mean", batch_mean, batch_mean >= 1, ">= 1 request")
-    require("compound", "batch-cv", batch_cv, batch_cv >= 0, ">= 0")
-    require("compound", "batch-alpha", batch_alpha, batch_alpha == 0 or batch_alpha > 1, "0 (off) or > 1")
+    mean_ok = 1 <= batch_mean <= COMPOUND_MAX_BATCH_MEAN
+    require("compound", "batch-mean", batch_mean, mean_ok, f"in [1, {COMPOUND_MAX_BATCH_MEAN:,.0f}] requests")
+    # gamma's cv range: below 0.001 the sizes are Poisson to 0.1% (that is batch-cv 0), and
+    # below ~1e-154 cv^2 is 0 (1/cv^2 divided by zero); past ~1e154 the shape 1/cv^2 is 0.
+    low, high = GAMMA_CV_RANGE
+    cv_ok = batch_cv == 0 or low <= batch_cv <= high
+    require("compound", "batch-cv", batch_cv, cv_ok, f"0 (Poisson sizes) or in [{low:g}, {high:g}]")
+    alpha_ok = batch_alpha == 0 or 1 < batch_alpha <= PARETO_ALPHA_MAX
+    require("compound", "batch-alpha", batch_alpha, alpha_ok, f"0 (off) or in (1, {PARETO_ALPHA_MAX:g}]")
     require("compound", "spread-s", spread_s, spread_s >= 0, ">= 0 seconds")
-    require("compound", "on-s", on_s, on_s > 0, "> 0 seconds")
-    require("compound", "off-s", off_s, off_s >= 0, ">= 0 seconds (0: always on)")
-    require("compound", "alpha", alpha, alpha > 1, "> 1 (the mean period must be finite)")
+    require_state_s("compound", "on-s", on_s)
+    low, high = STATE_S_RANGE
+    off_ok = off_s == 0 or low <= off_s <= high
+    require("compound", "off-s", off_s, off_ok, f"0 (always on) or in [{low:g}, {high:g}] seconds")
+    require_pareto_alpha("compound", "alpha", alpha)
     require("compound", "background", background, 0 <= background <= 1, "in [0, 1]")
+    if off_s > 0 and background < 1:
+        check_pareto_alternations("compound", duration_s, alpha, on_s, off_s)
     pieces = []
     if background > 0:
         n = int(rng.poisson(background * rate_per_s * duration_s))
@@ -69,21 +93,39 @@ def compound_times(
         counts = rng.poisson(batch_rate * lengths)
         batch_start = np.repeat(starts, counts) + rng.random(int(counts.sum())) * np.repeat(lengths, counts)
         sizes = _batch_sizes(rng, batch_start.size, batch_mean, batch_cv, batch_alpha)
+        total = int(sizes.sum())
+        if total > _SIZE_CAP:
+            # A heavy tail (batch-cv near 100, batch-alpha near 1) can draw a batch of billions,
+            # which np.repeat below would try to hold. Twice the limit on the expected count, so
+            # a run near that limit is not refused for its noise.
+            raise ConfigError(
+                f"compound: the drawn batches hold {total:.3g} requests (batch-mean {batch_mean:g}, "
+                f"batch-cv {batch_cv:g}, batch-alpha {batch_alpha:g}), more than the {_SIZE_CAP:,} "
+                f"this tool holds in memory; lower --param batch-mean or batch-cv, or raise batch-alpha"
+            )
         times = np.repeat(batch_start, sizes) + rng.random(int(sizes.sum())) * spread_s
         pieces.append(np.mod(times, duration_s))
     return np.sort(np.concatenate(pieces)) if pieces else np.empty(0, dtype=np.float64)
+
+
+# The most requests the drawn batches may hold (and the cap on one batch's size before it is
+# rounded to int64): twice the limit on the expected count.
+_SIZE_CAP = 2 * MAX_REQUESTS
 
 
 def _batch_sizes(rng: np.random.Generator, n: int, mean: float, cv: float, alpha: float) -> IntArray:
     if alpha > 0:
         # ceil of a classical Pareto of mean `mean - 0.5`: the rounding up adds 0.5 on average.
         x_min = max(mean - 0.5, 0.5) * (alpha - 1.0) / alpha
-        pareto: IntArray = np.ceil((1.0 + rng.pareto(alpha, n)) * x_min).astype(np.int64)
+        # A size past _SIZE_CAP is refused by the caller; capping it first keeps a tail draw
+        # of ~1e19 from overflowing int64.
+        drawn = np.minimum((1.0 + rng.pareto(alpha, n)) * x_min, _SIZE_CAP)
+        pareto: IntArray = np.ceil(drawn).astype(np.int64)
         return pareto
     extra = mean - 1.0
     if cv > 0 and extra > 0:
         shape = 1.0 / (cv * cv)
-        level = rng.gamma(shape, extra / shape, n)
+        level = np.minimum(rng.gamma(shape, extra / shape, n), _SIZE_CAP)  # Poisson fails near 1e19
     else:
         level = np.full(n, extra)
     sizes: IntArray = 1 + rng.poisson(level)

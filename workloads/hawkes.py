@@ -13,7 +13,9 @@ import numpy as np
 from dartfl.errors import ConfigError
 from workloads._common import MAX_REQUESTS, FloatArray, check_horizon, require
 
-__all__ = ["hawkes_times"]
+__all__ = ["HAWKES_MAX_KERNEL_S", "hawkes_times"]
+
+HAWKES_MAX_KERNEL_S = 1e9
 
 # Immigrants start this many relaxation times (kernel_s / (1 - branching)) before t = 0, so the
 # run begins in steady state: the missing rate at t = 0 is a fraction e^-10 of the mean.
@@ -31,7 +33,15 @@ def hawkes_times(
     """Hawkes process with an exponential kernel; mean cluster size 1 / (1 - branching)."""
     check_horizon("hawkes", duration_s, rate_per_s)
     require("hawkes", "branching", branching, 0 <= branching < 1, "in [0, 1) (a stable process)")
-    require("hawkes", "kernel-s", kernel_s, kernel_s > 0, "> 0 seconds")
+    # A follow-up 10^9 s (32 years) on is no session burst; near 1e308 the burn-in below was
+    # inf, and its refusal read "needs a inf-s burn-in ... about inf simulated requests".
+    require(
+        "hawkes",
+        "kernel-s",
+        kernel_s,
+        0 < kernel_s <= HAWKES_MAX_KERNEL_S,
+        f"in (0, {HAWKES_MAX_KERNEL_S:g}] seconds",
+    )
     immigrant_rate = rate_per_s * (1.0 - branching)
     burn_in = _BURN_IN_RELAXATIONS * kernel_s / (1.0 - branching)
     simulated = rate_per_s * (burn_in + duration_s)  # the burn-in's events are made, then dropped

@@ -14,9 +14,18 @@ from collections.abc import Callable
 
 import numpy as np
 
+from dartfl.errors import ConfigError
 from workloads._common import FloatArray, IntArray, check_horizon, require
 
-__all__ = ["MMPP_MAX_BURST", "mmpp_times", "pareto_onoff_times"]
+__all__ = [
+    "MAX_ALTERNATIONS",
+    "MMPP_MAX_BURST",
+    "PARETO_ALPHA_MAX",
+    "STATE_S_RANGE",
+    "check_alternations",
+    "mmpp_times",
+    "pareto_onoff_times",
+]
 
 log = logging.getLogger(__name__)
 
@@ -24,6 +33,23 @@ log = logging.getLogger(__name__)
 # the process is an ON/OFF source (pareto-onoff models that); far past it the level x length
 # products overflow and the run draws nothing.
 MMPP_MAX_BURST = 1e6
+
+# Mean state (mmpp) and period (pareto-onoff, compound) lengths accepted, in seconds. Below 1 ms
+# a state holds under one request at any rate up to 1,000 req/s, so the modulation is invisible
+# (the run is Poisson at the mean rate) while the path needs 2 x duration / (mean cycle) state
+# changes: 1.2 million for a 600-s run at 1 ms, 10^303 at 1e-300 s (numpy's "Maximum allowed
+# size exceeded"). Above 10^9 s (32 years) a state outlasts any run; far above, the drawn
+# lengths overflow to inf (a numpy warning).
+STATE_S_RANGE = (1e-3, 1e9)
+
+# Most state changes one path may hold: its arrays are a few hundred MB at this size, and a
+# longer --duration-s with short states is a typo more often than a plan.
+MAX_ALTERNATIONS = 10_000_000
+
+# Largest Pareto shape accepted (pareto-onoff's and compound's alpha, compound's batch-alpha).
+# At 1,000 every period is within 0.1% of its mean (x_min = mean (alpha - 1) / alpha), a fixed
+# length in effect; near 1e308, (alpha - 1) x mean overflows.
+PARETO_ALPHA_MAX = 1e3
 
 
 def mmpp_times(
@@ -49,8 +75,10 @@ def mmpp_times(
         1 <= burst <= MMPP_MAX_BURST,
         f"in [1, {MMPP_MAX_BURST:,.0f}] (high rate / low rate)",
     )
-    require("mmpp", "high-s", high_s, high_s > 0, "> 0 seconds")
-    require("mmpp", "low-s", low_s, low_s > 0, "> 0 seconds")
+    require_state_s("mmpp", "high-s", high_s)
+    require_state_s("mmpp", "low-s", low_s)
+    lengths = f"high-s {high_s:g} and low-s {low_s:g}"
+    check_alternations("mmpp", duration_s, high_s + low_s, lengths, "raise --param high-s or --param low-s")
     means = np.array([low_s, high_s])
     first = int(rng.random() < high_s / (high_s + low_s))
     starts, ends, states = _alternating_path(
@@ -78,13 +106,58 @@ def pareto_onoff_times(
     with a fresh ON period, so a run never opens with an arbitrarily long silence.
     """
     check_horizon("pareto-onoff", duration_s, rate_per_s)
-    require("pareto-onoff", "alpha", alpha, alpha > 1, "> 1 (the mean period must be finite)")
-    require("pareto-onoff", "on-s", on_s, on_s > 0, "> 0 seconds")
-    require("pareto-onoff", "off-s", off_s, off_s > 0, "> 0 seconds")
+    require_pareto_alpha("pareto-onoff", "alpha", alpha)
+    require_state_s("pareto-onoff", "on-s", on_s)
+    require_state_s("pareto-onoff", "off-s", off_s)
     require("pareto-onoff", "off-frac", off_frac, 0 <= off_frac <= 1, "in [0, 1]")
+    check_pareto_alternations("pareto-onoff", duration_s, alpha, on_s, off_s)
     starts, ends, states = _pareto_onoff_path(rng, duration_s, alpha, on_s, off_s)
     levels = np.where(states == 1, 1.0, off_frac)
     return _modulated_poisson("pareto-onoff", rng, duration_s, rate_per_s, starts, ends, levels)
+
+
+def require_state_s(generator: str, param: str, value: float) -> None:
+    """A mean state or period length, in STATE_S_RANGE."""
+    low, high = STATE_S_RANGE
+    require(generator, param, value, low <= value <= high, f"in [{low:g}, {high:g}] seconds")
+
+
+def require_pareto_alpha(generator: str, param: str, value: float) -> None:
+    """A Pareto shape: > 1 for a finite mean, at most PARETO_ALPHA_MAX."""
+    expected = f"in (1, {PARETO_ALPHA_MAX:g}] (the mean must be finite)"
+    require(generator, param, value, 1 < value <= PARETO_ALPHA_MAX, expected)
+
+
+def check_alternations(
+    generator: str, duration_s: float, cycle_s: float, lengths: str, remedy: str, *, bound: str = "about"
+) -> None:
+    """Refuse a path of more than MAX_ALTERNATIONS state changes, 2 x duration / cycle_s, where
+    cycle_s is an ON plus an OFF period (their means, or for Pareto their shortest lengths)."""
+    changes = 2.0 * duration_s / cycle_s
+    if changes > MAX_ALTERNATIONS:
+        raise ConfigError(
+            f"{generator}: {lengths} over --duration-s {duration_s:g} make {bound} {changes:.3g} state "
+            f"changes, more than the {MAX_ALTERNATIONS:,} this tool draws; {remedy}, or lower --duration-s"
+        )
+
+
+def check_pareto_alternations(
+    generator: str, duration_s: float, alpha: float, on_s: float, off_s: float
+) -> None:
+    """check_alternations for Pareto periods: no period is shorter than its x_min, so the count
+    is bounded by the x_min cycle (alpha near 1 makes x_min, and so the bound, tiny)."""
+    fraction = (alpha - 1.0) / alpha
+    lengths = (
+        f"on-s {on_s:g} and off-s {off_s:g} at alpha {alpha!r} (periods down to {fraction:.3g} x the mean)"
+    )
+    check_alternations(
+        generator,
+        duration_s,
+        (on_s + off_s) * fraction,
+        lengths,
+        "raise --param alpha, on-s or off-s",
+        bound="up to",
+    )
 
 
 def _pareto_onoff_path(

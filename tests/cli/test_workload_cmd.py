@@ -79,6 +79,54 @@ def test_generate_is_deterministic_for_a_seed(tmp_path: Path) -> None:
             ["workload", "generate", "mmpp", "--param", "burst=1e308"],
             "mmpp parameter burst (--param burst=...) must be in [1, 1,000,000] (high rate / low rate)",
         ),
+        # "ValueError: Maximum allowed size exceeded" tracebacks: 10^303 state changes.
+        (
+            ["workload", "generate", "mmpp", "--param", "high-s=1e-300", "--param", "low-s=1e-300"],
+            "mmpp parameter high-s (--param high-s=...) must be in [0.001, 1e+09] seconds, got 1e-300",
+        ),
+        (
+            ["workload", "generate", "pareto-onoff", "--param", "on-s=1e-300", "--param", "off-s=1e-300"],
+            "pareto-onoff parameter on-s (--param on-s=...) must be in [0.001, 1e+09] seconds, got 1e-300",
+        ),
+        # A numpy overflow warning on stderr, then a file.
+        (
+            ["workload", "generate", "mmpp", "--param", "high-s=1e308"],
+            "mmpp parameter high-s (--param high-s=...) must be in [0.001, 1e+09] seconds, got 1e+308",
+        ),
+        (
+            [
+                "workload",
+                "generate",
+                "mmpp",
+                "--duration-s",
+                "1e5",
+                "--param",
+                "high-s=0.001",
+                "--param",
+                "low-s=0.001",
+            ],
+            "mmpp: high-s 0.001 and low-s 0.001 over --duration-s 100000 make about 1e+08 state "
+            "changes, more than the 10,000,000 this tool draws; raise --param high-s or --param low-s, "
+            "or lower --duration-s",
+        ),
+        # Ran until killed: periods down to 1e-10 of their mean.
+        (
+            ["workload", "generate", "pareto-onoff", "--param", "alpha=1.0000000001"],
+            "make up to 6e+11 state changes, more than the 10,000,000 this tool draws; "
+            "raise --param alpha, on-s or off-s, or lower --duration-s",
+        ),
+        (
+            ["workload", "generate", "diurnal", "--param", "period-s=1e-310"],  # a math domain error
+            "diurnal parameter period-s (--param period-s=...) must be in [0.001, 1e+09] seconds, got 1e-310",
+        ),
+        (
+            ["workload", "generate", "flash-crowd", "--param", "decay-s=1e308"],  # lam is NaN
+            "flash-crowd parameter decay-s (--param decay-s=...) must be in (0, 1e+09] seconds, got 1e+308",
+        ),
+        (
+            ["workload", "generate", "compound", "--param", "batch-cv=1e-300"],  # ZeroDivisionError
+            "compound parameter batch-cv (--param batch-cv=...) must be 0 (Poisson sizes) or in [0.001, 100]",
+        ),
         (
             ["workload", "generate", "poisson", "--rate", "0"],
             "poisson: the mean rate (--rate) must be a finite number",

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
 import pytest
 
 from dartfl.errors import ConfigError
-from workloads.modulated import MMPP_MAX_BURST
+from workloads.compound import COMPOUND_MAX_BATCH_MEAN
+from workloads.modulated import MMPP_MAX_BURST, PARETO_ALPHA_MAX, STATE_S_RANGE
 from workloads.registry import GENERATOR_NAMES, generate_times
 from workloads.renewal import GAMMA_CV_RANGE
 
@@ -181,6 +183,30 @@ BAD_PARAMS = [
     ("compound", {"alpha": 1.0}, "alpha"),
     ("compound", {"off-s": -1.0}, "off-s"),
     ("compound", {"background": 1.5}, "background"),
+    # Tiny state / period lengths: "Maximum allowed size exceeded" tracebacks (10^303 periods).
+    ("mmpp", {"high-s": 1e-300, "low-s": 1e-300}, "high-s"),
+    ("mmpp", {"low-s": 1e-4}, "low-s"),
+    ("pareto-onoff", {"on-s": 1e-300, "off-s": 1e-300}, "on-s"),
+    ("compound", {"on-s": 1e-300, "off-s": 1e-300}, "on-s"),
+    ("compound", {"off-s": 1e-300}, "off-s"),
+    # Huge ones, and huge Pareto shapes: inf lengths, numpy overflow warnings.
+    ("mmpp", {"high-s": 1e308}, "high-s"),
+    ("mmpp", {"low-s": 1e308}, "low-s"),
+    ("pareto-onoff", {"off-s": 1e308}, "off-s"),
+    ("pareto-onoff", {"alpha": 1e308}, "alpha"),
+    ("compound", {"on-s": 1e308}, "on-s"),
+    ("compound", {"alpha": 1e308}, "alpha"),
+    ("compound", {"batch-alpha": 1e308}, "batch-alpha"),  # an int64 cast warning, then a traceback
+    ("compound", {"batch-cv": 1e-300}, "batch-cv"),  # ZeroDivisionError
+    ("compound", {"batch-cv": 1e308}, "batch-cv"),  # ZeroDivisionError
+    ("compound", {"batch-mean": 1e308}, "batch-mean"),  # one batch would not fit in memory
+    ("diurnal", {"period-s": 1e-310}, "period-s"),  # math domain error
+    ("diurnal", {"period-s": 1e308, "amplitude": 1.0}, "period-s"),  # ZeroDivisionError
+    ("step", {"factor": 1e308}, "factor"),  # drew nothing
+    ("step", {"factor": 1e-320, "at-s": 0.0}, "factor"),  # lam is NaN
+    ("flash-crowd", {"factor": 1e308}, "factor"),  # lam is NaN
+    ("flash-crowd", {"decay-s": 1e308}, "decay-s"),  # lam is NaN
+    ("hawkes", {"kernel-s": 1e308}, "kernel-s"),  # refused for "a inf-s burn-in"
 ]
 
 
@@ -251,3 +277,80 @@ def test_the_ends_of_the_gamma_cv_and_mmpp_burst_ranges_still_generate() -> None
         assert _times("gamma", 600.0, 50.0, cv=low).size == pytest.approx(30_000, rel=0.01)
         assert _times("gamma", 600.0, 50.0, cv=high).size > 0
         assert _times("mmpp", 600.0, 50.0, burst=MMPP_MAX_BURST).size == pytest.approx(30_000, rel=0.1)
+
+
+@pytest.mark.parametrize(
+    ("name", "duration", "rate", "params", "named"),
+    [
+        # 2 x 10^5 / 0.002 = 10^8 state changes; at 1e-300 s it was "Maximum allowed size exceeded".
+        ("mmpp", 1e5, 50.0, {"high-s": 1e-3, "low-s": 1e-3}, "raise --param high-s or --param low-s"),
+        ("mmpp", 1e300, 1e-298, {}, "raise --param high-s or --param low-s"),
+        # Periods down to 1e-10 of their mean: up to 6e11 of them, a hang before.
+        ("pareto-onoff", 600.0, 50.0, {"alpha": 1.0000000001}, "raise --param alpha, on-s or off-s"),
+        ("compound", 600.0, 50.0, {"alpha": 1.0000000001}, "raise --param alpha, on-s or off-s"),
+        ("pareto-onoff", 1e300, 1e-298, {}, "raise --param alpha, on-s or off-s"),
+    ],
+)
+def test_a_path_of_too_many_state_changes_is_refused(
+    name: str, duration: float, rate: float, params: dict[str, float], named: str
+) -> None:
+    with pytest.raises(ConfigError, match="state changes, more than the 10,000,000") as err:
+        _times(name, duration, rate, seed=1, **params)
+    assert named in str(err.value) and "--duration-s" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_ends_of_the_state_and_shape_ranges_still_generate() -> None:
+    (low, high), top = STATE_S_RANGE, PARETO_ALPHA_MAX
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _times("mmpp", 600.0, 50.0, high_s=low, low_s=low).size == pytest.approx(30_000, rel=0.03)
+        assert _times("mmpp", 600.0, 50.0, high_s=high, low_s=high).size == pytest.approx(30_000, rel=0.03)
+        for alpha, on_off in ((top, low), (top, high), (1.0001, high), (1.001, 5.0)):
+            times = _times("pareto-onoff", 600.0, 50.0, alpha=alpha, on_s=on_off, off_s=on_off)
+            assert times.size == pytest.approx(30_000, rel=0.03)
+        times = _times("compound", 600.0, 50.0, seed=1, **{"alpha": top, "batch-alpha": top, "on-s": low})
+        assert times.size > 0
+        params = {"batch-cv": 100.0, "batch-mean": COMPOUND_MAX_BATCH_MEAN, "off-s": high}
+        assert _times("compound", 600.0, 50.0, seed=1, **params).size > 0
+        assert _times("step", 600.0, 50.0, factor=1e-6, at_s=0.0).size == pytest.approx(30_000, rel=0.03)
+        assert _times("step", 600.0, 50.0, factor=1e6).size == pytest.approx(30_000, rel=0.03)
+        flash = _times("flash-crowd", 600.0, 50.0, factor=1e6, decay_s=1e9)
+        assert flash.size == pytest.approx(30_000, rel=0.03)
+        assert _times("hawkes", 600.0, 50.0, kernel_s=1e-300, branching=0.5).size > 0
+
+
+def test_compound_refuses_batches_that_outgrow_memory(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A heavy tail can draw a batch of billions (np.repeat then exhausts memory); the check runs
+    # on the drawn sizes, so a lowered limit shows it without drawing billions here.
+    import workloads.compound
+
+    monkeypatch.setattr(workloads.compound, "_SIZE_CAP", 1000)
+    with pytest.raises(ConfigError, match=r"the drawn batches hold .* requests .* lower --param batch-mean"):
+        _times("compound", 600.0, 50.0)
+
+
+@pytest.mark.parametrize("phase_s", [1e20, -1e308])
+def test_diurnal_phase_is_taken_modulo_the_period(phase_s: float) -> None:
+    # omega x 1e20 kept no digit of the angle: 5,918 requests of the 30,000 asked for.
+    times = _times("diurnal", 600.0, 50.0, phase_s=phase_s)
+    assert times.size == pytest.approx(30_000, rel=0.03)
+    np.testing.assert_array_equal(times, _times("diurnal", 600.0, 50.0, phase_s=math.fmod(phase_s, 300.0)))
+
+
+@pytest.mark.parametrize(("duration", "rate", "period_s"), [(100.0, 100.0, 1e9), (1e-6, 1e10, 300.0)])
+def test_diurnal_keeps_its_mean_on_a_sliver_of_a_period_at_full_amplitude(
+    duration: float, rate: float, period_s: float
+) -> None:
+    # 1 - cos(theta) cancelled to 0 (a ZeroDivisionError) or to noise for a tiny angle.
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        times = _times("diurnal", duration, rate, amplitude=1.0, period_s=period_s)
+    assert times.size == pytest.approx(10_000, rel=0.05)
+    # Rate c (omega t)^2 / 2 from the trough: a third of the requests in the first 2/3^(1/3) = 69%.
+    assert np.mean(times < duration * 3 ** (-1 / 3)) == pytest.approx(1 / 3, abs=0.02)
+
+
+def test_diurnal_refuses_a_horizon_whose_rate_underflows() -> None:
+    with pytest.raises(ConfigError, match="the rate underflows to 0; raise --duration-s"):
+        _times("diurnal", 1e-200, 50.0, amplitude=1.0)

@@ -32,11 +32,12 @@ def test_every_parameter_is_documented_with_its_default() -> None:
         defaults = generator_params(name)
         assert set(documented) == set(defaults), name
         for key, text in documented.items():
-            # None: derived from the duration ("duration/2"); "0: off" documents what 0 means.
+            # None: derived from the duration ("duration/2"); "0: off" documents what 0 means and
+            # "3; 0.001 to 100" the valid range.
             if defaults[key] is None:
                 assert "duration" in text, (name, key)
             else:
-                assert float(text.split(":")[0]) == defaults[key], (name, key)
+                assert float(re.split("[:;]", text)[0]) == defaults[key], (name, key)
 
 
 def test_unknown_generator_lists_the_valid_names() -> None:
