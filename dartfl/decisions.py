@@ -47,6 +47,10 @@ class CoreCosts:
     inference_interference: float = 0.0
     training_interference: float = 0.0
     switch_s: float = 0.0
+    # Whether the serving lane may train in its idle time while the training lane trains: not
+    # on a GPU device, whose one GPU the training lane keeps (a step on the serving lane
+    # would need it too).
+    serving_lane_trains: bool = True
 
     def __post_init__(self) -> None:
         if self.cores < 2:

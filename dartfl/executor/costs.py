@@ -78,6 +78,7 @@ def split_costs(
         inference_interference=model.inference_interference,
         training_interference=model.training_interference,
         switch_s=model.switch_s,
+        serving_lane_trains=not model.has_gpu,
     )
 
 

@@ -297,8 +297,13 @@ class CoreSplit:
             late[k - 1] = late_per_s(rho, one, p.scale, arrivals, budget_s)
             queued[k - 1] = backlog_late(rho, one, p.scale, backlog, hold_s, budget_s)
             # 2. Its idle-time steps, valued at their cap (DART's own rule, below, may pick
-            #    smaller ones for the split it settles on).
-            m_lane = _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
+            #    smaller ones for the split it settles on); none on a GPU device, whose one
+            #    GPU the training lane keeps (CoreCosts.serving_lane_trains).
+            m_lane = (
+                _steps_within((budget_s - active) / 2.0, p.serve_step, m_max)
+                if split.serving_lane_trains
+                else 0
+            )
             # 3. The training lane's step, capped so that a burst can reclaim cores:
             #    (rho_burst - 1) (step + period + switch) / reclaimed <= B, for the
             #    remembered burst rate or one the whole device, time-shared, could carry.

@@ -181,6 +181,10 @@ def _device(
             record_periods=cfg.record_periods,
             deadline_admission=cfg.deadline_admission,
             lanes=2,
+            # A GPU device has one GPU, which the training lane keeps when split: a serving-lane
+            # step beside its steps would run on the same GPU at once, counted twice (a Jetson
+            # trained 56 s in a 30-s run, harvest 1.76).
+            concurrent_steps=not profile.cores.has_gpu,
             batch_hold_s=hold_s,
         ),
         timer=timer,

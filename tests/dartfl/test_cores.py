@@ -313,3 +313,18 @@ def test_the_simulator_reports_how_often_a_split_was_reclaimed() -> None:
     }
     assert summaries[True]["core_reclaims"] >= 1 and summaries[False]["core_reclaims"] == 0
     assert summaries[True]["slo_attainment"] > summaries[False]["slo_attainment"]
+
+
+@pytest.mark.parametrize("spec", ["dart", "cores:5,64"])
+def test_a_gpu_device_split_trains_on_its_one_gpu_at_a_time(spec: str) -> None:
+    # The training lane keeps the GPU; the serving lane's idle-time steps also ran on it, at
+    # the same time, so a Jetson trained 56 s in 30 s and reported harvest 1.76 with nothing
+    # refused.
+    profile = get_profile("jetson-orin-nano")
+    times = np.sort(np.random.default_rng(1).uniform(0.0, 30.0, 150))  # 5 requests/s
+    arrivals = Arrivals(times, np.zeros(times.size, dtype=np.int64), ("a",), 30.0)
+    run = simulate(arrivals, profile, TASKS, make_policy(spec), SimConfig(), np.random.default_rng(1))
+    summary = summarize(run)
+    assert summary["rejected"] == 0
+    assert summary["training_compute_s"] <= 30.0
+    assert summary["harvest_efficiency"] <= 1.0
