@@ -14,27 +14,14 @@ from dartfl.cli import dc_cmd
 from dartfl.cli.main import main
 from dartfl.datacenter import simulator
 from dartfl.store import RunStore
+from tests.cli_fixtures import never, one_line_error
 
 QUICK = ["dc", "sim", "--gpus", "8", "--steps", "2", "--no-plot", "--no-store"]
 
 
-def _never(step: str) -> Any:
-    def reached(*_args: Any, **_kwargs: Any) -> None:
-        raise AssertionError(f"{step} started before the input was checked")
-
-    return reached
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("dartfl: error: ")
-    return err.strip()
-
-
 @pytest.fixture
 def no_simulating(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(dartfl.datacenter, "simulate", _never("the simulation"))
+    monkeypatch.setattr(dartfl.datacenter, "simulate", never("the simulation"))
 
 
 @pytest.mark.usefixtures("no_simulating")
@@ -45,7 +32,7 @@ def test_a_switch_cost_beyond_an_hour_exits_2_before_simulating(
     # 1e300 ticked through the dead time second by second, for ever, its series growing.
     assert main([*QUICK, "--policy", "verl-dynamic", "--switch-cost-s", cost]) == 2
     assert "--switch-cost-s must be a number of seconds from 0 to 3600 (published role switches " in (
-        _one_line_error(capsys)
+        one_line_error(capsys)
     )
 
 
@@ -56,7 +43,7 @@ def test_steps_beyond_a_million_exit_2_before_simulating(
 ) -> None:
     # 10^23 steps ran until memory ran out.
     assert main([*QUICK, "--steps", steps]) == 2
-    assert f"--steps must be an integer from 1 to 1,000,000, got {steps}" in _one_line_error(capsys)
+    assert f"--steps must be an integer from 1 to 1,000,000, got {steps}" in one_line_error(capsys)
 
 
 @pytest.mark.parametrize(
@@ -77,7 +64,7 @@ def test_a_run_too_long_to_finish_exits_2_with_what_to_lower(
     # test short): a run of more simulated time or control periods than the limits ends.
     monkeypatch.setattr(simulator, limit, value)
     assert main([*QUICK, "--steps", "50", "--policy", "dart"]) == 2
-    err = _one_line_error(capsys)
+    err = one_line_error(capsys)
     assert complaint in err and "of 50, more than the simulator runs; " in err
     assert "lower --steps, --switch-cost-s, --group-size, --batch-prompts or the token lengths" in err
 
@@ -127,12 +114,12 @@ def test_lengths_and_groups_the_engines_cannot_hold_exit_2_before_simulating(
     capsys: pytest.CaptureFixture[str], flags: list[str], complaint: str
 ) -> None:
     assert main([*QUICK, "--policy", "dart", *flags]) == 2
-    assert complaint in _one_line_error(capsys)
+    assert complaint in one_line_error(capsys)
 
 
 def test_a_big_batch_names_the_flags_that_set_it(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*QUICK, "--batch-prompts", "999999999"]) == 2
-    assert _one_line_error(capsys).endswith("holds in memory; lower --group-size or --batch-prompts")
+    assert one_line_error(capsys).endswith("holds in memory; lower --group-size or --batch-prompts")
 
 
 def test_a_group_that_fits_the_engines_still_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -150,7 +137,7 @@ def test_a_plot_path_nothing_can_be_written_to_exits_2_before_simulating(
     # the image writer once every policy had run.
     argv = ["dc", "sim", "--gpus", "8", "--steps", "2", "--no-store", "--policy", "dart"]
     assert main([*argv, "--plot", "/proc/x.png"]) == 2
-    assert "--plot /proc/x.png: cannot write into /proc" in _one_line_error(capsys)
+    assert "--plot /proc/x.png: cannot write into /proc" in one_line_error(capsys)
 
 
 def test_a_failed_plot_write_is_one_line_and_leaves_no_run_in_the_store(
@@ -164,7 +151,7 @@ def test_a_failed_plot_write_is_one_line_and_leaves_no_run_in_the_store(
     store, plot = tmp_path / "runs.db", tmp_path / "dc.png"
     argv = ["dc", "sim", "--gpus", "8", "--steps", "2", "--policy", "static:0.5"]
     assert main([*argv, "--store", str(store), "--plot", str(plot)]) == 2
-    assert _one_line_error(capsys) == (
+    assert one_line_error(capsys) == (
         f"dartfl: error: --plot {plot}: cannot write the plot (No space left on device); pick a writable "
         "directory, or --no-plot"
     )
@@ -181,7 +168,7 @@ def test_a_damaged_store_exits_2_before_simulating(
     store.write_text("not a database\n")
     argv = ["dc", "sim", "--gpus", "8", "--steps", "2", "--no-plot", "--policy", "dart"]
     assert main([*argv, "--store", str(store)]) == 2
-    assert f"{store} is not an SQLite database, so not a run store" in _one_line_error(capsys)
+    assert f"{store} is not an SQLite database, so not a run store" in one_line_error(capsys)
 
 
 @pytest.mark.usefixtures("no_simulating")
@@ -194,7 +181,7 @@ def test_two_spellings_of_one_policy_exit_2_before_simulating(
 ) -> None:
     # Both ran, the same simulation twice under two names.
     assert main([*QUICK, "--policy", first, "--policy", again]) == 2
-    assert _one_line_error(capsys).endswith(
+    assert one_line_error(capsys).endswith(
         f"policy {again!r} sets the same knobs as {first!r}, so it is given twice; give each --policy once"
     )
 

@@ -16,32 +16,31 @@ from dartfl.cli.main import build_parser, main
 from edge_client.agent import Agent, AgentConfig
 from edge_client.core_pinning import available_cpus
 from edge_client.runtime import ModelRuntime
+from tests.cli_fixtures import never, one_line_error
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 
-def _never(step: str) -> Any:
-    def reached(*_args: Any, **_kwargs: Any) -> None:
-        raise AssertionError(f"{step} started before the input was checked")
-
-    return reached
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("dartfl: error: ")
-    return err.strip()
-
-
 @pytest.fixture
 def no_agent(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(Agent, "create", _never("the agent (data, model)"))
+    monkeypatch.setattr(Agent, "create", never("the agent (data, model)"))
 
 
 @pytest.fixture
 def no_measuring(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(ModelRuntime, "build", _never("the measuring"))
+    monkeypatch.setattr(ModelRuntime, "build", never("the measuring"))
+
+
+class MeasuringError(Exception):
+    """Raised where measuring would start: the checks before it have passed."""
+
+
+@pytest.fixture
+def measuring_stops(monkeypatch: pytest.MonkeyPatch) -> None:
+    def measuring(*_args: Any, **_kwargs: Any) -> None:
+        raise MeasuringError
+
+    monkeypatch.setattr(ModelRuntime, "build", measuring)
 
 
 @pytest.mark.usefixtures("no_agent")
@@ -59,7 +58,7 @@ def test_edge_run_refuses_a_model_dir_that_cannot_be_a_directory_before_loading(
     (tmp_path / "a-file").write_text("")
     path = tmp_path / model_dir
     assert main(["edge", "run", "--broker", "mqtt://127.0.0.1:9", "--model-dir", str(path)]) == 2
-    assert complaint.format(dir=path) in _one_line_error(capsys)
+    assert complaint.format(dir=path) in one_line_error(capsys)
 
 
 @pytest.mark.usefixtures("no_measuring")
@@ -77,7 +76,7 @@ def test_edge_profile_refuses_an_output_it_cannot_write_before_measuring(
     (tmp_path / "a-file").write_text("")
     (tmp_path / "a-dir").mkdir()
     assert main(["edge", "profile", "--quick", "-o", f"{tmp_path}/{output}"]) == 2
-    assert complaint.format(tmp=tmp_path) in _one_line_error(capsys)
+    assert complaint.format(tmp=tmp_path) in one_line_error(capsys)
 
 
 @pytest.mark.usefixtures("no_measuring")
@@ -87,19 +86,11 @@ def test_edge_profile_refuses_an_output_under_a_place_no_directory_can_be_made(
 ) -> None:
     # Root may write anywhere, so only making the directory tells: after 8 s of measuring, once.
     assert main(["edge", "profile", "--quick", "-o", "/proc/nope/x.toml"]) == 2
-    assert "/proc/nope" in _one_line_error(capsys)
+    assert "/proc/nope" in one_line_error(capsys)
 
 
-def test_edge_profile_makes_the_outputs_missing_directories_before_measuring(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class MeasuringError(Exception):
-        pass
-
-    def measuring(*_args: Any, **_kwargs: Any) -> None:
-        raise MeasuringError
-
-    monkeypatch.setattr(ModelRuntime, "build", measuring)
+@pytest.mark.usefixtures("measuring_stops")
+def test_edge_profile_makes_the_outputs_missing_directories_before_measuring(tmp_path: Path) -> None:
     with pytest.raises(MeasuringError):
         main(["edge", "profile", "--quick", "-o", str(tmp_path / "new" / "parent" / "x.toml")])
     assert (tmp_path / "new" / "parent").is_dir()
@@ -119,7 +110,7 @@ def test_edge_profile_checks_cores_and_tasks_before_measuring(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], complaint: str
 ) -> None:
     assert main(["edge", "profile", "--quick", "-o", str(tmp_path / "p.toml"), *flags]) == 2
-    assert complaint.format(cpus=len(available_cpus())) in _one_line_error(capsys)
+    assert complaint.format(cpus=len(available_cpus())) in one_line_error(capsys)
 
 
 @pytest.mark.parametrize(
@@ -136,11 +127,11 @@ def test_replay_checks_target_load_and_policy_before_a_broker_or_an_agent_starts
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], flags: list[str], complaint: str
 ) -> None:
     # They were found 22-27 s later, by the agent or once its profile came; clairvoyant twice.
-    monkeypatch.setattr(replay_cmd, "start_local_broker", _never("a broker"))
-    monkeypatch.setattr(replay_cmd, "_spawn", _never("an agent"))
+    monkeypatch.setattr(replay_cmd, "start_local_broker", never("a broker"))
+    monkeypatch.setattr(replay_cmd, "_spawn", never("an agent"))
     argv = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--duration-s", "5", "--no-store"]
     assert main([*argv, *flags]) == 2
-    assert complaint in _one_line_error(capsys)
+    assert complaint in one_line_error(capsys)
 
 
 def test_replay_refuses_clairvoyant_in_the_words_of_the_agent(capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,7 +139,7 @@ def test_replay_refuses_clairvoyant_in_the_words_of_the_agent(capsys: pytest.Cap
         AgentConfig(policy="clairvoyant")
     argv = ["edge", "replay", "--spawn-agent", "--workload", "poisson", "--policy", "clairvoyant"]
     assert main([*argv, "--no-store"]) == 2
-    assert _one_line_error(capsys) == f"dartfl: error: {agent.value}"
+    assert one_line_error(capsys) == f"dartfl: error: {agent.value}"
 
 
 def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -189,7 +180,7 @@ def test_edge_profile_checks_the_models_widest_width_before_loading(
     # fltask's "model width must be a number in (0, 64]" came after 5.5 s of data loading.
     assert main(["edge", "profile", "--quick", "-o", str(tmp_path / "p.toml"), "--width", width]) == 2
     expected = "> 0" if width == "inf" else "<= 64 (the widest model)"
-    assert _one_line_error(capsys) == f"dartfl: error: --width must be {expected}, got {float(width):g}"
+    assert one_line_error(capsys) == f"dartfl: error: --width must be {expected}, got {float(width):g}"
 
 
 def test_the_width_bound_is_the_models() -> None:
@@ -211,22 +202,14 @@ def test_edge_profile_refuses_a_place_that_takes_no_new_file_before_measuring(
     # Root passes every permission check, so only making the file tells: it told after 9 s
     # of measuring, with a FileNotFoundError traceback.
     assert main(["edge", "profile", "--quick", "-o", "/proc/e.toml"]) == 2
-    assert _one_line_error(capsys) == (
+    assert one_line_error(capsys) == (
         "dartfl: error: -o /proc/e.toml: cannot write into /proc (No such file or directory); "
         "pick a writable directory"
     )
 
 
-def test_checking_the_output_up_front_leaves_no_file_and_keeps_an_existing_one(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    class MeasuringError(Exception):
-        pass
-
-    def measuring(*_args: Any, **_kwargs: Any) -> None:
-        raise MeasuringError
-
-    monkeypatch.setattr(ModelRuntime, "build", measuring)
+@pytest.mark.usefixtures("measuring_stops")
+def test_checking_the_output_up_front_leaves_no_file_and_keeps_an_existing_one(tmp_path: Path) -> None:
     new, old = tmp_path / "new.toml", tmp_path / "old.toml"
     old.write_text("name = 'kept'\n")
     for path in (new, old):

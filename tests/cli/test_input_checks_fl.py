@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -15,28 +14,15 @@ from dartfl.cli.fl_cmd import _DEPLOY_OWNED, _SIM_OWNED
 from dartfl.cli.main import main
 from dartfl.errors import ConfigError
 from edge_client.agent_config import AgentConfig
+from tests.cli_fixtures import never, one_line_error
 from tests.store_fixtures import damaged_copy, healthy_store
-
-
-def _never(step: str) -> Any:
-    def reached(*_args: Any, **_kwargs: Any) -> None:
-        raise AssertionError(f"{step} started before the input was checked")
-
-    return reached
 
 
 @pytest.fixture(autouse=True)
 def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(orchestration.flower_processes, "LocalSuperLink", _never("a SuperLink"))
-    monkeypatch.setattr(orchestration.deploy_local, "deploy_local", _never("a deployment"))
-    monkeypatch.setattr(orchestration.remote_run, "submit_run", _never("a submission"))
-
-
-def _one_line_error(capsys: pytest.CaptureFixture[str]) -> str:
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "Traceback" not in err, err
-    assert err.startswith("dartfl: error: ")
-    return err.strip()
+    monkeypatch.setattr(orchestration.flower_processes, "LocalSuperLink", never("a SuperLink"))
+    monkeypatch.setattr(orchestration.deploy_local, "deploy_local", never("a deployment"))
+    monkeypatch.setattr(orchestration.remote_run, "submit_run", never("a submission"))
 
 
 def _agents_refusal() -> str:
@@ -55,7 +41,7 @@ def test_fl_app_refuses_a_dir_that_cannot_be_made(
     (tmp_path / "a-file").write_text("")
     target = Path(directory) if directory.startswith("/") else tmp_path / directory
     assert main(["fl", "app", str(target)]) == 2
-    assert f"cannot write {target / 'pyproject.toml'}: " in _one_line_error(capsys)
+    assert f"cannot write {target / 'pyproject.toml'}: " in one_line_error(capsys)
 
 
 def test_fl_sim_names_a_damaged_store_at_once_as_sim_does(
@@ -65,9 +51,9 @@ def test_fl_sim_names_a_damaged_store_at_once_as_sim_does(
     store = damaged_copy(healthy_store(tmp_path / "healthy.sqlite"), tmp_path, "truncated")
     sim = ["sim", "--profile", "pi4", "--workload", "poisson", "--duration-s", "5", "--policy", "dart"]
     assert main([*sim, "--store", str(store)]) == 2
-    said_by_sim = _one_line_error(capsys)
+    said_by_sim = one_line_error(capsys)
     assert main(["fl", "sim", "--clients", "2", "--rounds", "1", "--store", str(store)]) == 2
-    assert _one_line_error(capsys) == said_by_sim
+    assert one_line_error(capsys) == said_by_sim
     assert f"{store} is damaged" in said_by_sim
 
 
@@ -83,7 +69,7 @@ def test_fl_commands_refuse_a_timeout_that_is_not_a_positive_number(
         == 2
     )
     expected = f"dartfl: error: --timeout-s must be a finite number > 0 (seconds), got {float(timeout_s):g}"
-    assert _one_line_error(capsys) == expected
+    assert one_line_error(capsys) == expected
 
 
 def test_fl_app_refuses_the_policy_agents_refuse_in_their_words(
@@ -91,14 +77,14 @@ def test_fl_app_refuses_the_policy_agents_refuse_in_their_words(
 ) -> None:
     refusal = _agents_refusal()
     assert main(["fl", "app", str(tmp_path / "app"), "--set", "policy=clairvoyant"]) == 2
-    assert _one_line_error(capsys) == refusal
+    assert one_line_error(capsys) == refusal
     assert not (tmp_path / "app").exists()
 
 
 def test_fl_deploy_local_refuses_the_policy_agents_refuse(capsys: pytest.CaptureFixture[str]) -> None:
     refusal = _agents_refusal()
     assert main(["fl", "deploy-local", "--policy", "clairvoyant"]) == 2
-    assert _one_line_error(capsys) == refusal
+    assert one_line_error(capsys) == refusal
 
 
 @pytest.mark.parametrize(("command", "owned"), [("sim", _SIM_OWNED), ("deploy-local", _DEPLOY_OWNED)])
