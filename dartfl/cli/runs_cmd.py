@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Mapping
 from datetime import datetime
@@ -267,12 +266,10 @@ def _took(seconds: float) -> str:
 
 def _when(epoch_s: float, *, short: bool = False) -> str:
     """Local time; `short` (a listing's column): without the year and seconds."""
-    if not math.isfinite(epoch_s):
-        return "?"  # a damaged row: RunInfo.damage says so
     try:
         when = datetime.fromtimestamp(epoch_s)
     except (ValueError, OverflowError, OSError):
-        # A time no date can be (years out of range, beyond the platform's time_t): the store
-        # names such a time as damage; a listing still shows the rest of the row.
+        # A damaged row (NaN, a time no date can be): RunInfo.damage names it; a listing
+        # still shows the rest of the row.
         return "?"
     return when.strftime("%m-%d %H:%M" if short else "%Y-%m-%d %H:%M:%S")
