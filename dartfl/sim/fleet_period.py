@@ -16,7 +16,8 @@ with arrivals spread evenly over the period (rate lam_k = A_k / tau):
    queue is empty or the credit runs out; the step in flight at the period's end carries over.
    Without training the device serves arrivals as they come.
 The floor is empty unless serving every request alone would overload the device; then greedy
-batching settles at a round length R* where the queue never empties (`busy_round`).
+batching settles at a round length R* (`busy_round`), and the queue empties only at the end
+of a round in which nothing arrived.
 
 Latency: a request waits for the rest of the non-preemptible stretch it arrives in (a step, or
 a round of batches), then for its task's turn in the next round (`turn_fraction`). Within a
@@ -72,9 +73,8 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     s = dev.a_t + dev.c_t * m
     x_eff = np.where(train & (x < 1.0), x, 1.0)
     q0 = st.queue
-    lamc = (per * lam).sum(axis=0)
     busy_r = busy_round(lam, fixed, per, bcap)  # R*
-    settled = busy_r > 0  # greedy batching keeps the device busy: the queue never empties
+    settled = busy_r > 0  # greedy batching keeps the device busy: the queue rarely empties
     floor_q = lam * busy_r  # the queue a busy device keeps
 
     # 0. The carried step runs first; requests queue behind it.
@@ -118,26 +118,31 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     share1 = np.where(t1 > 0, div_or_zero(infer1, t1), x_eff)  # inference's average share while draining
 
     # 2a. The queue is at its floor. Training cycles: a step of s, then the rounds that drain
-    #     what arrived during it, until the queue is empty (R* = 0) or the credit runs out.
+    #     what arrived during it, until the queue is empty or the credit runs out.
     r2 = np.where(drained, rest - t1, 0.0)
-    # A busy device (R* > 0) never empties its queue, so credit left from earlier steps is
-    # spent serving at the floor before the next step (an empty queue would reset it).
-    credit_left = np.maximum(credit0 - ta, 0.0)
-    pre = np.where(drained & settled & shared, np.minimum(credit_left, r2), 0.0)
-    r2c = r2 - pre
     n0 = lam * s
     d0 = round_work(n0, fixed, per, bcap)
     d1 = round_work(lam * d0, fixed, per, bcap)
     d2 = round_work(lam * d1, fixed, per, bcap)
-    ratio = np.minimum(div_or_zero(d2, d1), 0.99)
-    d_tail = d2 / (1.0 - ratio)  # round 2 on, shrinking geometrically
-    empties = d0 + d1 + d_tail
+    # The drain after a step: rounds 0 and 1, then a geometric tail, each counted above the
+    # floor R* (0 unless serving every request alone would overload the device).
+    above0, above1, above2 = (np.maximum(d - busy_r, 0.0) for d in (d0, d1, d2))
+    ratio = np.minimum(div_or_zero(above2, above1), 0.99)
+    d_tail = above2 / (1.0 - ratio)  # round 2 on, shrinking geometrically
+    needed = np.minimum(above0 + above1 + d_tail, _BIG_S)
+    # A busy device's queue still empties at the end of a round at the floor in which nothing
+    # arrived: Poisson, probability exp(-Lambda R*), so strict priority finds a gap after
+    # R* / p seconds at the floor on average (docs/fleet.md, "A busy device's gaps").
+    p_empty = np.exp(-lam.sum(axis=0) * busy_r)
+    floor_wait = np.minimum(div_or_zero(busy_r, p_empty), _BIG_S)
+    # Credit left from earlier steps is spent serving at the floor before the next step,
+    # until the queue empties (which resets it) or the credit runs out.
+    credit_left = np.maximum(credit0 - ta, 0.0)
+    pre = np.where(drained & settled & shared, np.minimum(np.minimum(credit_left, floor_wait), r2), 0.0)
+    r2c = r2 - pre
     credit = np.where(x < 1.0, x * s / (1.0 - x), math.inf)
-    slope = np.minimum((lam * fixed * np.exp(-floor_q)).sum(axis=0) + lamc, 0.99)
-    excess = np.maximum(d0 - busy_r, 0.0) / (1.0 - slope)  # settled: drain time above the floor
-    needed = np.minimum(np.where(settled, excess, empties), _BIG_S)
-    cyc = drained & train & (~settled | (x < 1.0))
-    ic = np.where(settled, credit, np.minimum(empties, credit))  # inference time per cycle
+    cyc = drained & train
+    ic = np.minimum(needed + floor_wait, credit)  # inference time per cycle
     ic = np.minimum(ic, _BIG_S)
     cycle = s + ic
     cycles = np.where(cyc, np.floor(r2c / cycle), 0.0)

@@ -144,7 +144,8 @@ def busy_round(lam: FloatArray, fixed: FloatArray, per: FloatArray, batch: Float
     Round after round, each batch holds what arrived during the previous round, so a busy device
     settles where R = sum_k a_k beta(lam_k R) + c_k lam_k R. That has a root R > 0 only when
     serving every request alone would overload the device (sum lam (a + c) > 1): then the queue
-    never empties, and a strict-priority executor never starts a training step. Newton from the
+    stays at about lam R* and empties only after a round in which nothing arrived (the fleet
+    period model's `floor_wait`). Newton from the
     full-batch bound converges from above (the right-hand side is concave in R).
     """
     alone = (lam * (fixed + per)).sum(axis=0)
