@@ -37,7 +37,7 @@ import numpy as np
 
 from dartfl.sim.fleet_policy_api import FleetAllocation
 from dartfl.sim.fleet_queueing import (
-    blurred_uniform_cdf,
+    BlurredUniform,
     busy_round,
     div_or_zero,
     drain_rounds,
@@ -222,38 +222,46 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
         return out
 
     no_noise = np.zeros_like(lam)
-    lat: list[tuple[FloatArray, FloatArray, FloatArray, FloatArray, bool]] = [
-        (e0 / tau, carry_rem + kappa * r0, carry + kappa * r0, blur(carry, r0), True),
-        (part_a / tau, kappa * u1, u0 + kappa * u1, blur(u0, u1), False),
-        (part_b / tau, kappa * u2, u1 + kappa * u2, blur(u1, u2), False),
-        ((t1 - part_a - part_b) / tau, lo_grow, hi_grow, blur((u2 + l_end) / 2.0, (u2 + l_end) / 2.0), False),
+    zero = np.zeros_like(e0)
+    # Each phase's training delay D: the training seconds that ran while its requests' busy
+    # period waited, as the exact executor counts them (dartfl/attribution.py): a late request
+    # is training's miss if it would have made its SLO D sooner. The drain waits behind the
+    # carried step and the steps interleaved with it; a cycle's rounds behind its step.
+    d_drain = carry + train1
+    grow_mid = (u2 + l_end) / 2.0
+    lat: list[tuple[FloatArray, FloatArray, FloatArray, FloatArray, FloatArray]] = [
+        (e0 / tau, carry_rem + kappa * r0, carry + kappa * r0, blur(carry, r0), carry),
+        (part_a / tau, kappa * u1, u0 + kappa * u1, blur(u0, u1), d_drain),
+        (part_b / tau, kappa * u2, u1 + kappa * u2, blur(u1, u2), d_drain),
+        ((t1 - part_a - part_b) / tau, lo_grow, hi_grow, blur(grow_mid, grow_mid), d_drain),
         # Full steps after an empty queue: they wait the rest of the step, then round 0.
-        ((train2 - in_flight) / tau, kappa * d0, s + kappa * d0, blur(s, d0), True),
+        ((train2 - in_flight) / tau, kappa * d0, s + kappa * d0, blur(s, d0), s),
         # The step just begun: its arrivals came early in it, so they wait most of it.
-        (in_flight / tau, s - in_flight + kappa * d0, s + kappa * d0, blur(s, d0), True),
-        (w_cyc * part0, kappa * d1, d0 + kappa * d1, blur(d0, d1), False),
-        (w_cyc * part1, kappa * d2, d1 + kappa * d2, blur(d1, d2), False),
-        (w_cyc * (ic - part0 - part1), lo_rest, hi_rest, blur(d2, d2), False),
-        (np.where(idle, r2, 0.0) / tau, one, one + 2.0 * wait_idle, no_noise, False),
+        (in_flight / tau, s - in_flight + kappa * d0, s + kappa * d0, blur(s, d0), s),
+        (w_cyc * part0, kappa * d1, d0 + kappa * d1, blur(d0, d1), s),
+        (w_cyc * part1, kappa * d2, d1 + kappa * d2, blur(d1, d2), s),
+        (w_cyc * (ic - part0 - part1), lo_rest, hi_rest, blur(d2, d2), s),
+        (np.where(idle, r2, 0.0) / tau, one, one + 2.0 * wait_idle, no_noise, zero),
         (
             (np.where(serve_only & settled, r2, 0.0) + pre) / tau,
             kappa * busy_r,
             (1.0 + kappa) * busy_r,
             blur(busy_r, busy_r),
-            False,
+            zero,
         ),
     ]
     p_slo = np.zeros_like(lam)
     p_train_miss = np.zeros_like(lam)
     mean_latency = np.zeros_like(lam)
-    for weight, lo, hi, spread, during_step in lat:
+    for weight, lo, hi, spread, delay in lat:
         if not weight.any():
             continue  # no device has arrivals in this phase this period
         lo, hi = np.minimum(lo, wait_cap), np.minimum(hi, wait_cap)
-        hit = blurred_uniform_cdf(slo, lo, hi, spread)
+        wait = BlurredUniform(lo, hi, spread)
+        hit = wait.cdf(slo)
         p_slo += weight * hit
-        if during_step:
-            p_train_miss += weight * (1.0 - hit)
+        if delay.any() and (hit < 1.0).any():
+            p_train_miss += weight * (wait.cdf(slo + delay) - hit)
         mean_latency += weight * (lo + hi) / 2.0  # finite: wait_cap bounds both
     in_slo = accepted * p_slo
     st.misses = arrived - in_slo

@@ -16,6 +16,7 @@ import numpy as np
 from dartfl.sim.fleet_types import FloatArray
 
 __all__ = [
+    "BlurredUniform",
     "blurred_uniform_cdf",
     "busy_round",
     "div_or_zero",
@@ -57,18 +58,40 @@ def blurred_uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray, sd: Float
     arithmetic (the CDF of a sum of two uniforms is piecewise quadratic):
     F(y) = [r(y - lo + h) - r(y - hi + h) - r(y - lo - h) + r(y - hi - h)] / (4 w h), r(t) = max(t, 0)^2.
     """
-    h = np.maximum(_SQRT3 * sd, 1e-7)
-    w = np.maximum(hi - lo, 1e-7)
-    top = hi + h
-    a, b = y - lo, y - lo - w
-    ramps = (
-        np.square(np.maximum(a + h, 0.0))
-        - np.square(np.maximum(b + h, 0.0))
-        - np.square(np.maximum(a - h, 0.0))
-        + np.square(np.maximum(b - h, 0.0))
-    )
-    out: FloatArray = np.where(y >= top, 1.0, np.minimum(np.maximum(ramps / (4.0 * w * h), 0.0), 1.0))
-    return out
+    return BlurredUniform(lo, hi, sd).cdf(y)
+
+
+class BlurredUniform:
+    """U + Z of `blurred_uniform_cdf`, its terms that do not depend on the point kept: the
+    period model asks for each phase's CDF at the SLO and, where that misses, past it by a
+    training delay."""
+
+    __slots__ = ("h", "lo", "scale", "top", "w")
+
+    def __init__(self, lo: FloatArray, hi: FloatArray, sd: FloatArray) -> None:
+        self.lo = lo
+        self.h = np.maximum(_SQRT3 * sd, 1e-7)
+        self.w = np.maximum(hi - lo, 1e-7)
+        self.top = hi + self.h
+        self.scale = 0.25 / (self.w * self.h)
+
+    def cdf(self, y: FloatArray) -> FloatArray:
+        h = self.h
+        a = y - self.lo
+        b = a - self.w
+        ramps = np.maximum(a + h, 0.0)  # in place from here: the fleet calls this a lot
+        ramps *= ramps
+        term = np.maximum(b + h, 0.0)
+        ramps -= term * term
+        term = np.maximum(a - h, 0.0)
+        ramps -= term * term
+        term = np.maximum(b - h, 0.0)
+        ramps += term * term
+        ramps *= self.scale
+        np.clip(ramps, 0.0, 1.0, out=ramps)
+        # Past the top, the differences of large squares have lost their digits: it is 1 there.
+        out: FloatArray = np.where(y >= self.top, 1.0, ramps)
+        return out
 
 
 def turn_fraction(queued: FloatArray, fixed: FloatArray, per: FloatArray) -> tuple[FloatArray, FloatArray]:

@@ -55,7 +55,7 @@ class FleetState:
     latency_sum: FloatArray
     max_backlog: FloatArray
     misses: FloatArray  # last period: expected SLO misses (rejections included), per task
-    training_misses: FloatArray  # last period: the misses of requests that arrived during a step
+    training_misses: FloatArray  # last period: the misses training caused (fleet_period's phases)
 
     @classmethod
     def start(cls, dev: DeviceArrays, tau: float, horizon_s: float) -> FleetState:
