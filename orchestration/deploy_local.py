@@ -38,6 +38,7 @@ from orchestration.faults import (
 from orchestration.flower_processes import (
     LocalSuperLink,
     ManagedProcess,
+    flower_bin,
     flwr_run,
     free_port,
     start_process,
@@ -53,7 +54,6 @@ __all__ = ["DeployFaults", "deploy_local"]
 
 log = logging.getLogger(__name__)
 
-_BIN = Path(sys.executable).parent
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,7 @@ def _start_fleet(
             raise DartflError(f"{exc}\nagent log:\n{proc.log_tail()}") from None
     for i, channel in enumerate(fleet.channels):
         args = [
-            str(_BIN / "flower-supernode"), "--insecure",
+            flower_bin("flower-supernode"), "--insecure",
             "--superlink", f"127.0.0.1:{superlink.env['DARTFL_SUPERLINK_PORT']}",
             "--port", str(free_port()),
             "--node-config", f'agent-address="{channel}"',

@@ -43,6 +43,18 @@ __all__ = [
 _BIN = Path(sys.executable).parent
 
 
+def flower_bin(name: str) -> str:
+    """The path of Flower's command `name` (flower-superlink, flwr, ...): its package installs
+    them beside the interpreter. Refused with the fix where Flower is not installed."""
+    path = _BIN / name
+    if not os.access(path, os.X_OK):
+        raise DartflError(
+            f"{name} not found beside {sys.executable}: Flower is not installed in this "
+            "environment; pip install 'dartfl[fl]'"
+        )
+    return str(path)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -160,7 +172,7 @@ class LocalSuperLink:
         self.env["DARTFL_SUPERLINK_FLEET"] = f"127.0.0.1:{fleet}"
         self.env["DARTFL_SUPERLINK_PORT"] = str(self.port)
         self._args = [
-            str(_BIN / "flower-superlink"),
+            flower_bin("flower-superlink"),
             "--insecure",
             "--disable-runtime-dependency-installation",
             "--host",
@@ -226,7 +238,7 @@ def flwr_run(
     overrides = " ".join(f"{k}={toml_value(v)}" for k, v in run_config.items())
     with scratch_dir("dartfl-app-") as scratch:
         app = write_app(scratch / "dartfl")
-        args = [str(_BIN / "flwr"), "run", str(app), connection, "--run-config", overrides]
+        args = [flower_bin("flwr"), "run", str(app), connection, "--run-config", overrides]
         if federation_config:
             args += ["--federation-config", federation_config]
         if stream:
@@ -244,7 +256,7 @@ def flwr_run(
 def flwr_run_status(connection: str, env: Mapping[str, str], run_id: int, timeout_s: float = 60.0) -> str:
     """The status of run `run_id` on the SuperLink of `connection`, as Flower words it
     (`finished:completed`, `finished:failed`, `running`...), from `flwr ls --run-id`."""
-    args = [str(_BIN / "flwr"), "ls", connection, "--run-id", str(run_id), "--format", "json"]
+    args = [flower_bin("flwr"), "ls", connection, "--run-id", str(run_id), "--format", "json"]
     returncode, output = _run_capturing(args, env, timeout_s, None)
     try:
         answer = json.loads(output[output.index("{") :])

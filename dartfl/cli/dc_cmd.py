@@ -128,7 +128,9 @@ def register(sub: Any) -> None:
         "run",
         help="run the real engine (Ray actors) on a toy RL task",
         description="Run asynchronous RL for real: Ray worker actors whose role the allocator switches. "
-        "Run it inside a loopback-only network namespace (scripts/loopback-run).",
+        "Ray probes outside addresses at start-up: run it inside a loopback-only network namespace, "
+        "as root: unshare -n sh -c 'ip link set lo up && exec dartfl dc run ...' "
+        "(in a checkout: scripts/loopback-run dartfl dc run ...).",
     )
     r.add_argument("--engine", choices=("ray",), default="ray", help="execution engine (ray)")
     r.add_argument("--workers", type=int, default=3, help="worker actors (default 3)")

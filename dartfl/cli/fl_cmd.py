@@ -55,7 +55,14 @@ HEADLINE: dict[str, int | float | str] = {
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fl = sub.add_parser("fl", help="federated multitask learning on Flower (simulation, deployment)")
     fl_sub = fl.add_subparsers(dest="fl_command", metavar="ACTION")
-    sim = fl_sub.add_parser("sim", help="Flower simulation: virtual-time devices, real training")
+    sim = fl_sub.add_parser(
+        "sim",
+        help="Flower simulation: virtual-time devices, real training",
+        description="Flower simulation: virtual-time devices, real training. Flower's simulation "
+        "engine is Ray, which probes outside addresses at start-up: run it inside a loopback-only "
+        "network namespace, as root: unshare -n sh -c 'ip link set lo up && exec dartfl fl sim ...' "
+        "(in a checkout: scripts/loopback-run dartfl fl sim ...).",
+    )
     sim.add_argument("--clients", type=int, default=6, help="virtual clients (SuperNodes), default 6")
     sim.add_argument("--rounds", type=int, default=12, help="federated rounds, default 12")
     sim.add_argument(

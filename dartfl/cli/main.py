@@ -53,6 +53,32 @@ class _Parser(argparse.ArgumentParser):
 _PROG = "_innermost_prog"  # popped in main(): commands record their namespace in the run store
 
 
+# The optional dependencies a command may import when it runs, by top-level module, and the
+# extra of pyproject.toml that brings each (the core installs none of them).
+_EXTRA_OF_MODULE = {
+    "paho": "edge",
+    "torch": "edge",
+    "onnx": "edge",
+    "onnxruntime": "edge",
+    "mlxtend": "edge",
+    "sklearn": "edge",
+    "flwr": "fl",
+    "ray": "fl",
+    "streamlit": "dashboard",
+    "playwright": "dashboard",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError) -> str | None:
+    """The one-line fix for a command that imported an optional dependency that is not
+    installed, or None where the missing module is not one (a fault of ours: let it show)."""
+    module = (exc.name or "").split(".")[0]
+    extra = _EXTRA_OF_MODULE.get(module)
+    if extra is None:
+        return None
+    return f"{module} is not installed; this command needs the {extra!r} extra: pip install 'dartfl[{extra}]'"
+
+
 def _usage_error(prog: str, message: str) -> str:
     return f"dartfl: error: {message} (see `{prog} --help`)\n"
 
@@ -110,6 +136,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("dartfl: interrupted", file=sys.stderr)
         return 130
+    except ModuleNotFoundError as exc:
+        fix = missing_extra(exc)
+        if fix is None:
+            raise
+        print(f"dartfl: failed: {fix}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ import pytest
 
 from dartfl.errors import ConfigError
 from workloads.traces.azure_llm import MAX_TOKENS, read_azure_llm_csv, read_azure_llm_requests
-from workloads.traces.load import bundled_azure_conv
+from workloads.traces.load import BUNDLED_TRACE_NAME, bundled_azure_conv, load_trace
 
 WriteFile = Callable[[str, str], Path]
 RefusesFile = Callable[..., None]
@@ -129,3 +129,24 @@ def test_bundled_trace_carries_its_cc_by_attribution() -> None:
 def test_the_token_bound_itself_is_accepted(write_file: WriteFile) -> None:
     path = write_file("llm.csv", HEADER + f"2023-11-16 18:15:46,{MAX_TOKENS},{MAX_TOKENS}\n")
     assert read_azure_llm_requests(path).generated_tokens.tolist() == [MAX_TOKENS]
+
+
+def test_the_bundled_trace_loads_by_name_from_anywhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A wheel installs the file under dartfl_workloads/: a user without a checkout has no path
+    # to pass to --trace, and once could not reach it at all.
+    monkeypatch.chdir(tmp_path)
+    named = load_trace(BUNDLED_TRACE_NAME)
+    bundled = bundled_azure_conv()
+    np.testing.assert_array_equal(named.times_s, bundled.times_s)
+    np.testing.assert_array_equal(named.tasks, bundled.tasks)
+
+
+def test_a_file_named_like_the_bundled_trace_is_read_as_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / BUNDLED_TRACE_NAME).write_text("time_s,task\n0.5,a\n1.5,b\n")
+    own = load_trace(BUNDLED_TRACE_NAME)
+    assert len(own.times_s) == 2

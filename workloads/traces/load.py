@@ -19,6 +19,7 @@ from workloads.traces.time_task import TIME_TASK_HEADER, read_time_task_csv
 
 __all__ = [
     "BUNDLED_AZURE_CONV",
+    "BUNDLED_TRACE_NAME",
     "TRACE_FORMATS",
     "bundled_azure_conv",
     "bundled_azure_conv_file",
@@ -33,6 +34,9 @@ TRACE_FORMATS: dict[str, tuple[str, ...]] = {
     "azure-functions": FUNCTIONS_KEY_COLUMNS,
 }
 BUNDLED_AZURE_CONV = "azure_llm_conv_2023.csv"
+# What `load_trace` (and every `--trace`) takes for the bundled trace, with or without a
+# checkout: the wheel installs the file under another package's name.
+BUNDLED_TRACE_NAME = "azure-conv"
 
 
 def detect_format(path: str | Path) -> str:
@@ -57,7 +61,11 @@ def load_trace(
     task_names: for `time_s,task` files, the order (and allowed set) of tasks, else the file's
     own names; for the Azure traces, the K tasks requests are mapped onto (default
     digits, fashion, uci-digits). rng seeds the within-minute spread of Azure Functions counts.
+    The path `azure-conv` (BUNDLED_TRACE_NAME) is the bundled Azure LLM conversation hour.
     """
+    if str(path) == BUNDLED_TRACE_NAME and not Path(path).exists():  # a file of that name wins
+        with resources.as_file(bundled_azure_conv_file()) as bundled:
+            return load_trace(bundled, task_names, rng)
     kind = detect_format(path)
     if kind == "time-task":
         return read_time_task_csv(path, task_names)
