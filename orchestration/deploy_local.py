@@ -55,7 +55,6 @@ __all__ = ["DeployFaults", "deploy_local"]
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class DeployFaults:
     """Faults for a fault test, none by default.
