@@ -210,8 +210,14 @@ def _run_period(st: FleetState, arrived: FloatArray, alloc: FleetAllocation) -> 
     w_cyc = div_or_zero(np.where(cyc_started, infer2 - pre, 0.0), ic) / tau
     part0 = np.minimum(d0, ic)
     part1 = np.minimum(d1, ic - part0)
-    lo_rest = np.where(settled, kappa * busy_r, kappa * np.minimum(d2, d_tail))
-    hi_rest = np.where(settled, (1.0 + kappa) * busy_r, d_tail + kappa * d2)
+    # The tail's rounds shrink by `ratio`: an arrival in one of length L waits the rest of it
+    # and its turn in the next, at most d2 (1 + kappa ratio); over the tail, weighted by the
+    # rounds' lengths, d2 (1/2 + kappa ratio) / (1 + ratio) on average. The uniform with that
+    # top and mean (its bottom at 0 at the least).
+    tail_hi = (1.0 + kappa * ratio) * d2
+    tail_lo = np.maximum(2.0 * d2 * (0.5 + kappa * ratio) / (1.0 + ratio) - tail_hi, 0.0)
+    lo_rest = np.where(settled, kappa * busy_r, tail_lo)
+    hi_rest = np.where(settled, (1.0 + kappa) * busy_r, tail_hi)
     # Poisson noise: the variance of the work that arrives in a stretch of length t, sum c^2 lam t,
     # of which a request waits for about kappa of the next round's.
     noise = kappa * (per * per * lam).sum(axis=0)
