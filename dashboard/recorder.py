@@ -71,7 +71,7 @@ class Recorder:
         self._buffer: deque[TelemetryRow] = deque(maxlen=MAX_BUFFERED)
         self._lock = threading.Lock()  # the buffer, the counters and the admission's counts
         self._admission = TelemetryAdmission(self.limits, self._rows_in_store())
-        self._warned_s: dict[str, float] = {}  # reason -> when a refusal was last logged
+        self._warned_s: dict[str, float] = {}  # reason (or store, buffer) -> when last logged
         self.received = 0
         self.written = 0
         self.bad = 0
@@ -104,11 +104,22 @@ class Recorder:
             else:
                 self._admission.admitted(row.device)
                 if len(self._buffer) == self._buffer.maxlen:
-                    log.warning("recorder buffer full: dropping the oldest snapshot")
+                    self._warn_once_a_minute(
+                        "buffer-full", now, "recorder buffer full: dropping the oldest snapshot"
+                    )
                 self._buffer.append(row)
                 self.received += 1
         if reason is not None:
             self._log_refusal(reason, row, now)
+
+    def _warn_once_a_minute(self, key: str, now: float, message: str) -> None:
+        """A warning at most once a minute per `key`, the repeats at debug level: a store
+        that stays locked or full, or a buffer that stays full, would say it every flush."""
+        if now - self._warned_s.get(key, -math.inf) < 60.0:
+            log.debug("%s", message)
+            return
+        self._warned_s[key] = now
+        log.warning("%s", message)
 
     def _log_refusal(self, reason: str, row: TelemetryRow, now: float) -> None:
         """A warning per reason at most once a minute (a broken device repeats itself every
@@ -146,7 +157,11 @@ class Recorder:
         try:
             written = self.store.add_telemetry(rows)
         except (StoreBusyError, StoreWriteError) as exc:  # locked, disk full: it may heal
-            log.warning("cannot write the run store now (%s): %d snapshots kept for later", exc, len(rows))
+            self._warn_once_a_minute(
+                "store",
+                self._clock(),
+                f"cannot write the run store now ({exc}): {len(rows)} snapshots kept for later",
+            )
             self._requeue(rows)
             return 0
         except _ROW_ERRORS:

@@ -69,6 +69,13 @@ def admit_request(
     it gets the answer already sent, or nothing while the first is still pending
     (edge_client.answered). With `transit`, a request's SLO runs from when it was sent
     (edge_client/transit.py)."""
+    if message.retain:
+        # A retained copy, delivered because this link (re)subscribed: requests are never
+        # retained (docs/protocol.md), and one planted so would be served again, and counted,
+        # at every restart and reconnect. Its requester, if still there, has long timed out.
+        stats.count(requests=1, errors=1)
+        log.debug("a retained request on %s: dropped (requests are never retained)", message.topic)
+        return
     received = time.monotonic()
     received_at = time.time()
     try:

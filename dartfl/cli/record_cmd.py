@@ -58,6 +58,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from dartfl.cli.recording import check_store
     from dartfl.paths import default_store_path
     from dartfl.store.limits import TelemetryLimits
     from dashboard.recorder import Recorder
@@ -75,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
         max_devices=args.max_devices,
     )
     store = args.store or default_store_path()
+    check_store(store)  # a read-only store is named now, not in a warning every flush
     recorder = Recorder(store, args.broker, flush_s=args.flush_s, limits=limits, security=security)
     stop = threading.Event()
     previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())

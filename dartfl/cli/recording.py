@@ -29,10 +29,10 @@ def run_config(args: argparse.Namespace, *, leave_out: frozenset[str] = frozense
 
 def check_store(path: Path | None) -> None:
     """Open the run store a command will record into (`--store`, else the default) now, so a
-    damaged, newer or mistyped file is named in the store's own one-line error before the
+    damaged, newer, mistyped or read-only file is named in the store's own one-line error before the
     command's slow work, not after it. A missing file is created, as recording would."""
-    with RunStore(path or default_store_path()):
-        pass
+    with RunStore(path or default_store_path()) as store:
+        store.check_writable()
 
 
 def decision_rows(record: RunRecord) -> list[DecisionRow]:

@@ -175,6 +175,13 @@ def _text_reply_topic_problem(value: str, rule: ReplyTopicRule) -> str | None:
         return f"must not be a device topic ({ROOT}/<device>/req/<task>, /telemetry or /status)"
     # A device publishes its reply wherever this points: left open, any requester could make
     # devices publish onto any topic they may write (reply reflection).
-    if rule == "requester" and REPLY_TOPIC_RE.fullmatch(value) is None:
-        return f"must lie under {REPLY_ROOT}/<requester>/ (<requester>: {NAME_RULE})"
+    if rule == "requester":
+        if REPLY_TOPIC_RE.fullmatch(value) is None:
+            return f"must lie under {REPLY_ROOT}/<requester>/ (<requester>: {NAME_RULE})"
+        requester = value[len(REPLY_ROOT) + 1 :].split("/", 1)[0]
+        if requester in RESERVED_REQUESTER_NAMES:
+            return (
+                f"must not name a reserved requester ({', '.join(sorted(RESERVED_REQUESTER_NAMES))}): "
+                f"got {requester!r}"
+            )
     return None

@@ -32,6 +32,7 @@ from dartfl.store.errors import (
     StoreError,
     StoreTooNewError,
     StoreWriteError,
+    read_only_error,
     translate,
 )
 from dartfl.store.schema import BASE_SCHEMA, MIGRATIONS, SCHEMA_VERSION, TABLE_SINCE, tables_of
@@ -238,6 +239,14 @@ class StoreConnection:
         if self.notice is not None:
             return StoreTooNewError(self.notice)
         return StoreWriteError(f"{self.path} was opened for reading only; open RunStore(path) to write")
+
+    def check_writable(self) -> None:
+        """Refuse now, with the fix, a store that opened but cannot be written (a read-only
+        file, directory or mount): SQLite opens such a file read-only without a word and fails
+        only at the first write, which for a command comes after its slow work."""
+        directory = self.path.resolve().parent
+        if self.read_only or not (os.access(self.path, os.W_OK) and os.access(directory, os.W_OK)):
+            raise read_only_error(self.path)
 
     # -- transactions ---------------------------------------------------------------------
 

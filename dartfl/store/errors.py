@@ -22,6 +22,7 @@ __all__ = [
     "StoreWriteError",
     "decode_json_column",
     "delete_run_hint",
+    "read_only_error",
     "translate",
 ]
 
@@ -58,6 +59,12 @@ def salvage_hint(path: Path) -> str:
     )
 
 
+def read_only_error(path: Path) -> StoreWriteError:
+    return StoreWriteError(
+        f"cannot write {path}: the file or its directory is read-only; make it writable or {FIX_PATH}"
+    )
+
+
 def delete_run_hint(path: Path, run_id: int) -> str:
     return f"delete the run with `dartfl runs delete {run_id} --store {path}` or restore a backup"
 
@@ -89,9 +96,7 @@ def translate(
     if primary == sqlite3.SQLITE_FULL:
         return StoreWriteError(f"cannot write {path}: the disk is full; free some space or {FIX_PATH}")
     if primary == sqlite3.SQLITE_READONLY:
-        return StoreWriteError(
-            f"cannot write {path}: the file or its directory is read-only; make it writable or {FIX_PATH}"
-        )
+        return read_only_error(path)
     if primary in (sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_PERM):
         return StoreWriteError(f"cannot read or write {path} ({text}); check the file and its directory")
     if (match := _NO_TABLE.search(text)) is not None and missing_table is not None:

@@ -88,3 +88,11 @@ def test_requester_names_that_are_device_topic_levels_are_reserved(name: str) ->
 def test_encode_request_keeps_to_the_reply_rule() -> None:
     with pytest.raises(InputError, match="_reply"):
         p.encode_request("r", IMAGE, "alerts/door")
+
+
+@pytest.mark.parametrize("topic", ["dartfl/v1/_reply/req", "dartfl/v1/_reply/req/a/b"])
+def test_a_reply_topic_under_a_reserved_requester_name_is_refused(topic: str) -> None:
+    # `reply_topic()` refused to build it, but the rule a device checks requests by let it
+    # through: a device replied on dartfl/v1/_reply/req. (status and telemetry were refused
+    # only because they look like a device's own topics.)
+    assert "reserved requester" in (p.reply_topic_problem(topic) or "")

@@ -181,3 +181,53 @@ def test_dartfl_record_refuses_limits_that_bound_nothing(capsys: pytest.CaptureF
     argv = ["record", "--broker", f"mqtt://127.0.0.1:{free_port()}", "--max-rows-per-device", "0"]
     assert main(argv) == 2
     assert "max_rows_per_device must be an integer >= 1, got 0" in capsys.readouterr().err
+
+
+def test_dartfl_record_on_a_read_only_store_exits_1_before_recording(
+    template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The reviewer's case (a read-only bind mount): the recorder warned every second that it
+    # could not write, and exited 0 having written nothing. Root ignores file modes, so the
+    # mount is stood in for by what the kernel answers for it.
+    path = healthy_store(tmp_path / "ro.sqlite")
+    real_access = store_connection.os.access
+    monkeypatch.setattr(
+        store_connection.os,
+        "access",
+        lambda p, mode: mode != store_connection.os.W_OK and real_access(p, mode),
+    )
+    argv = [
+        "record",
+        "--broker",
+        f"mqtt://127.0.0.1:{free_port()}",
+        "--store",
+        str(path),
+        "--duration-s",
+        "1",
+    ]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"dartfl: failed: cannot write {path}: the file or its directory is read-only; make it writable "
+        "or pass --store PATH or set DARTFL_STORE to a writable file path\n"
+    )
+
+
+def test_a_store_that_stays_unwritable_is_warned_about_once_a_minute(
+    recorder_factory: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from dartfl.store import StoreWriteError
+
+    recorder = recorder_factory()
+
+    def full(rows: Any) -> int:
+        raise StoreWriteError("cannot write runs.sqlite: the disk is full")
+
+    monkeypatch.setattr(recorder.store, "add_telemetry", full)
+    with caplog.at_level(logging.WARNING, logger="dashboard.recorder"):
+        for i in range(5):  # five flushes within the same minute (the clock stands still)
+            recorder.handle(_message("pi-1", NOW - 1 + i * 0.01))
+            assert recorder.flush() == 0
+    warned = [r for r in caplog.records if "cannot write the run store now" in r.getMessage()]
+    assert len(warned) == 1
+    assert len(recorder._buffer) == 5  # every snapshot kept for later

@@ -158,3 +158,19 @@ def test_answers_that_cannot_be_told_apart_are_not_kept() -> None:
     recent.answered(REPLY, "r1", answer)
     assert recent.take(REPLY, "r1", "digits", ZEROS) == (False, answer)
     assert recent.take(REPLY, "r1", "fashion", WHITE) == (True, None)
+
+
+# -- a retained request ---------------------------------------------------------------------------
+
+
+def test_a_retained_request_is_dropped_not_served_again_at_every_resubscription() -> None:
+    # The reviewer's case: a request published with the retain flag came back to the agent at
+    # each restart (the broker hands retained messages to a new subscription), and was
+    # answered and counted again each time. A live request never carries the flag.
+    ingress = Ingress()
+    payload = protocol.encode_request("ret", ZEROS, REPLY)
+    ingress(Message("dartfl/v1/dev1/req/digits", payload, 1, True))
+    assert ingress.device.backlog() == (0, 0) and ingress.sent == []
+    assert ingress.stats.requests == 1 and ingress.stats.errors == 1
+    ingress(Message("dartfl/v1/dev1/req/digits", payload, 1, False))
+    assert ingress.device.backlog() == (1, 0)
