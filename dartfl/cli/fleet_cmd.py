@@ -166,6 +166,10 @@ def run(args: argparse.Namespace) -> int:
     specs = distinct(_time_shared(spec, profile) for spec in args.policies or DEFAULT_POLICIES)
     for spec in specs:
         make_fleet_policy(spec)  # a bad name fails before any work
+    if not args.no_store:
+        from dartfl.cli.recording import check_store
+
+        check_store(args.store)  # and a damaged or read-only store
     task_names = parse_tasks(args.tasks)
     config = FleetConfig(period_s=args.period_s, round_s=args.round_s, round_target_samples=args.round_target)
     tasks = [TaskSpec(name, args.slo_ms / 1e3, args.queue_capacity) for name in task_names]

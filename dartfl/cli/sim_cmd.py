@@ -113,6 +113,10 @@ def run(args: argparse.Namespace) -> int:
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
     specs = args.policies or list(DEFAULT_POLICIES)
+    if not args.no_store:
+        from dartfl.cli.recording import check_store
+
+        check_store(args.store)  # a damaged or read-only store is named before the simulation
     started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     outcome = run_policies(
         arrivals,

@@ -137,6 +137,31 @@ def test_replay_names_a_damaged_store_before_a_broker_or_an_agent_starts(
         assert _one_line_error(capsys) == said_by_sim
 
 
+def test_sim_and_fleet_name_a_read_only_store_before_they_simulate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A read-only store (a read-only mount: root ignores file modes, so the kernel's answer is
+    # stood in for) was found only when the finished run was recorded.
+    import dartfl.cli.simulation
+    import dartfl.sim.fleet
+    from dartfl.store import connection
+
+    store = healthy_store(tmp_path / "ro.sqlite")
+    real_access = connection.os.access
+    monkeypatch.setattr(
+        connection.os, "access", lambda p, mode: mode != connection.os.W_OK and real_access(p, mode)
+    )
+    monkeypatch.setattr(dartfl.cli.simulation, "run_policies", _never("a simulation"))
+    monkeypatch.setattr(dartfl.sim.fleet, "run_fleet", _never("a fleet simulation"))
+    for argv in (
+        ["sim", "--profile", "pi4", "--workload", "poisson", "--duration-s", "2", "--policy", "dart"],
+        ["fleet", "--devices", "2", "--duration-s", "10", "--profile", "pi4", "--cores", "1"],
+    ):
+        assert main([*argv, "--store", str(store)]) == 1
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and f"cannot write {store}: the file or its directory is read-only" in err
+
+
 # --- help and README ----------------------------------------------------------------------------
 
 
