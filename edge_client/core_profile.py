@@ -63,12 +63,12 @@ def _plausible(one_core_s: float, j_cores_s: float, j: int) -> bool:
     return 1.0 / j <= speedup <= SUPERLINEAR_SPEEDUP * j
 
 
-def _median_on(j: int, work: Callable[[], object], reps: int, one_core_s: float | None, what: str) -> float:
+def _median_on(j: int, work: Callable[[], object], reps: int, one_core_s: float, what: str) -> float:
     """The median time of `work` on j cores (the caller has set them up), measured again while
     its speedup over `one_core_s` is one no profile may hold."""
     for _ in range(MEASURE_TRIES):
         seconds = _median_s(work, reps)
-        if one_core_s is None or _plausible(one_core_s, seconds, j):
+        if _plausible(one_core_s, seconds, j):
             return seconds
     raise ConfigError(
         f"{what} on {j} cores took {seconds / one_core_s:.3g}x its time on one core in "
@@ -103,7 +103,9 @@ def measure_core_model(
     def train() -> object:
         return trainer.train_microbatch(MICROBATCH, shares, weights)
 
-    inference_s, training_s, builds_s = [], [], []
+    inference_s: list[float] = []
+    training_s: list[float] = []
+    builds_s: list[float] = []
     try:
         for j in range(1, count + 1):
             say(f"inference and training on {j} of {count} cores")
@@ -112,9 +114,15 @@ def measure_core_model(
             if j > 1:  # the switch a running agent makes: back to sessions it has built
                 engine.set_threads(j - 1)
                 builds_s.append(engine.set_threads(j))
-            inference_s.append(_median_on(j, infer, reps, inference_s[0] if j > 1 else None, "inference"))
+            inference_s.append(
+                _median_on(j, infer, reps, inference_s[0], "inference") if j > 1 else _median_s(infer, reps)
+            )
             torch.set_num_threads(j)
-            training_s.append(_median_on(j, train, reps, training_s[0] if j > 1 else None, "a training step"))
+            training_s.append(
+                _median_on(j, train, reps, training_s[0], "a training step")
+                if j > 1
+                else _median_s(train, reps)
+            )
         say("interference: one core serving beside the others training")
         f_inf, f_tr = _interference(
             engine, infer, train, cpus[:count], reps, inference_s[0], training_s[count - 2]
