@@ -106,6 +106,11 @@ class StoreConnection:
         # connection cleans up the -wal and -shm files; read-only files open read-only.
         writable = os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
         uri = f"file:{quote(str(self.path.resolve()))}?mode={'rw' if writable else 'ro'}"
+        if not writable and not Path(f"{self.path}-wal").exists():
+            # A WAL store needs its -shm file even to be read, and a read-only directory (a
+            # backup on a read-only mount) cannot get one. With no -wal file beside it the
+            # main file holds every committed run, so read it as the unchanging file it is.
+            uri += "&immutable=1"
         try:
             return sqlite3.connect(
                 uri, uri=True, timeout=self._busy_timeout_s, isolation_level=None, check_same_thread=False

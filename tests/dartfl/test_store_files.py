@@ -101,3 +101,27 @@ def test_a_commit_that_fails_rolls_back_and_the_next_write_succeeds(tmp_path: Pa
     store.add_result(run, "dart", {"a": 2})
     assert store.results(run)["dart"]["a"] == 2
     store.close()
+
+
+def _read_only_mount_works() -> bool:
+    done = subprocess.run(["unshare", "-m", "true"], capture_output=True, check=False)
+    return done.returncode == 0
+
+
+@pytest.mark.skipif(
+    not _read_only_mount_works(), reason="needs root and unshare -m for a read-only bind mount"
+)
+def test_a_store_in_a_read_only_directory_can_still_be_listed(tmp_path: Path) -> None:
+    # A backup on a read-only mount: SQLite's WAL mode wants a -shm file beside the store even
+    # to read it, and `dartfl runs list` failed with "unable to open database file".
+    directory = tmp_path / "backup"
+    directory.mkdir()
+    store = directory / "runs.sqlite"
+    with RunStore(store) as writer:
+        writer.finish_run(writer.start_run("sim", "kept", {}), "ok")
+    assert not Path(f"{store}-wal").exists()  # closed cleanly: every run is in the main file
+    listing = f"{sys.executable} -m dartfl.cli.main runs list --json --store {store}"
+    script = f"mount --bind {directory} {directory} && mount -o remount,ro,bind {directory} && {listing}"
+    done = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    assert '"kept"' in done.stdout
