@@ -112,22 +112,25 @@ class Recorder:
         if reason is not None:
             self._log_refusal(reason, row, now)
 
-    def _warn_once_a_minute(self, key: str, now: float, message: str) -> None:
-        """A warning at most once a minute per `key`, the repeats at debug level: a store
-        that stays locked or full, or a buffer that stays full, would say it every flush."""
+    def _warned_lately(self, key: str, now: float) -> bool:
+        """Whether a warning for `key` went out in the last minute; if not, one goes now. A
+        broken device repeats itself every second, and a store that stays locked or full, or
+        a buffer that stays full, every flush."""
         if now - self._warned_s.get(key, -math.inf) < 60.0:
-            log.debug("%s", message)
-            return
+            return True
         self._warned_s[key] = now
-        log.warning("%s", message)
+        return False
+
+    def _warn_once_a_minute(self, key: str, now: float, message: str) -> None:
+        """A warning at most once a minute per `key`, the repeats at debug level."""
+        log.log(logging.DEBUG if self._warned_lately(key, now) else logging.WARNING, "%s", message)
 
     def _log_refusal(self, reason: str, row: TelemetryRow, now: float) -> None:
         """A warning per reason at most once a minute (a broken device repeats itself every
         second), the rest at debug level; `refused` counts them all."""
-        if now - self._warned_s.get(reason, -math.inf) < 60.0:
+        if self._warned_lately(reason, now):
             log.debug("refused a snapshot of %r at t=%.3f: %s", row.device, row.t_s, REFUSALS[reason])
             return
-        self._warned_s[reason] = now
         if reason == "ahead":
             why = (
                 f"dated {row.t_s - now:.0f} s ahead of this host's clock (limit "

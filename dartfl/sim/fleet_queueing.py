@@ -4,7 +4,7 @@ How long work takes at a rate, how many batches Poisson arrivals fill, where in 
 batches a task's turn ends (`turn_fraction`), how the rounds of a drain grow
 (`drain_rounds`, `growing_rounds_latency`), the round length at which greedy batching keeps a
 device busy for good (`busy_round`), and the CDF of a blurred uniform wait
-(`blurred_uniform_cdf`). Each is a pure function; `dartfl.sim.fleet_period` composes them.
+(`BlurredUniform`). Each is a pure function; `dartfl.sim.fleet_period` composes them.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from dartfl.sim.fleet_types import FloatArray
 
 __all__ = [
     "BlurredUniform",
-    "blurred_uniform_cdf",
     "busy_round",
     "div_or_zero",
     "drain_rounds",
@@ -51,20 +50,16 @@ def _batches(n: FloatArray, batch: FloatArray) -> FloatArray:
 _SQRT3 = math.sqrt(3.0)
 
 
-def blurred_uniform_cdf(y: FloatArray, lo: FloatArray, hi: FloatArray, sd: FloatArray) -> FloatArray:
-    """P(U + Z <= y) for U uniform on [lo, hi] and Z a zero-mean noise of deviation sd.
+class BlurredUniform:
+    """U + Z for U uniform on [lo, hi] and Z a zero-mean noise of deviation sd; `cdf(y)` is
+    P(U + Z <= y).
 
     Z is taken uniform too (on +-sqrt(3) sd), which keeps the result a closed form of plain
     arithmetic (the CDF of a sum of two uniforms is piecewise quadratic):
     F(y) = [r(y - lo + h) - r(y - hi + h) - r(y - lo - h) + r(y - hi - h)] / (4 w h), r(t) = max(t, 0)^2.
+    The terms that do not depend on y are kept: the period model asks for each phase's CDF at
+    the SLO and, where that misses, past it by a training delay.
     """
-    return BlurredUniform(lo, hi, sd).cdf(y)
-
-
-class BlurredUniform:
-    """U + Z of `blurred_uniform_cdf`, its terms that do not depend on the point kept: the
-    period model asks for each phase's CDF at the SLO and, where that misses, past it by a
-    training delay."""
 
     __slots__ = ("h", "lo", "scale", "top", "w")
 
