@@ -104,7 +104,7 @@ class StoreConnection:
             raise ConfigError(f"run store {self.path} does not exist; {FIX_PATH}")
         # Read-write when we may (query_only still forbids writes), so that closing the last
         # connection cleans up the -wal and -shm files; read-only files open read-only.
-        writable = os.access(self.path, os.W_OK) and os.access(self.path.parent, os.W_OK)
+        writable = _writable(self.path)
         uri = f"file:{quote(str(self.path.resolve()))}?mode={'rw' if writable else 'ro'}"
         if not writable and not Path(f"{self.path}-wal").exists():
             # A WAL store needs its -shm file even to be read, and a read-only directory (a
@@ -249,8 +249,7 @@ class StoreConnection:
         """Refuse now, with the fix, a store that opened but cannot be written (a read-only
         file, directory or mount): SQLite opens such a file read-only without a word and fails
         only at the first write, which for a command comes after its slow work."""
-        directory = self.path.resolve().parent
-        if self.read_only or not (os.access(self.path, os.W_OK) and os.access(directory, os.W_OK)):
+        if self.read_only or not _writable(self.path):
             raise read_only_error(self.path)
 
     # -- transactions ---------------------------------------------------------------------
@@ -286,6 +285,11 @@ class StoreConnection:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+
+def _writable(path: Path) -> bool:
+    """Whether SQLite may write `path`: the file, and its directory for the -wal and -shm files."""
+    return os.access(path, os.W_OK) and os.access(path.resolve().parent, os.W_OK)
 
 
 def _run_script(conn: sqlite3.Connection, script: str) -> None:
