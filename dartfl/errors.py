@@ -6,7 +6,7 @@ Every message names the bad value and says how to fix it; the CLI maps
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "DartflError", "InputError", "ProtocolError", "TraceFormatError"]
+__all__ = ["ConfigError", "DartflError", "InputError", "PolicyError", "ProtocolError", "TraceFormatError"]
 
 
 class DartflError(Exception):
@@ -19,6 +19,11 @@ class InputError(DartflError):
 
 class ConfigError(InputError):
     """A configuration value, profile or policy name is invalid."""
+
+
+class PolicyError(DartflError):
+    """A policy failed while it ran: it raised, or decided something that is not an
+    Allocation (a plugin's bug, docs/plugins.md); the message names the policy and where."""
 
 
 class TraceFormatError(InputError):

@@ -26,6 +26,7 @@ __all__ = [
     "Entry",
     "Knob",
     "Named",
+    "Plugins",
     "Registry",
     "distinct",
     "fraction",
@@ -121,12 +122,23 @@ class Entry(Generic[P]):
         return None
 
 
+@dataclass(frozen=True)
+class Plugins(Generic[P]):
+    """Where a registry looks up the names its own entries do not claim (the edge family's
+    installed plugins, dartfl/policies/plugins.py): `find` gives the Entry of a name or None,
+    `forms` the lines they add to the list of valid policies, given which names are taken."""
+
+    find: Callable[[str], Entry[P] | None]
+    forms: Callable[[Callable[[str], bool]], list[str]]
+
+
 @dataclass
 class Registry(Generic[P]):
     """The policies of one family, by name. `family` names it in errors ("datacenter policy")."""
 
     family: str
     entries: dict[str, Entry[P]] = field(default_factory=dict)
+    plugins: Plugins[P] | None = None
 
     @classmethod
     def of(cls, family: str, entries: Iterable[Entry[P]]) -> Registry[P]:
@@ -150,11 +162,17 @@ class Registry(Generic[P]):
         return [f"{e.form.ljust(width)}  {e.summary}" for e in self.entries.values()]
 
     def entry(self, spec: str) -> Entry[P]:
-        """The entry a spec names; ConfigError listing every valid form if there is none."""
+        """The entry a spec names, a plugin's if no entry of the registry's own does;
+        ConfigError listing every valid form if there is none."""
         name = spec.strip().partition(":")[0].strip()
         entry = self.entries.get(name)
+        if entry is None and self.plugins is not None:
+            entry = self.plugins.find(name)
         if entry is None:
-            forms = "\n  ".join(self.help_lines())
+            lines = self.help_lines()
+            if self.plugins is not None:
+                lines += self.plugins.forms(self.entries.__contains__)
+            forms = "\n  ".join(lines)
             raise ConfigError(f"unknown {self.family} {spec.strip()!r}; valid policies:\n  {forms}")
         return entry
 

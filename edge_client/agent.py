@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dartfl import protocol
+from dartfl.errors import PolicyError
 from dartfl.executor import (
     Admission,
     CoreSwitch,
@@ -357,11 +358,23 @@ class Agent:
         # rates. (DART's own burst term still divides this period's count by period_s.)
         elapsed = max(now - self._last_tick_s, 1e-3)
         self._last_tick_s = now
+        failed = None
         with self._cond:
             device = self.device
             self._rounds.count_arrivals(device.period_arrivals)
             device.close_due_rounds(now)
-            device.tick(now, elapsed)
+            try:
+                device.tick(now, elapsed)
+            except PolicyError as exc:
+                # A policy's bug (a plugin's: docs/plugins.md) must not stop a device that
+                # answers live traffic: it serves on without training until restarted, and
+                # says why in the log and in its retained status.
+                failed = f"{exc}; serving on with inference-only until the agent is restarted"
+                log.error("%s", failed, exc_info=exc.__cause__)
+                device.policy = make_policy("inference-only")
+                device.tick(now, elapsed)
+        if failed is not None and self._link is not None:
+            self._status.status(self._link, online=True, error=failed)
         self._add_overhead(time.thread_time() - started)
 
     def _serve(self, batch: InferenceBatch[QueuedRequest]) -> int:

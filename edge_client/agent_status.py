@@ -44,11 +44,15 @@ class StatusPublisher:
         self.source = source
         self.stop = stop  # set once the agent stops: "offline" must stand from then on
         self.price: tuple[float, ...] | None = None  # per-request costs the status last said
+        self.standing_error: str | None = None  # what an online device keeps saying (a failed policy)
 
     def status(
         self, link: DeviceLink, *, online: bool, report: FinalReport | None = None, error: str | None = None
     ) -> None:
-        """The retained status: online/offline, the cost profile (and the final report)."""
+        """The retained status: online/offline, the cost profile (and the final report). An
+        error said while online stands in every later online status."""
+        if online:
+            self.standing_error = error = error or self.standing_error
         self.price = self.source.request_price()
         source = self.source
         link.status(

@@ -25,7 +25,9 @@ threads (the agent; one thread per lane) serialises its calls.
 from __future__ import annotations
 
 import math
+import os
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Generic, Literal, TypeVar
@@ -33,7 +35,7 @@ from typing import Generic, Literal, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from dartfl.errors import ConfigError
+from dartfl.errors import ConfigError, PolicyError
 from dartfl.estimators import EwmaRates
 from dartfl.executor.admission import DeadlineAdmission
 from dartfl.executor.batch_hold import BatchHold
@@ -194,8 +196,7 @@ class DeviceExecutor(Generic[R]):
         self.rates.update(self.counts.arrivals, self.config.period_s if elapsed_s is None else elapsed_s)
         obs = self.observation(now_s)
         started = self.timer()
-        self.policy.update(obs)
-        alloc = self.policy.decide(obs)
+        alloc = _decision(self.policy, obs)
         self.decision_ns.append(self.timer() - started)
         self.alloc = alloc
         if self.lane_control is not None:
@@ -396,3 +397,37 @@ class DeviceExecutor(Generic[R]):
 
     def decision_us(self) -> npt.NDArray[np.float64]:
         return np.asarray(self.decision_ns, dtype=np.float64) / 1e3
+
+
+def _decision(policy: Policy, obs: Observation) -> Allocation:
+    """The policy's `update` then `decide`; a PolicyError that names the policy, the time and
+    the line at fault if either raises or the decision is not an Allocation (a plugin's bug:
+    the built-in policies do neither)."""
+    try:
+        policy.update(obs)
+        alloc = policy.decide(obs)
+    except Exception as exc:  # someone else's code: say whose, and where
+        where = _culprit(traceback.extract_tb(exc.__traceback__))
+        raise PolicyError(
+            f"policy {policy.name!r} failed at t = {obs.now_s:.3f} s: {type(exc).__name__}: {exc}{where}"
+        ) from exc
+    if not isinstance(alloc, Allocation):
+        raise PolicyError(
+            f"policy {policy.name!r} decided a {type(alloc).__name__} at t = {obs.now_s:.3f} s; "
+            "decide must return a dartfl.types.Allocation"
+        )
+    return alloc
+
+
+_OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dartfl package
+
+
+def _culprit(frames: traceback.StackSummary) -> str:
+    """` (file:line)` of the deepest frame in a real file outside dartfl (a plugin's line that
+    built a bad Allocation, not the check in dartfl that refused it nor the dataclass's
+    generated `__init__`, "<string>"); the deepest frame if there is none."""
+    if not frames:
+        return ""
+    theirs = (f for f in reversed(frames) if not f.filename.startswith((_OURS + os.sep, "<")))
+    frame = next(theirs, frames[-1])
+    return f" ({frame.filename}:{frame.lineno})"

@@ -2,7 +2,8 @@
 
 Spec grammar (dartfl.registry): `name`, `name:VALUE,...` or `name:key=value,...`, e.g.
 `dart`, `dart:4` (knob V = 4), `dart:budget=0.01`, `static:0.5`, `inference-first:8`,
-`threshold:2,16`, `cores:2` (a static split of a multi-core device's cores). A policy brings
+`threshold:2,16`, `cores:2` (a static split of a multi-core device's cores), or the name of a
+policy another installed package provides (dartfl/policies/plugins.py). A policy brings
 its natural loss weighting (`dart`: demand, the baselines: uniform); `loss_weighting`
 overrides it.
 """
@@ -16,11 +17,12 @@ from dartfl.policies.cores import StaticCores
 from dartfl.policies.dart import DART_KNOBS, DartConfig, DartPolicy
 from dartfl.policies.inference_first import InferenceFirst
 from dartfl.policies.inference_only import InferenceOnly
+from dartfl.policies.plugins import find_plugin, plugin_forms
 from dartfl.policies.proportional import Proportional
 from dartfl.policies.shares import LOSS_WEIGHTINGS
 from dartfl.policies.static import StaticShare
 from dartfl.policies.threshold import Threshold
-from dartfl.registry import Entry, Knob, Registry, non_negative_int, positive_int, unit_interval
+from dartfl.registry import Entry, Knob, Plugins, Registry, non_negative_int, positive_int, unit_interval
 
 __all__ = [
     "EDGE_POLICIES",
@@ -101,6 +103,8 @@ EDGE_POLICIES: Registry[Policy] = Registry.of(
         Entry("clairvoyant", "clairvoyant", "knows future arrivals (simulator only reference)", Clairvoyant),
     ],
 )
+# Names no built-in claims are looked up among installed packages' policies (docs/plugins.md).
+EDGE_POLICIES.plugins = Plugins(find_plugin, plugin_forms)
 POLICY_NAMES = EDGE_POLICIES.names
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dartfl.errors import ConfigError
 from dartfl.policies import EDGE_POLICIES, DartConfig
+from dartfl.policies.plugins import find_plugin
 from dartfl.registry import Registry
 from dartfl.sim.fleet_baselines import FleetInferenceFirst, FleetInferenceOnly, FleetStatic
 from dartfl.sim.fleet_dart import FleetDart
@@ -52,6 +53,12 @@ FLEET_POLICY_NAMES = FLEET_POLICIES.names
 def make_fleet_policy(spec: str) -> FleetPolicy:
     """A fleet policy from its spec (the scalar grammar); errors list the ported names."""
     name = spec.strip().partition(":")[0].strip()
+    if name not in EDGE_POLICIES.names and find_plugin(name) is not None:
+        raise ConfigError(
+            f"policy {spec.strip()!r} is a plugin (docs/plugins.md): plugins run in `dartfl sim` and on "
+            "devices; the fleet simulator runs its own policies, vectorised over devices: "
+            + ", ".join(e.form for e in FLEET_POLICIES.entries.values())
+        )
     if name in EDGE_POLICIES.names and name not in FLEET_POLICY_NAMES:
         raise ConfigError(
             f"policy {spec.strip()!r} has no fleet port; the fleet simulator runs: "

@@ -1,0 +1,224 @@
+"""Policies from other installed packages: built, checked and run beside the built-ins, and
+refused with one line that names the plugin when something is wrong (docs/plugins.md)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dartfl.errors import ConfigError, PolicyError
+from dartfl.policies import DartPolicy, make_policy
+from dartfl.profiles import get_profile
+from dartfl.sim import SimConfig, simulate
+from dartfl.sim.fleet_policies import make_fleet_policy
+from dartfl.types import TaskSpec
+from tests.plugin_fixtures import install_example, on_path, write_plugin
+from workloads import generate
+
+CRASHING = """
+from dartfl.policies.inference_first import InferenceFirst
+from dartfl.types import Allocation
+
+
+class Crash(InferenceFirst):
+    \"\"\"Trains like inference-first until t = 1 s, then fails.\"\"\"
+
+    def decide(self, obs):
+        if obs.now_s > 1.0:
+            return 1 / 0
+        return super().decide(obs)
+
+
+class BadShare(InferenceFirst):
+    def decide(self, obs):
+        return Allocation(2.0, (1.0,) * 0 + tuple(1 / obs.num_tasks for _ in range(obs.num_tasks)),
+                          (1.0,) * obs.num_tasks, 1, obs.max_batch)
+
+
+class NotAnAllocation(InferenceFirst):
+    def decide(self, obs):
+        return {"microbatch": 4}
+"""
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_example(tmp_path_factory.mktemp("site"))
+
+
+def _cli(root: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """`dartfl COMMAND` (split on spaces) with `root` on the path, as an installed package is."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run(
+        [sys.executable, "-m", "dartfl.cli.main", *command.split()],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+
+
+def test_the_example_plugin_runs_beside_the_built_in_policies_in_dartfl_sim(example: Path) -> None:
+    policies = "--policy dart --policy slack --policy slack:margin=0.3"
+    run = _cli(
+        example, f"sim --workload pareto-onoff --duration-s 30 --profile pi4 {policies} --json --no-store"
+    )
+    assert run.returncode == 0, run.stderr
+    results = {r["policy"]: r for r in json.loads(run.stdout)["results"]}
+    assert set(results) == {"dart", "slack", "slack:margin=0.3"}
+    assert results["slack"]["train_samples"] > 0
+    # A larger reserve means shorter steps: the knob reached the plugin's policy.
+    assert results["slack:margin=0.3"]["p99_latency_s"] < results["slack"]["p99_latency_s"]
+
+
+def test_a_plugins_knobs_are_read_and_checked_like_a_built_in_policys(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_path(monkeypatch, example, "slack_policy")
+    policy = make_policy("slack:0.3")
+    assert policy.name == "slack:0.3" and policy.margin == 0.3  # type: ignore[attr-defined]
+    assert make_policy("slack:margin=0.25").margin == 0.25  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"policy 'slack:2': margin must lie in \[0, 1\), got 2"):
+        make_policy("slack:2")
+    with pytest.raises(ConfigError, match="unknown key 'v'; valid: margin"):
+        make_policy("slack:v=1")
+
+
+def test_an_unknown_name_lists_the_installed_plugins_with_their_package(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_path(monkeypatch, example, "slack_policy")
+    with pytest.raises(ConfigError) as err:
+        make_policy("slak")
+    assert "inference-first[:m]" in str(err.value)
+    assert "slack  plugin slack_policy:SLACK (from dartfl-slack-policy 0.1.0)" in str(err.value)
+
+
+def test_a_policy_class_is_built_without_arguments_under_its_entry_point_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_plugin(
+        tmp_path,
+        "plain-pkg",
+        {"plain": "plain_policy:Plain"},
+        "plain_policy",
+        CRASHING.replace("class Crash", "class Plain(InferenceFirst):\n    pass\n\n\nclass Crash"),
+    )
+    on_path(monkeypatch, root, "plain_policy")
+    policy = make_policy("plain")
+    assert type(policy).__name__ == "Plain" and policy.name == "plain"
+    with pytest.raises(ConfigError, match="expected plain"):
+        make_policy("plain:4")  # no knobs
+
+
+@pytest.mark.parametrize(
+    ("value", "source", "problem"),
+    [
+        (
+            "missing_module:Thing",
+            "",
+            "cannot be loaded: ModuleNotFoundError: No module named 'missing_module'",
+        ),
+        (
+            "broken_policy:Thing",
+            "raise RuntimeError('no GPU here')\n",
+            "cannot be loaded: RuntimeError: no GPU here",
+        ),
+        ("broken_policy:THING", "THING = 42\n", "is a int, not a dartfl.policies.base.Policy subclass"),
+    ],
+)
+def test_a_plugin_that_cannot_be_used_is_one_line_naming_it_and_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, source: str, problem: str
+) -> None:
+    root = write_plugin(tmp_path, "broken-pkg", {"broken": value}, "broken_policy", source)
+    on_path(monkeypatch, root, "broken_policy")
+    with pytest.raises(ConfigError) as err:
+        make_policy("broken")
+    message = str(err.value)
+    assert message.startswith(f"policy plugin 'broken' ({value}, from broken-pkg 0.1)")
+    assert problem in message and "\n" not in message
+
+
+def test_a_plugin_cannot_shadow_a_built_in_policy(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = write_plugin(tmp_path, "shadow-pkg", {"dart": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    assert isinstance(make_policy("dart"), DartPolicy)
+    with caplog.at_level(logging.WARNING), pytest.raises(ConfigError):
+        make_policy("nothing-by-this-name")
+    assert (
+        "policy plugin 'dart' (crash_policy:Crash, from shadow-pkg 0.1) has the name of a built-in"
+        in caplog.text
+    )
+
+
+def test_two_packages_with_one_plugin_name_are_refused_naming_both(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_plugin(tmp_path, "one-pkg", {"twin": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    write_plugin(tmp_path, "two-pkg", {"twin": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    on_path(monkeypatch, tmp_path, "crash_policy")
+    with pytest.raises(ConfigError, match=r"registered by several packages \(one-pkg 0.1, two-pkg 0.1\)"):
+        make_policy("twin")
+
+
+def _simulate(spec: str) -> None:
+    arrivals = generate(
+        "poisson", duration_s=5.0, rate_per_s=20.0, task_names=("a", "b"), rng=np.random.default_rng(1)
+    )
+    tasks = [TaskSpec(name, 0.25) for name in arrivals.task_names]
+    simulate(arrivals, get_profile("pi4"), tasks, make_policy(spec), SimConfig(), np.random.default_rng(1))
+
+
+@pytest.mark.parametrize(
+    ("obj", "problem"),
+    [
+        (
+            "Crash",
+            r"policy 'crash' failed at t = 1\.\d+ s: "
+            r"ZeroDivisionError: division by zero \(.*crash_policy\.py:\d+\)",
+        ),
+        # The line at fault is the plugin's, not the check in dartfl that refused its value.
+        (
+            "BadShare",
+            r"ConfigError: inference_share must lie in \[0, 1\], got 2\.0 \(.*crash_policy\.py:\d+\)",
+        ),
+        (
+            "NotAnAllocation",
+            r"policy 'crash' decided a dict at t = 0\.\d+ s; decide must return a dartfl\.types\.Allocation",
+        ),
+    ],
+)
+def test_a_policy_that_fails_while_it_runs_stops_the_simulator_naming_it_and_the_line_at_fault(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, obj: str, problem: str
+) -> None:
+    root = write_plugin(tmp_path, "crash-pkg", {"crash": f"crash_policy:{obj}"}, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    with pytest.raises(PolicyError, match=problem):
+        _simulate("crash")
+
+
+def test_the_cli_says_a_failing_policy_in_one_line_and_exits_1(tmp_path: Path) -> None:
+    root = write_plugin(tmp_path, "crash-pkg", {"crash": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    run = _cli(root, "sim --workload poisson --duration-s 5 --profile pi4 --policy crash --no-store")
+    assert run.returncode == 1
+    lines = run.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("dartfl: failed: policy 'crash' failed at t = 1.")
+
+
+def test_the_fleet_simulator_refuses_a_plugin_and_says_why(
+    example: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    on_path(monkeypatch, example, "slack_policy")
+    with pytest.raises(
+        ConfigError, match=r"policy 'slack' is a plugin .*the fleet simulator runs its own policies"
+    ):
+        make_fleet_policy("slack")
