@@ -125,11 +125,13 @@ class Entry(Generic[P]):
 @dataclass(frozen=True)
 class Plugins(Generic[P]):
     """Where a registry looks up the names its own entries do not claim (the edge family's
-    installed plugins, dartfl/policies/plugins.py): `find` gives the Entry of a name or None,
-    `forms` the lines they add to the list of valid policies, given which names are taken."""
+    installed plugins, dartfl/policies/plugins.py): `find` gives the Entry of a name or None;
+    `listed` the (form, summary) of each, given which names are taken; `shadowed` is told of
+    a name an entry claimed, so that a plugin of that name can be warned about."""
 
     find: Callable[[str], Entry[P] | None]
-    forms: Callable[[Callable[[str], bool]], list[str]]
+    listed: Callable[[Callable[[str], bool]], list[tuple[str, str]]]
+    shadowed: Callable[[str], None]
 
 
 @dataclass
@@ -156,23 +158,26 @@ class Registry(Generic[P]):
     def names(self) -> tuple[str, ...]:
         return tuple(self.entries)
 
-    def help_lines(self) -> list[str]:
-        """One line per policy: its form and what it does."""
-        width = max(len(e.form) for e in self.entries.values())
-        return [f"{e.form.ljust(width)}  {e.summary}" for e in self.entries.values()]
+    def help_lines(self, with_plugins: bool = False) -> list[str]:
+        """One line per policy: its form and what it does (and each installed plugin's)."""
+        rows = [(e.form, e.summary) for e in self.entries.values()]
+        if with_plugins and self.plugins is not None:
+            rows += self.plugins.listed(self.entries.__contains__)
+        width = max(len(form) for form, _ in rows)
+        return [f"{form.ljust(width)}  {summary}" for form, summary in rows]
 
     def entry(self, spec: str) -> Entry[P]:
         """The entry a spec names, a plugin's if no entry of the registry's own does;
         ConfigError listing every valid form if there is none."""
         name = spec.strip().partition(":")[0].strip()
         entry = self.entries.get(name)
-        if entry is None and self.plugins is not None:
-            entry = self.plugins.find(name)
+        if self.plugins is not None:
+            if entry is None:
+                entry = self.plugins.find(name)
+            else:
+                self.plugins.shadowed(name)
         if entry is None:
-            lines = self.help_lines()
-            if self.plugins is not None:
-                lines += self.plugins.forms(self.entries.__contains__)
-            forms = "\n  ".join(lines)
+            forms = "\n  ".join(self.help_lines(with_plugins=True))
             raise ConfigError(f"unknown {self.family} {spec.strip()!r}; valid policies:\n  {forms}")
         return entry
 

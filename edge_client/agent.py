@@ -51,6 +51,7 @@ from dartfl.executor import (
 )
 from dartfl.executor.batch_hold import wakes_executor
 from dartfl.policies import make_policy
+from dartfl.policies.base import Policy
 from dartfl.protocol import FinalReport, Telemetry
 from dartfl.types import DeviceProfile, RequestPathCost
 from edge_client.agent_config import AgentConfig
@@ -95,6 +96,8 @@ class Agent:
             config.task_specs(), policy, profile, rounds, config.executor_config(profile), costs=self._costs
         )
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
+        self.device.on_policy_failure = self._serve_without_policy
+        self._policy_failed: str | None = None  # a failure the retained status has yet to say
         self._cond = threading.Condition()  # serialises the executor; wakes_executor says when to notify
         # Prices the network thread's work, told to the cost model under the lock.
         self._path_meter = NetworkThreadMeter(lambda *n: self._costs.observe_request_path(*n), self._cond)
@@ -358,24 +361,23 @@ class Agent:
         # rates. (DART's own burst term still divides this period's count by period_s.)
         elapsed = max(now - self._last_tick_s, 1e-3)
         self._last_tick_s = now
-        failed = None
         with self._cond:
             device = self.device
             self._rounds.count_arrivals(device.period_arrivals)
             device.close_due_rounds(now)
-            try:
-                device.tick(now, elapsed)
-            except PolicyError as exc:
-                # A policy's bug (a plugin's: docs/plugins.md) must not stop a device that
-                # answers live traffic: it serves on without training until restarted, and
-                # says why in the log and in its retained status.
-                failed = f"{exc}; serving on with inference-only until the agent is restarted"
-                log.error("%s", failed, exc_info=exc.__cause__)
-                device.policy = make_policy("inference-only")
-                device.tick(now, elapsed)
+            device.tick(now, elapsed)
+            failed, self._policy_failed = self._policy_failed, None
         if failed is not None and self._link is not None:
             self._status.status(self._link, online=True, error=failed)
         self._add_overhead(time.thread_time() - started)
+
+    def _serve_without_policy(self, exc: PolicyError) -> Policy:
+        """A policy's bug (a plugin's: docs/plugins.md) must not stop a device that answers
+        live traffic: it serves on without training until restarted, and says why in the log
+        and (`_tick`, outside the lock) in its retained status."""
+        self._policy_failed = f"{exc}; serving on with inference-only until the agent is restarted"
+        log.error("%s", self._policy_failed, exc_info=exc.__cause__)
+        return make_policy("inference-only")
 
     def _serve(self, batch: InferenceBatch[QueuedRequest]) -> int:
         """Answer one batch: classify on ONNX Runtime, reply to each request, account."""

@@ -37,7 +37,8 @@ def register(sub: Any) -> None:
         action="append",
         dest="policies",
         metavar="SPEC",
-        help=f"policy to run (repeatable; default: {' '.join(DEFAULT_POLICIES)}); see docs/allocator.md",
+        help=f"policy to run (repeatable; default: {' '.join(DEFAULT_POLICIES)}); see docs/allocator.md, "
+        "or an installed plugin's name (docs/plugins.md)",
     )
     p.add_argument(
         "--loss-weights", choices=("uniform", "demand"), help="override each policy's loss weighting"

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import sys
 import time
 import traceback
 from collections import deque
@@ -84,6 +85,9 @@ class DeviceExecutor(Generic[R]):
         self.task_names = tuple(t.name for t in tasks)
         self.slo_s = tuple(t.slo_s for t in tasks)
         self.policy = policy
+        # What a driver that must not stop does when the policy fails (PolicyError): given the
+        # error, the policy to decide with from then on. None: the error propagates.
+        self.on_policy_failure: Callable[[PolicyError], Policy] | None = None
         self.profile = profile
         self.cores = profile.cores.count
         self.costs: CostModel = costs if costs is not None else StaticCosts(profile, self.task_names)
@@ -196,7 +200,13 @@ class DeviceExecutor(Generic[R]):
         self.rates.update(self.counts.arrivals, self.config.period_s if elapsed_s is None else elapsed_s)
         obs = self.observation(now_s)
         started = self.timer()
-        alloc = _decision(self.policy, obs)
+        try:
+            alloc = _decision(self.policy, obs)
+        except PolicyError as exc:
+            if self.on_policy_failure is None:
+                raise
+            self.policy = self.on_policy_failure(exc)
+            alloc = _decision(self.policy, obs)
         self.decision_ns.append(self.timer() - started)
         self.alloc = alloc
         if self.lane_control is not None:
@@ -401,33 +411,51 @@ class DeviceExecutor(Generic[R]):
 
 def _decision(policy: Policy, obs: Observation) -> Allocation:
     """The policy's `update` then `decide`; a PolicyError that names the policy, the time and
-    the line at fault if either raises or the decision is not an Allocation (a plugin's bug:
-    the built-in policies do neither)."""
+    the line at fault if either raises or the decision does not fit the device (a plugin's
+    bug: the built-in policies do neither)."""
     try:
         policy.update(obs)
         alloc = policy.decide(obs)
     except Exception as exc:  # someone else's code: say whose, and where
-        where = _culprit(traceback.extract_tb(exc.__traceback__))
+        where = _culprit(traceback.extract_tb(exc.__traceback__), policy)
         raise PolicyError(
             f"policy {policy.name!r} failed at t = {obs.now_s:.3f} s: {type(exc).__name__}: {exc}{where}"
         ) from exc
-    if not isinstance(alloc, Allocation):
-        raise PolicyError(
-            f"policy {policy.name!r} decided a {type(alloc).__name__} at t = {obs.now_s:.3f} s; "
-            "decide must return a dartfl.types.Allocation"
-        )
+    problem = _misfit(alloc, obs)
+    if problem:
+        raise PolicyError(f"policy {policy.name!r} decided at t = {obs.now_s:.3f} s {problem}")
     return alloc
+
+
+def _misfit(alloc: object, obs: Observation) -> str:
+    """What makes a decision unusable on this device ("" if nothing): an Allocation checks its
+    own values, not the device's task count and limits."""
+    if not isinstance(alloc, Allocation):
+        return f"a {type(alloc).__name__}; decide must return a dartfl.types.Allocation"
+    if len(alloc.task_shares) != obs.num_tasks:
+        return f"{len(alloc.task_shares)} task shares for {obs.num_tasks} tasks: give one per task"
+    for name, value, limit in (
+        ("microbatch", alloc.microbatch, "max_microbatch"),
+        ("split_microbatch", alloc.split_microbatch, "max_microbatch"),
+        ("max_batch", alloc.max_batch, "max_batch"),
+    ):
+        most = getattr(obs, limit)
+        if value is not None and value > most:
+            return f"{name} {value}, above the device's {most} (obs.{limit})"
+    return ""
 
 
 _OURS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the dartfl package
 
 
-def _culprit(frames: traceback.StackSummary) -> str:
-    """` (file:line)` of the deepest frame in a real file outside dartfl (a plugin's line that
-    built a bad Allocation, not the check in dartfl that refused it nor the dataclass's
-    generated `__init__`, "<string>"); the deepest frame if there is none."""
+def _culprit(frames: traceback.StackSummary, policy: Policy) -> str:
+    """` (file:line)` of the line at fault: the deepest frame in the policy's own module, else
+    the deepest in a real file outside dartfl (not the check in dartfl that refused a value,
+    nor a dataclass's generated `__init__`, "<string>"), else the deepest."""
     if not frames:
         return ""
+    module = sys.modules.get(type(policy).__module__)
+    own = getattr(module, "__file__", None)
     theirs = (f for f in reversed(frames) if not f.filename.startswith((_OURS + os.sep, "<")))
-    frame = next(theirs, frames[-1])
+    frame = next((f for f in reversed(frames) if f.filename == own), None) or next(theirs, frames[-1])
     return f" ({frame.filename}:{frame.lineno})"

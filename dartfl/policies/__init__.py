@@ -17,12 +17,12 @@ from dartfl.policies.cores import StaticCores
 from dartfl.policies.dart import DART_KNOBS, DartConfig, DartPolicy
 from dartfl.policies.inference_first import InferenceFirst
 from dartfl.policies.inference_only import InferenceOnly
-from dartfl.policies.plugins import find_plugin, plugin_forms
+from dartfl.policies.plugins import EDGE_PLUGINS
 from dartfl.policies.proportional import Proportional
 from dartfl.policies.shares import LOSS_WEIGHTINGS
 from dartfl.policies.static import StaticShare
 from dartfl.policies.threshold import Threshold
-from dartfl.registry import Entry, Knob, Plugins, Registry, non_negative_int, positive_int, unit_interval
+from dartfl.registry import Entry, Knob, Registry, non_negative_int, positive_int, unit_interval
 
 __all__ = [
     "EDGE_POLICIES",
@@ -104,7 +104,7 @@ EDGE_POLICIES: Registry[Policy] = Registry.of(
     ],
 )
 # Names no built-in claims are looked up among installed packages' policies (docs/plugins.md).
-EDGE_POLICIES.plugins = Plugins(find_plugin, plugin_forms)
+EDGE_POLICIES.plugins = EDGE_PLUGINS
 POLICY_NAMES = EDGE_POLICIES.names
 
 

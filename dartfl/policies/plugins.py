@@ -24,20 +24,25 @@ packages are consulted, never a path given on the command line or over the wire.
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
-from dartfl.registry import Entry
+from dartfl.registry import Entry, Plugins
 
-__all__ = ["PLUGIN_GROUP", "find_plugin", "plugin_forms"]
+__all__ = ["EDGE_PLUGINS", "PLUGIN_GROUP", "find_plugin", "plugin_installed", "plugin_list"]
 
 log = logging.getLogger(__name__)
 
 PLUGIN_GROUP = "dartfl.policies"
+# A spec is `name[:values]`, values split at commas and keys at `=`: a name with any of these
+# (or blank at either end) could never be asked for.
+_SPEC_SYNTAX = (":", ",", "=")
 
 
 def find_plugin(name: str) -> Entry[Policy] | None:
@@ -54,22 +59,60 @@ def find_plugin(name: str) -> Entry[Policy] | None:
     return _entry(point)
 
 
-def plugin_forms(taken: Callable[[str], bool]) -> list[str]:
-    """One line per installed plugin not shadowed by a built-in name, without importing any:
-    for the list of valid policies in errors. A shadowed one is named in a warning."""
-    lines = []
+def plugin_installed(name: str) -> bool:
+    """Whether a plugin called `name` is installed, without importing it."""
+    return bool(entry_points(group=PLUGIN_GROUP, name=name))
+
+
+def plugin_list(taken: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(form, summary) of every installed plugin a spec can name, for the list of valid
+    policies: each is loaded, and one that cannot be says why in its summary. A plugin whose
+    name a built-in takes, or the spec grammar cannot express, is named in a warning."""
+    listed = []
     for point in entry_points(group=PLUGIN_GROUP):
         if taken(point.name):
+            _warn_shadowed(point.name)
+            continue
+        if not _expressible(point.name):
             log.warning(
-                "policy plugin %r (%s, from %s) has the name of a built-in policy and is never used; "
-                "register it under another name",
+                "policy plugin %r (%s, from %s) has a name no --policy can give (no %s, no blank "
+                "at either end); register it under another name",
                 point.name,
                 point.value,
                 _package(point),
+                " ".join(repr(c) for c in _SPEC_SYNTAX),
             )
             continue
-        lines.append(f"{point.name}  plugin {point.value} (from {_package(point)})")
-    return lines
+        try:
+            entry = _entry(point)
+        except ConfigError as exc:
+            listed.append((point.name, f"(plugin from {_package(point)}) {exc}"))
+        else:
+            listed.append((entry.form, f"{entry.summary} (plugin from {_package(point)})"))
+    return listed
+
+
+_warned: set[str] = set()  # built-in names a plugin was found to shadow, said once a process
+
+
+def _warn_shadowed(name: str) -> None:
+    """Warn, once per name and process, that an installed plugin has a built-in's name (a
+    lookup of about 2 ms, made when a spec is built, never per decision)."""
+    if name in _warned:
+        return
+    for point in entry_points(group=PLUGIN_GROUP, name=name):
+        _warned.add(name)
+        log.warning(
+            "policy plugin %r (%s, from %s) has the name of a built-in policy, which runs instead; "
+            "register the plugin under another name",
+            point.name,
+            point.value,
+            _package(point),
+        )
+
+
+def _expressible(name: str) -> bool:
+    return bool(name) and name == name.strip() and not any(c in name for c in _SPEC_SYNTAX)
 
 
 def _entry(point: EntryPoint) -> Entry[Policy]:
@@ -86,26 +129,74 @@ def _entry(point: EntryPoint) -> Entry[Policy]:
                 f"{where} is an Entry named {target.name!r}: the entry point and the Entry must "
                 "share one name"
             )
-        return target
+        return replace(target, factory=_checked(target.factory, _source(point)))
     if isinstance(target, type) and issubclass(target, Policy):
         summary = (target.__doc__ or "").strip().splitlines()
-        return Entry(point.name, point.name, summary[0] if summary else "(plugin)", _without_context(target))
+        factory = _checked(_class_factory(target), _source(point))
+        return Entry(point.name, point.name, summary[0] if summary else "(no docstring)", factory)
+    kind = f"class {target.__name__}" if isinstance(target, type) else f"{type(target).__name__}"
     raise ConfigError(
-        f"{where} is a {type(target).__name__}, not a dartfl.policies.base.Policy subclass or a "
-        "dartfl.registry.Entry (docs/plugins.md)"
+        f"{where} is a {kind}, not a dartfl.policies.base.Policy subclass or a dartfl.registry.Entry "
+        "(docs/plugins.md)"
     )
 
 
-def _without_context(cls: type[Policy]) -> Callable[..., Policy]:
-    """A factory for a Policy class built with no arguments: the registry's context (the loss
-    weighting) is the policy's own business."""
+def _class_factory(cls: type[Policy]) -> Callable[..., Policy]:
+    """A factory for a Policy class, built with no arguments but the loss weighting, which
+    it gets when its constructor takes one (`loss_weighting=`, or **kwargs)."""
+    params = inspect.signature(cls).parameters.values()
+    takes_weighting = any(p.name == "loss_weighting" or p.kind is p.VAR_KEYWORD for p in params)
 
-    def build(**_context: Any) -> Policy:
-        return cls()
+    construct: Callable[..., Policy] = cls  # a subclass's constructor, whatever it takes
+
+    def build(loss_weighting: str = "uniform") -> Policy:
+        if takes_weighting:
+            return construct(loss_weighting=loss_weighting)
+        if loss_weighting != "uniform":  # asked for by --loss-weights: say it cannot apply
+            raise ConfigError(
+                f"takes no loss weighting, so --loss-weights {loss_weighting} cannot apply to it; "
+                "drop the flag or give its constructor a loss_weighting parameter"
+            )
+        return construct()
 
     return build
+
+
+def _checked(factory: Callable[..., Any], source: str) -> Callable[..., Policy]:
+    """`factory`, with whatever it raises or builds amiss turned into one ConfigError that
+    names the plugin (the registry puts the spec before it): its constructor is someone else's
+    code."""
+
+    def build(**kwargs: Any) -> Policy:
+        try:
+            policy = factory(**kwargs)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+        except TypeError as exc:
+            hint = (
+                "; a Policy subclass is built with no arguments but loss_weighting: declare an Entry "
+                "for knobs (docs/plugins.md)"
+                if "argument" in str(exc)
+                else ""
+            )
+            raise ConfigError(f"{source} cannot be built: TypeError: {exc}{hint}") from None
+        except Exception as exc:
+            raise ConfigError(f"{source} cannot be built: {type(exc).__name__}: {exc}") from None
+        if not isinstance(policy, Policy):
+            raise ConfigError(f"{source} built a {type(policy).__name__}, not a dartfl.policies.base.Policy")
+        return policy
+
+    return build
+
+
+def _source(point: EntryPoint) -> str:
+    return f"plugin {point.value} from {_package(point)}"
 
 
 def _package(point: EntryPoint) -> str:
     dist = point.dist
     return f"{dist.name} {dist.version}" if dist is not None else "an unknown package"
+
+
+# How the edge registry consults the installed plugins (dartfl/policies/__init__.py).
+EDGE_PLUGINS: Plugins[Policy] = Plugins(find_plugin, plugin_list, _warn_shadowed)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dartfl.errors import ConfigError
 from dartfl.policies import EDGE_POLICIES, DartConfig
-from dartfl.policies.plugins import find_plugin
+from dartfl.policies.plugins import plugin_installed
 from dartfl.registry import Registry
 from dartfl.sim.fleet_baselines import FleetInferenceFirst, FleetInferenceOnly, FleetStatic
 from dartfl.sim.fleet_dart import FleetDart
@@ -53,7 +53,7 @@ FLEET_POLICY_NAMES = FLEET_POLICIES.names
 def make_fleet_policy(spec: str) -> FleetPolicy:
     """A fleet policy from its spec (the scalar grammar); errors list the ported names."""
     name = spec.strip().partition(":")[0].strip()
-    if name not in EDGE_POLICIES.names and find_plugin(name) is not None:
+    if name not in EDGE_POLICIES.names and plugin_installed(name):
         raise ConfigError(
             f"policy {spec.strip()!r} is a plugin (docs/plugins.md): plugins run in `dartfl sim` and on "
             "devices; the fleet simulator runs its own policies, vectorised over devices: "

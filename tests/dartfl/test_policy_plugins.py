@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from dartfl.errors import ConfigError, PolicyError
+from dartfl.executor import DeviceExecutor, RoundClock
 from dartfl.policies import DartPolicy, make_policy
+from dartfl.policies.base import Policy
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
 from dartfl.sim.fleet_policies import make_fleet_policy
@@ -23,7 +25,9 @@ from tests.plugin_fixtures import install_example, on_path, write_plugin
 from workloads import generate
 
 CRASHING = """
+from dartfl.policies.base import Policy
 from dartfl.policies.inference_first import InferenceFirst
+from dartfl.registry import Entry, Knob
 from dartfl.types import Allocation
 
 
@@ -45,6 +49,58 @@ class BadShare(InferenceFirst):
 class NotAnAllocation(InferenceFirst):
     def decide(self, obs):
         return {"microbatch": 4}
+
+
+class FourShares(InferenceFirst):
+    def decide(self, obs):
+        return Allocation(1.0, (0.25,) * 4, (1.0,) * 4, 8, obs.max_batch)
+
+
+class HugeStep(InferenceFirst):
+    def decide(self, obs):
+        return self.allocation(obs, 1.0, 10**9)
+
+
+class EmptyMean(InferenceFirst):
+    def decide(self, obs):
+        import statistics
+
+        return statistics.mean([])
+
+
+class NeedsArgument(InferenceFirst):
+    def __init__(self, m):
+        super().__init__(m)
+
+
+class Abstract(Policy):
+    pass
+
+
+class NoGpu(InferenceFirst):
+    def __init__(self, loss_weighting="uniform"):
+        raise RuntimeError("no GPU here")
+
+
+class Weighted(InferenceFirst):
+    \"\"\"Takes the loss weighting it is given.\"\"\"
+
+
+class Unweighted(Policy):
+    def __init__(self):
+        self.loss_weighting = "none"
+
+    def decide(self, obs):
+        return InferenceFirst().decide(obs)
+
+
+def _no_weighting(m):
+    return InferenceFirst(m)
+
+
+NO_WEIGHTING = Entry("no-weighting", "no-weighting:<m>", "forgot loss_weighting", _no_weighting,
+                     (Knob("m", int, "step"),), positional=1)
+NOT_A_POLICY = Entry("not-a-policy", "not-a-policy", "builds an object", lambda **_: object())
 """
 
 
@@ -98,7 +154,12 @@ def test_an_unknown_name_lists_the_installed_plugins_with_their_package(
     with pytest.raises(ConfigError) as err:
         make_policy("slak")
     assert "inference-first[:m]" in str(err.value)
-    assert "slack  plugin slack_policy:SLACK (from dartfl-slack-policy 0.1.0)" in str(err.value)
+    lines = str(err.value).splitlines()
+    listed = next(line for line in lines if line.strip().startswith("slack[:margin]"))
+    assert "fits the SLO's slack (example plugin) (plugin from dartfl-slack-policy 0.1.0)" in listed
+    # Aligned with the built-in policies' column.
+    builtin = next(line for line in lines if line.strip().startswith("inference-only"))
+    assert listed.index("largest") == builtin.index("never trains")
 
 
 def test_a_policy_class_is_built_without_arguments_under_its_entry_point_name(
@@ -192,8 +253,18 @@ def _simulate(spec: str) -> None:
             r"ConfigError: inference_share must lie in \[0, 1\], got 2\.0 \(.*crash_policy\.py:\d+\)",
         ),
         (
+            "FourShares",
+            r"policy 'crash' decided at t = 0\.\d+ s 4 task shares for 2 tasks: give one per task",
+        ),
+        (
+            "HugeStep",
+            r"decided at t = 0\.\d+ s microbatch 1000000000, above the device's 32 \(obs\.max_microbatch\)",
+        ),
+        # The line at fault is the policy's own, not the library's that raised.
+        ("EmptyMean", r"StatisticsError: mean requires at least one data point \(.*crash_policy\.py:\d+\)"),
+        (
             "NotAnAllocation",
-            r"policy 'crash' decided a dict at t = 0\.\d+ s; decide must return a dartfl\.types\.Allocation",
+            r"policy 'crash' decided at t = 0\.\d+ s a dict; decide must return a dartfl\.types\.Allocation",
         ),
     ],
 )
@@ -222,3 +293,109 @@ def test_the_fleet_simulator_refuses_a_plugin_and_says_why(
         ConfigError, match=r"policy 'slack' is a plugin .*the fleet simulator runs its own policies"
     ):
         make_fleet_policy("slack")
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (
+            "crash_policy:NeedsArgument",
+            "cannot be built: TypeError: NeedsArgument.__init__() missing 1 required positional "
+            "argument: 'm'; a Policy subclass is built with no arguments but loss_weighting: "
+            "declare an Entry for knobs",
+        ),
+        ("crash_policy:Abstract", "cannot be built: TypeError: Can't instantiate abstract class Abstract"),
+        ("crash_policy:NoGpu", "cannot be built: RuntimeError: no GPU here"),
+        ("crash_policy:NO_WEIGHTING", "unexpected keyword argument 'loss_weighting'"),
+        ("crash_policy:NOT_A_POLICY", "built a object, not a dartfl.policies.base.Policy"),
+    ],
+)
+def test_a_plugin_that_cannot_be_built_is_one_line_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str, problem: str
+) -> None:
+    name = value.split(":")[1].lower().replace("_", "-")
+    root = write_plugin(tmp_path, "build-pkg", {name: value}, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    with pytest.raises(ConfigError) as err:
+        make_policy(name + (":4" if name == "no-weighting" else ""))
+    message = str(err.value)
+    spec = name + (":4" if name == "no-weighting" else "")
+    assert message.startswith(f"policy {spec!r}: plugin {value} from build-pkg 0.1 ")
+    assert problem in message and "\n" not in message
+
+
+def test_a_policy_class_gets_the_loss_weighting_only_if_it_takes_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    points = {"weighted": "crash_policy:Weighted", "unweighted": "crash_policy:Unweighted"}
+    root = write_plugin(tmp_path, "weights-pkg", points, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    policy = make_policy("weighted", "demand")
+    assert policy.loss_weighting == "demand" and policy.name == "weighted+demand"  # type: ignore[attr-defined]
+    assert make_policy("unweighted").loss_weighting == "none"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match="takes no loss weighting, so --loss-weights demand cannot apply"):
+        make_policy("unweighted", "demand")
+
+
+def test_naming_a_built_in_that_a_plugin_also_claims_warns_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = write_plugin(tmp_path, "shadow2-pkg", {"static": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    with caplog.at_level(logging.WARNING):
+        make_policy("static:0.5")
+        make_policy("static:0.7")
+    said = [r for r in caplog.records if "policy plugin 'static'" in r.getMessage()]
+    assert len(said) == 1 and "has the name of a built-in policy, which runs instead" in said[0].getMessage()
+
+
+def test_a_plugin_name_no_spec_can_give_is_not_listed_but_warned_about(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = write_plugin(tmp_path, "colon-pkg", {"co:lon": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    with caplog.at_level(logging.WARNING), pytest.raises(ConfigError) as err:
+        make_policy("co:lon")
+    assert "co:lon" not in str(err.value).split("valid policies:")[1]
+    assert (
+        "policy plugin 'co:lon' (crash_policy:Crash, from colon-pkg 0.1) has a name no --policy can give"
+        in (caplog.text)
+    )
+
+
+def test_a_device_that_must_not_stop_decides_with_its_fallback_on_the_same_observation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_plugin(tmp_path, "crash-pkg", {"crash": "crash_policy:Crash"}, "crash_policy", CRASHING)
+    on_path(monkeypatch, root, "crash_policy")
+    tasks = [TaskSpec(name, 0.25) for name in ("a", "b")]
+    devices = [
+        DeviceExecutor(tasks, make_policy(spec), get_profile("pi4"), RoundClock(60.0, 0))
+        for spec in ("crash", "inference-only")
+    ]
+    failures: list[PolicyError] = []
+
+    def fallback(exc: PolicyError) -> Policy:
+        failures.append(exc)
+        return make_policy("inference-only")
+
+    devices[0].on_policy_failure = fallback
+    for now in (0.25, 0.5, 0.75, 1.0, 1.25, 1.5):
+        for device in devices:
+            for task in (0, 1, 1):
+                device.admit(now - 0.1, task, object())
+            device.tick(now)
+    assert len(failures) == 1 and "policy 'crash' failed at t = 1.250 s" in str(failures[0])
+    # The failed period's arrivals were counted once, as on a device that never failed.
+    failed, healthy = (d.observation(1.5).arrival_rate_per_s for d in devices)
+    assert failed == healthy
+    assert devices[0].alloc.microbatch == 0 and devices[0].policy.name == "inference-only"
+
+
+def test_the_fleet_simulator_refuses_a_plugin_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = write_plugin(tmp_path, "gone-pkg", {"gone": "missing_module:Thing"}, "unused", "")
+    on_path(monkeypatch, root)
+    with pytest.raises(ConfigError, match=r"policy 'gone' is a plugin \(docs/plugins.md\)"):
+        make_fleet_policy("gone")
