@@ -115,5 +115,12 @@ def record_sim(
 ) -> int:
     label = f"{arrivals.num_requests:,} req / {arrivals.duration_s:.0f} s on {profile.name}"
     pairs = list(zip(outcome.records, outcome.summaries, strict=True))
-    extra = {"profile_name": profile.name}
+    extra: dict[str, Any] = {"profile_name": profile.name}
+    from dartfl.policies import EDGE_POLICIES
+    from dartfl.policies.plugins import plugin_sources
+
+    # A plugin's result says which code made it: the same name may be another version later.
+    plugins = plugin_sources([summary["policy"] for _, summary in pairs], EDGE_POLICIES.entries.__contains__)
+    if plugins:
+        extra["policy_plugins"] = plugins
     return record_runs(store_path, "sim", args, arrivals, label, pairs, extra, started_s=started_s)

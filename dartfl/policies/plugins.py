@@ -35,7 +35,7 @@ from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.registry import Entry, Plugins
 
-__all__ = ["EDGE_PLUGINS", "PLUGIN_GROUP", "find_plugin", "plugin_installed", "plugin_list"]
+__all__ = ["EDGE_PLUGINS", "PLUGIN_GROUP", "find_plugin", "plugin_installed", "plugin_list", "plugin_sources"]
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,18 @@ def find_plugin(name: str) -> Entry[Policy] | None:
 def plugin_installed(name: str) -> bool:
     """Whether a plugin called `name` is installed, without importing it."""
     return bool(entry_points(group=PLUGIN_GROUP, name=name))
+
+
+def plugin_sources(specs: list[str], taken: Callable[[str], bool]) -> dict[str, str]:
+    """For the specs that name an installed plugin: the plugin's object and package with its
+    version, by name (what a stored result needs to say which code made it)."""
+    sources = {}
+    for spec in specs:
+        name = spec.strip().partition(":")[0].strip()
+        if not taken(name):
+            for point in entry_points(group=PLUGIN_GROUP, name=name):
+                sources[name] = f"{point.value} from {_package(point)}"
+    return sources
 
 
 def plugin_list(taken: Callable[[str], bool]) -> list[tuple[str, str]]:

@@ -121,10 +121,14 @@ def _cli(root: Path, command: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_the_example_plugin_runs_beside_the_built_in_policies_in_dartfl_sim(example: Path) -> None:
+def test_the_example_plugin_runs_beside_the_built_in_policies_in_dartfl_sim(
+    example: Path, tmp_path: Path
+) -> None:
     policies = "--policy dart --policy slack --policy slack:margin=0.3"
+    store = tmp_path / "runs.db"
     run = _cli(
-        example, f"sim --workload pareto-onoff --duration-s 30 --profile pi4 {policies} --json --no-store"
+        example,
+        f"sim --workload pareto-onoff --duration-s 30 --profile pi4 {policies} --json --store {store}",
     )
     assert run.returncode == 0, run.stderr
     results = {r["policy"]: r for r in json.loads(run.stdout)["results"]}
@@ -132,6 +136,15 @@ def test_the_example_plugin_runs_beside_the_built_in_policies_in_dartfl_sim(exam
     assert results["slack"]["train_samples"] > 0
     # A larger reserve means shorter steps: the knob reached the plugin's policy.
     assert results["slack:margin=0.3"]["p99_latency_s"] < results["slack"]["p99_latency_s"]
+    # The stored run says which code made the plugin's results, and reads without the plugin.
+    shown = subprocess.run(
+        [sys.executable, "-m", "dartfl.cli.main", "runs", "show", "1", "--json", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    config = json.loads(shown.stdout)["run"]["config"]
+    assert config["policy_plugins"] == {"slack": "slack_policy:SLACK from dartfl-slack-policy 0.1.0"}
 
 
 def test_a_plugins_knobs_are_read_and_checked_like_a_built_in_policys(
