@@ -1,7 +1,7 @@
 """The wheel, installed like any package, runs its commands from a directory that is not the
 checkout, with PYTHONPATH cleared: `dartfl sim`, `dartfl fl sim` (Flower's ServerApp from the
-wheel too), `dartfl edge run` (its own Mosquitto, one request answered) and `dartfl dashboard`
-(the wheel and the venv: tests/wheel_fixtures.py)."""
+wheel too), `dartfl edge run` (its own Mosquitto, one request answered), `dartfl dashboard`,
+and a policy plugin installed beside it (the wheel and the venv: tests/wheel_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugin_fixtures import install_example
 from tests.wheel_fixtures import FreshVenv, loopback_only
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -32,6 +33,20 @@ def test_sim_runs_on_the_bundled_trace_and_records(fresh: FreshVenv) -> None:
     assert fresh.store.is_file()
     listed = fresh.run("dartfl", "runs", "list", "--json")
     assert listed.returncode == 0 and json.loads(listed.stdout)
+
+
+def test_a_policy_plugin_installed_beside_the_wheel_runs_in_sim(fresh: FreshVenv) -> None:
+    # A wheel user's own policy (docs/plugins.md): the example package, installed into the
+    # same site-packages, is built by name from the wheel's registry.
+    install_example(fresh.site)
+    done = fresh.run(
+        "dartfl", "sim", "--workload", "poisson", "--duration-s", "20", "--profile", "pi4",
+        "--policy", "slack", "--policy", "slack:0.3", "--json", "--no-store",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    results = json.loads(done.stdout)["results"]
+    assert [r["policy"] for r in results] == ["slack", "slack:0.3"]
+    assert all(r["train_samples"] > 0 for r in results)
 
 
 @pytest.mark.skipif(not loopback_only(), reason="Ray needs a loopback-only namespace: scripts/loopback-run")
