@@ -4,7 +4,8 @@ The contract outsiders script against (keep it stable): `--json` prints one obje
 `{"results": [...]}` with one entry per policy, each with at least `policy`, `requests`,
 `completed`, `rejected`, `slo_attainment`, `p50_latency_s`, `p99_latency_s`,
 `train_samples`, `train_samples_per_task`, `harvest_efficiency`, `max_backlog`,
-`decision_us_p50`.
+`decision_us_p50`. A policy that fails while it runs (a plugin's bug, docs/plugins.md) has no
+entry; the object then also has `failed`, one line per such policy, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -130,6 +131,10 @@ def run(args: argparse.Namespace) -> int:
         queue_capacity=args.queue_capacity,
         progress=sys.stderr.isatty(),
     )
+    for failure in outcome.failures:  # the others' results stand, and are shown and recorded
+        print(f"dartfl: failed: {failure}", file=sys.stderr)
+    if not outcome.summaries:
+        return 1
     run_id = None
     if not args.no_store:
         from dartfl.cli.recording import record_sim
@@ -140,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
 
         plot_sim(outcome.records, plot_path, title=_title(args, arrivals, profile.name))
     if args.json:
-        json.dump({"results": outcome.summaries, "run_id": run_id}, sys.stdout, default=float)
+        failed = {"failed": outcome.failures} if outcome.failures else {}
+        json.dump({"results": outcome.summaries, "run_id": run_id, **failed}, sys.stdout, default=float)
         sys.stdout.write("\n")
     else:
         from dartfl.cli.tables import print_sim_table
@@ -150,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"recorded as run {run_id} in the run store")
         if plot_path is not None:
             print(f"plot: {plot_path}")
-    return 0
+    return 1 if outcome.failures else 0
 
 
 def _title(args: argparse.Namespace, arrivals: Arrivals, profile: str) -> str:

@@ -67,7 +67,8 @@ def run_policies(
     queue_capacity: int,
     progress: bool,
 ) -> Comparison:
-    """`compare_policies` with a progress bar on the terminal."""
+    """`compare_policies` with a progress bar on the terminal; a policy that fails while it
+    runs is named in `failures` and the others still run."""
     from rich.progress import Progress
 
     tasks = task_specs(arrivals, slo_s, queue_capacity)
@@ -80,5 +81,13 @@ def run_policies(
             bar.update(job, description=f"simulating {name}")
 
         return compare_policies(
-            arrivals, profile, tasks, specs, config, loss_weighting, seed=seed, on_policy=next_policy
+            arrivals,
+            profile,
+            tasks,
+            specs,
+            config,
+            loss_weighting,
+            seed=seed,
+            on_policy=next_policy,
+            keep_going=True,
         )

@@ -4,12 +4,13 @@ summarised by the one metrics code (`dartfl sim`, the benchmarks and the experim
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from dartfl.arrivals import Arrivals
+from dartfl.errors import PolicyError
 from dartfl.metrics import RunRecord, summarize
 from dartfl.policies import make_policy
 from dartfl.policies.base import Policy
@@ -29,6 +30,9 @@ class Comparison:
     policies: list[Policy]
     records: list[RunRecord]
     summaries: list[dict[str, Any]]
+    # With keep_going: one line per policy that failed while it ran (PolicyError), left out
+    # of the three lists above.
+    failures: list[str] = field(default_factory=list)
 
 
 def task_specs(arrivals: Arrivals, slo_s: float, queue_capacity: int = 1024) -> list[TaskSpec]:
@@ -46,15 +50,24 @@ def compare_policies(
     *,
     seed: int = 1,
     on_policy: Callable[[str], None] | None = None,
+    keep_going: bool = False,
 ) -> Comparison:
-    """Simulate every policy of `specs` on `arrivals`; `on_policy(name)` is told before each."""
+    """Simulate every policy of `specs` on `arrivals`; `on_policy(name)` is told before each.
+    A policy that fails while it runs (a plugin's bug) raises PolicyError, or with
+    `keep_going` is named in `failures` while the others' results stand."""
     policies = [make_policy(spec, loss_weighting) for spec in distinct(specs)]  # fail fast on a bad name
-    records: list[RunRecord] = []
-    summaries: list[dict[str, Any]] = []
+    out = Comparison([], [], [])
     for policy in policies:
         if on_policy is not None:
             on_policy(policy.name)
-        record = simulate(arrivals, profile, tasks, policy, config, np.random.default_rng(seed))
-        records.append(record)
-        summaries.append(to_jsonable(summarize(record, burst_threshold=profile.max_batch)))
-    return Comparison(policies, records, summaries)
+        try:
+            record = simulate(arrivals, profile, tasks, policy, config, np.random.default_rng(seed))
+        except PolicyError as exc:
+            if not keep_going:
+                raise
+            out.failures.append(str(exc))
+            continue
+        out.policies.append(policy)
+        out.records.append(record)
+        out.summaries.append(to_jsonable(summarize(record, burst_threshold=profile.max_batch)))
+    return out

@@ -290,12 +290,22 @@ def test_a_policy_that_fails_while_it_runs_stops_the_simulator_naming_it_and_the
         _simulate("crash")
 
 
-def test_the_cli_says_a_failing_policy_in_one_line_and_exits_1(tmp_path: Path) -> None:
+def test_the_cli_says_a_failing_policy_in_one_line_keeps_the_others_results_and_exits_1(
+    tmp_path: Path,
+) -> None:
     root = write_plugin(tmp_path, "crash-pkg", {"crash": "crash_policy:Crash"}, "crash_policy", CRASHING)
-    run = _cli(root, "sim --workload poisson --duration-s 5 --profile pi4 --policy crash --no-store")
+    store = tmp_path / "runs.db"
+    policies = "--policy dart --policy crash --policy inference-first"
+    run = _cli(root, f"sim --workload poisson --duration-s 5 --profile pi4 {policies} --json --store {store}")
     assert run.returncode == 1
     lines = run.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("dartfl: failed: policy 'crash' failed at t = 1.")
+    out = json.loads(run.stdout)
+    assert [r["policy"] for r in out["results"]] == ["dart", "inference-first"]
+    assert len(out["failed"]) == 1 and out["failed"][0].startswith("policy 'crash' failed")
+    assert out["run_id"] == 1  # the results that stand are recorded
+    alone = _cli(root, "sim --workload poisson --duration-s 5 --profile pi4 --policy crash --no-store")
+    assert alone.returncode == 1 and alone.stdout == ""
 
 
 def test_the_fleet_simulator_refuses_a_plugin_and_says_why(
