@@ -23,6 +23,7 @@ log = logging.getLogger(__name__)
 # Modules that contribute subcommands, in the order `--help` lists them.
 SUBCOMMAND_MODULES = (
     "dartfl.cli.sim_cmd",
+    "dartfl.cli.policies_cmd",
     "dartfl.cli.workload_cmd",
     "dartfl.cli.fleet_cmd",
     "dartfl.cli.edge_cmd",

@@ -35,7 +35,15 @@ from dartfl.errors import ConfigError
 from dartfl.policies.base import Policy
 from dartfl.registry import Entry, Plugins
 
-__all__ = ["EDGE_PLUGINS", "PLUGIN_GROUP", "find_plugin", "plugin_installed", "plugin_list", "plugin_sources"]
+__all__ = [
+    "EDGE_PLUGINS",
+    "PLUGIN_GROUP",
+    "find_plugin",
+    "plugin_installed",
+    "plugin_list",
+    "plugin_rows",
+    "plugin_sources",
+]
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +84,11 @@ def plugin_sources(specs: list[str], taken: Callable[[str], bool]) -> dict[str, 
     return sources
 
 
-def plugin_list(taken: Callable[[str], bool]) -> list[tuple[str, str]]:
-    """(form, summary) of every installed plugin a spec can name, for the list of valid
-    policies: each is loaded, and one that cannot be says why in its summary. A plugin whose
+def plugin_rows(taken: Callable[[str], bool]) -> list[dict[str, str]]:
+    """{name, form, summary, source} of every installed plugin a spec can name (`dartfl
+    policies`): each is loaded, and one that cannot be says why in its summary. A plugin whose
     name a built-in takes, or the spec grammar cannot express, is named in a warning."""
-    listed = []
+    rows = []
     for point in entry_points(group=PLUGIN_GROUP):
         if taken(point.name):
             _warn_shadowed(point.name)
@@ -98,10 +106,16 @@ def plugin_list(taken: Callable[[str], bool]) -> list[tuple[str, str]]:
         try:
             entry = _entry(point)
         except ConfigError as exc:
-            listed.append((point.name, f"(plugin from {_package(point)}) {exc}"))
+            form, summary = point.name, str(exc)
         else:
-            listed.append((entry.form, f"{entry.summary} (plugin from {_package(point)})"))
-    return listed
+            form, summary = entry.form, entry.summary
+        rows.append({"name": point.name, "form": form, "summary": summary, "source": _source(point)})
+    return rows
+
+
+def plugin_list(taken: Callable[[str], bool]) -> list[tuple[str, str]]:
+    """(form, summary) of every plugin of `plugin_rows`, for the list of valid policies."""
+    return [(row["form"], f"{row['summary']} ({row['source']})") for row in plugin_rows(taken)]
 
 
 _warned: set[str] = set()  # built-in names a plugin was found to shadow, said once a process
