@@ -4,8 +4,10 @@ path and a dist-info directory whose entry_points.txt names an object under the
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -30,9 +32,11 @@ def write_plugin(root: Path, package: str, points: dict[str, str], module: str, 
 
 
 def install_example(target: Path) -> Path:
-    """`pip install --target` the example package of examples/policy_plugin (no index)."""
-    subprocess.run(
-        [
+    """`pip install --target` the example package of examples/policy_plugin (no index), built
+    from a copy: setuptools leaves build/ and *.egg-info beside the sources it builds."""
+    with tempfile.TemporaryDirectory() as scratch:
+        source = shutil.copytree(EXAMPLE, Path(scratch) / "policy_plugin")
+        pip = [
             sys.executable,
             "-m",
             "pip",
@@ -41,13 +45,8 @@ def install_example(target: Path) -> Path:
             "--no-deps",
             "--no-build-isolation",
             "--no-index",
-            "--target",
-            str(target),
-            str(EXAMPLE),
-        ],
-        check=True,
-        capture_output=True,
-    )
+        ]
+        subprocess.run([*pip, "--target", str(target), str(source)], check=True, capture_output=True)
     return target
 
 

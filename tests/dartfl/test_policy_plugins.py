@@ -169,7 +169,10 @@ def test_an_unknown_name_lists_the_installed_plugins_with_their_package(
     assert "inference-first[:m]" in str(err.value)
     lines = str(err.value).splitlines()
     listed = next(line for line in lines if line.strip().startswith("slack[:margin]"))
-    assert "fits the SLO's slack (example plugin) (plugin from dartfl-slack-policy 0.1.0)" in listed
+    assert (
+        "fits the SLO's slack (example plugin) (plugin slack_policy:SLACK from dartfl-slack-policy 0.1.0)"
+        in listed
+    )
     # Aligned with the built-in policies' column.
     builtin = next(line for line in lines if line.strip().startswith("inference-only"))
     assert listed.index("largest") == builtin.index("never trains")
