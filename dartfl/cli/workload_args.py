@@ -103,7 +103,7 @@ def add_workload_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         metavar="FILE",
         action=_Store,
-        help="replay a trace: time_s,task CSV, Azure LLM or Azure Functions format; "
+        help="replay a trace: time_s,task CSV, Azure LLM, Azure Functions or BurstGPT format; "
         "azure-conv: the bundled Azure LLM conversation hour (CC-BY 4.0)",
     )
     source.add_argument(

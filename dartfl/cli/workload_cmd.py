@@ -35,7 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             "file",
             type=Path,
             metavar="FILE",
-            help="a trace: time_s,task CSV, Azure LLM or Azure Functions format",
+            help="a trace: time_s,task CSV, Azure LLM, Azure Functions or BurstGPT format",
         )
         p.add_argument(
             "--tasks",

@@ -23,11 +23,13 @@ from workloads._common import MAX_REQUESTS, FloatArray, IntArray
 
 __all__ = [
     "DEFAULT_TASK_NAMES",
+    "MAX_TOKENS",
     "check_task_names",
     "finish",
     "first_line",
     "header_problem",
     "parse_time",
+    "parse_tokens",
     "rows",
 ]
 
@@ -35,6 +37,9 @@ log = logging.getLogger(__name__)
 
 # The tasks of the project's reference setup; traces without task labels map onto these.
 DEFAULT_TASK_NAMES: tuple[str, ...] = ("digits", "fashion", "uci-digits")
+# Most tokens one LLM request may read or write. Context windows are at most about 10 M tokens
+# (2025), so a larger count is a corrupt field; the bound also keeps counts in int64.
+MAX_TOKENS = 10**9
 
 
 @contextmanager
@@ -109,6 +114,24 @@ def parse_time(path: Path, line: int, text: str, column: str) -> float:
         raise TraceFormatError(str(path), line, f"{column} {text!r} is not a number") from None
     if not math.isfinite(value) or value < 0:
         raise TraceFormatError(str(path), line, f"{column} must be finite and >= 0, got {text!r}")
+    return value
+
+
+def parse_tokens(path: Path, line: int, text: str, column: str) -> int:
+    """A token count of an LLM trace: a whole number in [0, MAX_TOKENS]."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise TraceFormatError(str(path), line, f"{column} {text!r} is not a whole number") from None
+    if value < 0:
+        raise TraceFormatError(str(path), line, f"{column} must be >= 0, got {value}")
+    if value > MAX_TOKENS:
+        raise TraceFormatError(
+            str(path),
+            line,
+            f"{column} {value} is too large: a request has at most {MAX_TOKENS:,} tokens; "
+            "check the column holds token counts",
+        )
     return value
 
 

@@ -20,16 +20,21 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.errors import TraceFormatError
 from workloads._common import FloatArray, IntArray
-from workloads.traces._io import DEFAULT_TASK_NAMES, check_task_names, finish, header_problem, rows
+from workloads.traces._io import (
+    DEFAULT_TASK_NAMES,
+    MAX_TOKENS,
+    check_task_names,
+    finish,
+    header_problem,
+    parse_tokens,
+    rows,
+)
 
 __all__ = ["AZURE_LLM_HEADER", "MAX_TOKENS", "LLMRequests", "read_azure_llm_csv", "read_azure_llm_requests"]
 
 log = logging.getLogger(__name__)
 
 AZURE_LLM_HEADER: tuple[str, str, str] = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-# Most tokens one request may read or write. Context windows are at most about 10 M tokens
-# (2025), so a larger count is a corrupt field; the bound also keeps counts in int64.
-MAX_TOKENS = 10**9
 _TIMESTAMP = re.compile(r"(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?\s*(Z|[+-]\d{2}:?\d{2})?")
 
 
@@ -77,8 +82,8 @@ def read_azure_llm_requests(path: str | Path) -> LLMRequests:
         whole, fraction = _parse_timestamp(path, line, fields[0], cache)
         seconds.append(whole)
         fractions.append(fraction)
-        context.append(_parse_count(path, line, fields[1], "ContextTokens"))
-        generated.append(_parse_count(path, line, fields[2], "GeneratedTokens"))
+        context.append(parse_tokens(path, line, fields[1], "ContextTokens"))
+        generated.append(parse_tokens(path, line, fields[2], "GeneratedTokens"))
     if not seconds:
         raise TraceFormatError(str(path), None, "no requests after the header")
     # Subtract in integers first: epoch seconds as float64 would blur the sub-microsecond digits.
@@ -119,20 +124,3 @@ def _iso_offset(offset: str | None) -> str:
     if offset is None or offset == "Z":
         return "+00:00"
     return offset if ":" in offset else f"{offset[:3]}:{offset[3:]}"
-
-
-def _parse_count(path: Path, line: int, text: str, column: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceFormatError(str(path), line, f"{column} {text!r} is not a whole number") from None
-    if value < 0:
-        raise TraceFormatError(str(path), line, f"{column} must be >= 0, got {value}")
-    if value > MAX_TOKENS:
-        raise TraceFormatError(
-            str(path),
-            line,
-            f"{column} {value} is too large: a request has at most {MAX_TOKENS:,} tokens; "
-            "check the column holds token counts",
-        )
-    return value

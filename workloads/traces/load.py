@@ -15,6 +15,7 @@ from workloads import data as _data
 from workloads.traces._io import first_line, header_problem
 from workloads.traces.azure_functions import FUNCTIONS_KEY_COLUMNS, read_azure_functions_csv
 from workloads.traces.azure_llm import AZURE_LLM_HEADER, read_azure_llm_csv
+from workloads.traces.burstgpt import BURSTGPT_HEADER, read_burstgpt_csv
 from workloads.traces.time_task import TIME_TASK_HEADER, read_time_task_csv
 
 __all__ = [
@@ -32,6 +33,7 @@ TRACE_FORMATS: dict[str, tuple[str, ...]] = {
     "time-task": TIME_TASK_HEADER,
     "azure-llm": AZURE_LLM_HEADER,
     "azure-functions": FUNCTIONS_KEY_COLUMNS,
+    "burstgpt": BURSTGPT_HEADER,
 }
 BUNDLED_AZURE_CONV = "azure_llm_conv_2023.csv"
 # What `load_trace` (and every `--trace`) takes for the bundled trace, with or without a
@@ -59,7 +61,7 @@ def load_trace(
     """Read a trace in any supported format, detected from its header.
 
     task_names: for `time_s,task` files, the order (and allowed set) of tasks, else the file's
-    own names; for the Azure traces, the K tasks requests are mapped onto (default
+    own names; for the Azure and BurstGPT traces, the K tasks requests are mapped onto (default
     digits, fashion, uci-digits). rng seeds the within-minute spread of Azure Functions counts.
     The path `azure-conv` (BUNDLED_TRACE_NAME) is the bundled Azure LLM conversation hour.
     """
@@ -71,6 +73,8 @@ def load_trace(
         return read_time_task_csv(path, task_names)
     if kind == "azure-llm":
         return read_azure_llm_csv(path, task_names)
+    if kind == "burstgpt":
+        return read_burstgpt_csv(path, task_names)
     return read_azure_functions_csv(path, task_names, rng)
 
 
