@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_TASK_NAMES",
     "MAX_TOKENS",
     "check_task_names",
+    "data_rows",
     "finish",
     "first_line",
     "header_problem",
@@ -87,6 +88,19 @@ def first_line(path: Path) -> tuple[int, list[str]]:
     for line, fields in rows(path):
         return line, fields
     raise TraceFormatError(str(path), 1, "file is empty; expected a header line")
+
+
+def data_rows(path: Path, header: Sequence[str]) -> Iterator[tuple[int, list[str]]]:
+    """The rows after the header, which must be `header` (letter case and blanks around a name
+    aside); a missing or other header is a TraceFormatError naming the expected one."""
+    it = rows(path)
+    for line, fields in it:
+        if [f.strip().lower() for f in fields] != [h.lower() for h in header]:
+            raise TraceFormatError(str(path), line, header_problem(repr(",".join(header)), fields))
+        break
+    else:
+        raise TraceFormatError(str(path), 1, f"file is empty; expected the header {','.join(header)!r}")
+    return it
 
 
 def header_problem(expected: str, fields: list[str]) -> str:

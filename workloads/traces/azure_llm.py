@@ -24,10 +24,9 @@ from workloads.traces._io import (
     DEFAULT_TASK_NAMES,
     MAX_TOKENS,
     check_task_names,
+    data_rows,
     finish,
-    header_problem,
     parse_tokens,
-    rows,
 )
 
 __all__ = ["AZURE_LLM_HEADER", "MAX_TOKENS", "LLMRequests", "read_azure_llm_csv", "read_azure_llm_requests"]
@@ -58,15 +57,7 @@ def read_azure_llm_csv(path: str | Path, task_names: Sequence[str] | None = None
 def read_azure_llm_requests(path: str | Path) -> LLMRequests:
     """Parse the whole trace, keeping the token counts (for per-request cost or rollout lengths)."""
     path = Path(path)
-    it = rows(path)
-    for line, fields in it:
-        if [f.lower() for f in fields] != [h.lower() for h in AZURE_LLM_HEADER]:
-            raise TraceFormatError(str(path), line, header_problem(repr(",".join(AZURE_LLM_HEADER)), fields))
-        break
-    else:
-        raise TraceFormatError(
-            str(path), 1, f"file is empty; expected the header {','.join(AZURE_LLM_HEADER)!r}"
-        )
+    it = data_rows(path, AZURE_LLM_HEADER)
     seconds: list[int] = []
     fractions: list[float] = []
     context: list[int] = []

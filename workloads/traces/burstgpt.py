@@ -23,11 +23,10 @@ from dartfl.errors import TraceFormatError
 from workloads.traces._io import (
     DEFAULT_TASK_NAMES,
     check_task_names,
+    data_rows,
     finish,
-    header_problem,
     parse_time,
     parse_tokens,
-    rows,
 )
 
 __all__ = ["BURSTGPT_HEADER", "read_burstgpt_csv"]
@@ -46,15 +45,7 @@ def read_burstgpt_csv(path: str | Path, task_names: Sequence[str] | None = None)
     """Arrivals from a BurstGPT file; task = Request tokens mod len(task_names)."""
     path = Path(path)
     names = check_task_names(task_names) or DEFAULT_TASK_NAMES
-    it = rows(path)
-    for line, fields in it:
-        if [f.strip().lower() for f in fields] != [h.lower() for h in BURSTGPT_HEADER]:
-            raise TraceFormatError(str(path), line, header_problem(repr(",".join(BURSTGPT_HEADER)), fields))
-        break
-    else:
-        raise TraceFormatError(
-            str(path), 1, f"file is empty; expected the header {','.join(BURSTGPT_HEADER)!r}"
-        )
+    it = data_rows(path, BURSTGPT_HEADER)
     times: list[float] = []
     tokens: list[int] = []
     for line, fields in it:
