@@ -133,6 +133,10 @@ def run(args: argparse.Namespace) -> int:
     )
     for failure in outcome.failures:  # the others' results stand, and are shown and recorded
         print(f"dartfl: failed: {failure}", file=sys.stderr)
+    for summary in outcome.summaries:
+        slow = _slow_decisions(summary, config.period_s)
+        if slow:
+            print(f"dartfl: warning: {slow}", file=sys.stderr)
     if not outcome.summaries:
         return 1
     run_id = None
@@ -157,6 +161,23 @@ def run(args: argparse.Namespace) -> int:
         if plot_path is not None:
             print(f"plot: {plot_path}")
     return 1 if outcome.failures else 0
+
+
+# A decision slower than this share of the control period would hold a real device's executor
+# (and every request behind it) noticeably; the simulator does not charge it (docs/plugins.md).
+SLOW_DECISION_SHARE = 0.1
+
+
+def _slow_decisions(summary: dict[str, Any], period_s: float) -> str:
+    """A warning for a policy whose decisions are slow enough to matter on a device ("" if not)."""
+    p99_us = summary.get("decision_us_p99")
+    if p99_us is None or p99_us * 1e-6 <= SLOW_DECISION_SHARE * period_s:
+        return ""
+    return (
+        f"policy {summary['policy']!r} took {p99_us / 1e3:.1f} ms a decision (p99), "
+        f"{p99_us * 1e-4 / period_s:.0f}% of the {period_s * 1e3:g} ms control period: the simulator "
+        "does not charge it, but on a device every request waits it out (docs/plugins.md)"
+    )
 
 
 def _title(args: argparse.Namespace, arrivals: Arrivals, profile: str) -> str:

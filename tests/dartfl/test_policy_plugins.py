@@ -425,3 +425,30 @@ def test_the_fleet_simulator_refuses_a_plugin_without_importing_it(
     on_path(monkeypatch, root)
     with pytest.raises(ConfigError, match=r"policy 'gone' is a plugin \(docs/plugins.md\)"):
         make_fleet_policy("gone")
+
+
+SLOW = """
+import time
+
+from dartfl.policies.inference_first import InferenceFirst
+
+
+class Slow(InferenceFirst):
+    def decide(self, obs):
+        time.sleep(0.03)
+        return super().decide(obs)
+"""
+
+
+def test_sim_warns_of_a_policy_whose_decisions_a_device_would_wait_out(tmp_path: Path) -> None:
+    root = write_plugin(tmp_path, "slow-pkg", {"slow": "slow_policy:Slow"}, "slow_policy", SLOW)
+    run = _cli(
+        root, "sim --workload poisson --duration-s 2 --profile pi4 --policy slow --policy dart --no-store"
+    )
+    assert run.returncode == 0, run.stderr
+    warnings = [line for line in run.stderr.splitlines() if line.startswith("dartfl: warning:")]
+    assert len(warnings) == 1
+    assert (
+        warnings[0].startswith("dartfl: warning: policy 'slow' took 3")
+        and "of the 250 ms control period" in warnings[0]
+    )
