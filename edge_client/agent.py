@@ -51,7 +51,7 @@ from dartfl.executor import (
 )
 from dartfl.executor.batch_hold import wakes_executor
 from dartfl.policies import make_policy
-from dartfl.policies.base import Policy
+from dartfl.policies.base import SLOW_DECISION_SHARE, Policy
 from dartfl.protocol import FinalReport, Telemetry
 from dartfl.types import DeviceProfile, RequestPathCost
 from edge_client.agent_config import AgentConfig
@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     from messaging.link import Message, MqttLink
 
 log = logging.getLogger(__name__)
+
+SLOW_SAID_EVERY_S = 60.0  # a slow decision (SLOW_DECISION_SHARE) is logged at most this often
 
 __all__ = ["Agent", "AgentConfig"]
 
@@ -98,6 +100,7 @@ class Agent:
         self.device.training_enabled = not federated  # a federated agent trains within rounds only
         self.device.on_policy_failure = self._serve_without_policy
         self._policy_failed: str | None = None  # a failure the retained status has yet to say
+        self._said_slow_s = -math.inf  # when a slow decision was last logged
         self._cond = threading.Condition()  # serialises the executor; wakes_executor says when to notify
         # Prices the network thread's work, told to the cost model under the lock.
         self._path_meter = NetworkThreadMeter(lambda *n: self._costs.observe_request_path(*n), self._cond)
@@ -367,8 +370,21 @@ class Agent:
             device.close_due_rounds(now)
             device.tick(now, elapsed)
             failed, self._policy_failed = self._policy_failed, None
+            decided_s = device.decision_ns[-1] * 1e-9
         if failed is not None and self._link is not None:
             self._status.status(self._link, online=True, error=failed)
+        period_s = self.config.period_s
+        if decided_s > SLOW_DECISION_SHARE * period_s and now - self._said_slow_s >= SLOW_SAID_EVERY_S:
+            # The decision holds the device's lock: every request waited it out (docs/plugins.md).
+            self._said_slow_s = now
+            log.warning(
+                "policy %r took %.1f ms to decide, %.0f%% of the %g ms control period: requests wait "
+                "while it decides (said at most once a minute)",
+                device.policy.name,
+                decided_s * 1e3,
+                100 * decided_s / period_s,
+                period_s * 1e3,
+            )
         self._add_overhead(time.thread_time() - started)
 
     def _serve_without_policy(self, exc: PolicyError) -> Policy:

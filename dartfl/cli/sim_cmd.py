@@ -163,13 +163,10 @@ def run(args: argparse.Namespace) -> int:
     return 1 if outcome.failures else 0
 
 
-# A decision slower than this share of the control period would hold a real device's executor
-# (and every request behind it) noticeably; the simulator does not charge it (docs/plugins.md).
-SLOW_DECISION_SHARE = 0.1
-
-
 def _slow_decisions(summary: dict[str, Any], period_s: float) -> str:
     """A warning for a policy whose decisions are slow enough to matter on a device ("" if not)."""
+    from dartfl.policies.base import SLOW_DECISION_SHARE
+
     p99_us = summary.get("decision_us_p99")
     if p99_us is None or p99_us * 1e-6 <= SLOW_DECISION_SHARE * period_s:
         return ""

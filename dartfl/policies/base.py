@@ -16,7 +16,12 @@ import numpy.typing as npt
 from dartfl.policies.shares import loss_weights, uniform_shares
 from dartfl.types import Allocation, Observation
 
-__all__ = ["EvenSplit", "FutureAwarePolicy", "FutureView", "Policy"]
+__all__ = ["SLOW_DECISION_SHARE", "EvenSplit", "FutureAwarePolicy", "FutureView", "Policy"]
+
+# A decision slower than this share of the control period holds a device's executor, and every
+# request behind it, long enough to matter: `dartfl sim` and the agent say so (docs/plugins.md).
+# The built-in policies decide in well under a thousandth of it.
+SLOW_DECISION_SHARE = 0.1
 
 
 class Policy(ABC):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import queue
 import time
 import uuid
@@ -85,3 +86,32 @@ def test_an_agent_whose_policy_fails_answers_every_request_and_says_why(
             with contextlib.suppress(Exception):
                 running.stop()
         assert running.thread is not None and not running.thread.is_alive()
+
+
+SLOW = """
+import time
+
+from dartfl.policies.inference_first import InferenceFirst
+
+
+class Slow(InferenceFirst):
+    def decide(self, obs):
+        time.sleep(0.04)
+        return super().decide(obs)
+"""
+
+
+def test_an_agent_says_once_a_minute_that_its_policy_decides_slowly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = write_plugin(tmp_path, "slow-pkg", {"slow": "slow_policy:Slow"}, "slow_policy", SLOW)
+    on_path(monkeypatch, root, "slow_policy")
+    with start_mosquitto() as broker, caplog.at_level(logging.WARNING, logger="edge_client.agent"):
+        running = start_agent(broker.url, policy="slow")
+        try:
+            time.sleep(2.0)  # eight periods or so, every decision 40 ms of a 250-ms period
+        finally:
+            running.stop()
+    said = [r.getMessage() for r in caplog.records if "to decide" in r.getMessage()]
+    assert len(said) == 1, said
+    assert said[0].startswith("policy 'slow' took 4") and "of the 250 ms control period" in said[0]
