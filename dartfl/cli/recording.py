@@ -81,8 +81,10 @@ def record_runs(
     extra_config: dict[str, Any] | None = None,
     *,
     started_s: float,
+    status: str = "ok",
 ) -> int:
-    """Record one run (several policies' records and summaries) and return its id.
+    """Record one run (several policies' records and summaries) and return its id; `status`
+    is how it ended (`failed`: some results are missing, the config says why).
 
     `started_s` is the Unix time the run began: it is recorded once it is over, and its
     duration is from then to now (not the few milliseconds that recording takes)."""
@@ -100,7 +102,7 @@ def record_runs(
         except BaseException:
             store.finish_run(run_id, "failed")  # never leave a run marked as running
             raise
-        store.finish_run(run_id, "ok")
+        store.finish_run(run_id, status)
     return run_id
 
 
@@ -119,8 +121,14 @@ def record_sim(
     from dartfl.policies import EDGE_POLICIES
     from dartfl.policies.plugins import plugin_sources
 
-    # A plugin's result says which code made it: the same name may be another version later.
-    plugins = plugin_sources([summary["policy"] for _, summary in pairs], EDGE_POLICIES.entries.__contains__)
+    # A plugin's result says which code made it (the same name may be another version later),
+    # and a policy that failed says why its result is missing: the run is then `failed`.
+    plugins = plugin_sources(args.policies or [], EDGE_POLICIES.entries.__contains__)
     if plugins:
         extra["policy_plugins"] = plugins
-    return record_runs(store_path, "sim", args, arrivals, label, pairs, extra, started_s=started_s)
+    if outcome.failures:
+        extra["failed"] = outcome.failures
+    status = "failed" if outcome.failures else "ok"
+    return record_runs(
+        store_path, "sim", args, arrivals, label, pairs, extra, started_s=started_s, status=status
+    )

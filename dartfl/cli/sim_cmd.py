@@ -5,7 +5,8 @@ The contract outsiders script against (keep it stable): `--json` prints one obje
 `completed`, `rejected`, `slo_attainment`, `p50_latency_s`, `p99_latency_s`,
 `train_samples`, `train_samples_per_task`, `harvest_efficiency`, `max_backlog`,
 `decision_us_p50`. A policy that fails while it runs (a plugin's bug, docs/plugins.md) has no
-entry; the object then also has `failed`, one line per such policy, and the exit status is 1.
+entry; the object then also has `failed`, a `{policy, error}` object per such policy, and the
+exit status is 1.
 """
 
 from __future__ import annotations
@@ -132,14 +133,17 @@ def run(args: argparse.Namespace) -> int:
         progress=sys.stderr.isatty(),
     )
     for failure in outcome.failures:  # the others' results stand, and are shown and recorded
-        print(f"dartfl: failed: {failure}", file=sys.stderr)
+        print(f"dartfl: failed: {failure['error']}", file=sys.stderr)
     for summary in outcome.summaries:
         slow = _slow_decisions(summary, config.period_s)
         if slow:
             print(f"dartfl: warning: {slow}", file=sys.stderr)
-    if not outcome.summaries:
-        return 1
     run_id = None
+    if not outcome.summaries:
+        if args.json:
+            json.dump({"results": [], "run_id": run_id, "failed": outcome.failures}, sys.stdout)
+            sys.stdout.write("\n")
+        return 1
     if not args.no_store:
         from dartfl.cli.recording import record_sim
 
@@ -171,7 +175,7 @@ def _slow_decisions(summary: dict[str, Any], period_s: float) -> str:
     if p99_us is None or p99_us * 1e-6 <= SLOW_DECISION_SHARE * period_s:
         return ""
     return (
-        f"policy {summary['policy']!r} took {p99_us / 1e3:.1f} ms a decision (p99), "
+        f"policy {summary['policy']!r} took {p99_us / 1e3:.1f} ms per decision (p99), "
         f"{p99_us * 1e-4 / period_s:.0f}% of the {period_s * 1e3:g} ms control period: the simulator "
         "does not charge it, but on a device every request waits it out (docs/plugins.md)"
     )

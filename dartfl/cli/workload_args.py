@@ -9,12 +9,15 @@ package are imported inside the functions so that `dartfl --help` stays fast.
 from __future__ import annotations
 
 import argparse
+import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dartfl.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -300,6 +303,7 @@ def _trace_arrivals(
     arrivals = load_trace(trace, tasks, _rng(args.seed))
     if target_load is not None and profile is not None:
         arrivals = rescale_to_load(arrivals, profile, target_load)
+        _say_idle_stretch(arrivals, target_load)
     elif "rate" in given:
         arrivals = scale_to_rate(arrivals, float(args.rate))
     if "duration_s" in given:
@@ -307,8 +311,57 @@ def _trace_arrivals(
         if not (math.isfinite(limit) and limit > 0):
             raise ConfigError(f"--duration-s must be > 0, got {args.duration_s}")
         if limit < arrivals.duration_s:  # a window is half-open: one as long as the trace drops its end
+            whole = arrivals
             arrivals = arrivals.window(0.0, limit)
+            if target_load is not None:
+                _say_window_load(whole, arrivals, target_load)
     return arrivals
+
+
+# The window's rate may be this far from the whole trace's, either way, before it is said.
+WINDOW_RATE_RATIO = 2.0
+
+
+def _say_idle_stretch(arrivals: Arrivals, target_load: float) -> None:
+    """--target-load is a mean over the whole trace; warn when the trace is idle for over half
+    of it (days of a log with one busy hour), since its busy part then runs far above it."""
+    import numpy as np
+
+    times = arrivals.times_s
+    if times.size < 2 or arrivals.duration_s <= 0:
+        return
+    gap = float(max(np.diff(times).max(), times[0], arrivals.duration_s - times[-1]))
+    busy = 1.0 - gap / arrivals.duration_s
+    if busy >= 1 / WINDOW_RATE_RATIO:
+        return
+    log.warning(
+        "the trace holds no request for %.0f%% of its length (one gap of %.3g s after rescaling): "
+        "--target-load %g is its mean, so the rest runs at a load of about %.2g; cut the trace to "
+        "the part you want first",
+        100 * gap / arrivals.duration_s,
+        gap,
+        target_load,
+        target_load / busy,
+    )
+
+
+def _say_window_load(whole: Arrivals, window: Arrivals, target_load: float) -> None:
+    """--target-load sizes the whole trace; warn when the window kept runs far from it (a trace
+    of days whose first hours are busy, or quiet)."""
+    mean = whole.num_requests / whole.duration_s if whole.duration_s > 0 else 0.0
+    rate = window.num_requests / window.duration_s if window.duration_s > 0 else 0.0
+    if mean <= 0 or 1 / WINDOW_RATE_RATIO <= rate / mean <= WINDOW_RATE_RATIO:
+        return
+    log.warning(
+        "the first %g s of the trace arrive at %.3g times its mean rate, so they run at a load of "
+        "about %.2g, not %g: --target-load sizes the whole trace (%.0f s); cut the trace to the "
+        "part you want first to size that part",
+        window.duration_s,
+        rate / mean,
+        target_load * rate / mean,
+        target_load,
+        whole.duration_s,
+    )
 
 
 def workload_config(args: argparse.Namespace) -> dict[str, Any]:

@@ -89,7 +89,11 @@ def plugin_rows(taken: Callable[[str], bool]) -> list[dict[str, str]]:
     policies`): each is loaded, and one that cannot be says why in its summary. A plugin whose
     name a built-in takes, or the spec grammar cannot express, is named in a warning."""
     rows = []
+    seen: set[str] = set()
     for point in entry_points(group=PLUGIN_GROUP):
+        if point.name in seen:
+            continue  # registered twice: find_plugin's error is its row
+        seen.add(point.name)
         if taken(point.name):
             _warn_shadowed(point.name)
             continue
@@ -103,12 +107,14 @@ def plugin_rows(taken: Callable[[str], bool]) -> list[dict[str, str]]:
                 " ".join(repr(c) for c in _SPEC_SYNTAX),
             )
             continue
+        form, summary = point.name, ""
         try:
-            entry = _entry(point)
+            entry = find_plugin(point.name)  # refuses a name two packages register
         except ConfigError as exc:
-            form, summary = point.name, str(exc)
+            summary = str(exc)
         else:
-            form, summary = entry.form, entry.summary
+            if entry is not None:
+                form, summary = entry.form, entry.summary
         rows.append({"name": point.name, "form": form, "summary": summary, "source": _source(point)})
     return rows
 

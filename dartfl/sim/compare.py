@@ -30,9 +30,9 @@ class Comparison:
     policies: list[Policy]
     records: list[RunRecord]
     summaries: list[dict[str, Any]]
-    # With keep_going: one line per policy that failed while it ran (PolicyError), left out
-    # of the three lists above.
-    failures: list[str] = field(default_factory=list)
+    # With keep_going: {policy, error} per policy that failed while it ran (PolicyError), left
+    # out of the three lists above.
+    failures: list[dict[str, str]] = field(default_factory=list)
 
 
 def task_specs(arrivals: Arrivals, slo_s: float, queue_capacity: int = 1024) -> list[TaskSpec]:
@@ -65,7 +65,7 @@ def compare_policies(
         except PolicyError as exc:
             if not keep_going:
                 raise
-            out.failures.append(str(exc))
+            out.failures.append({"policy": policy.name, "error": str(exc)})
             continue
         out.policies.append(policy)
         out.records.append(record)

@@ -15,7 +15,7 @@ import pytest
 
 from dartfl.errors import ConfigError, PolicyError
 from dartfl.executor import DeviceExecutor, RoundClock
-from dartfl.policies import DartPolicy, make_policy
+from dartfl.policies import EDGE_POLICIES, DartPolicy, make_policy
 from dartfl.policies.base import Policy
 from dartfl.profiles import get_profile
 from dartfl.sim import SimConfig, simulate
@@ -245,6 +245,8 @@ def test_two_packages_with_one_plugin_name_are_refused_naming_both(
     on_path(monkeypatch, tmp_path, "crash_policy")
     with pytest.raises(ConfigError, match=r"registered by several packages \(one-pkg 0.1, two-pkg 0.1\)"):
         make_policy("twin")
+    listed = [line for line in EDGE_POLICIES.help_lines(with_plugins=True) if line.startswith("twin")]
+    assert len(listed) == 1 and "registered by several packages (one-pkg 0.1, two-pkg 0.1)" in listed[0]
 
 
 def _simulate(spec: str) -> None:
@@ -305,10 +307,21 @@ def test_the_cli_says_a_failing_policy_in_one_line_keeps_the_others_results_and_
     assert len(lines) == 1 and lines[0].startswith("dartfl: failed: policy 'crash' failed at t = 1.")
     out = json.loads(run.stdout)
     assert [r["policy"] for r in out["results"]] == ["dart", "inference-first"]
-    assert len(out["failed"]) == 1 and out["failed"][0].startswith("policy 'crash' failed")
-    assert out["run_id"] == 1  # the results that stand are recorded
-    alone = _cli(root, "sim --workload poisson --duration-s 5 --profile pi4 --policy crash --no-store")
-    assert alone.returncode == 1 and alone.stdout == ""
+    [failed] = out["failed"]
+    assert failed["policy"] == "crash" and failed["error"].startswith("policy 'crash' failed at t = 1.")
+    assert out["run_id"] == 1  # the results that stand are recorded, the run as failed
+    shown = subprocess.run(
+        [sys.executable, "-m", "dartfl.cli.main", "runs", "show", "1", "--json", "--store", str(store)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    run_info = json.loads(shown.stdout)["run"]
+    assert run_info["status"] == "failed" and run_info["config"]["failed"] == out["failed"]
+    assert run_info["config"]["policy_plugins"] == {"crash": "crash_policy:Crash from crash-pkg 0.1"}
+    alone = _cli(root, "sim --workload poisson --duration-s 5 --profile pi4 --policy crash --json --no-store")
+    assert alone.returncode == 1
+    assert json.loads(alone.stdout) == {"results": [], "run_id": None, "failed": out["failed"]}
 
 
 def test_the_fleet_simulator_refuses_a_plugin_and_says_why(

@@ -5,8 +5,8 @@ request, `Timestamp` in seconds from midnight of the trace's first day. Times be
 after the earliest request. Like the Azure LLM traces it has no task labels: request i gets
 task `Request tokens`_i mod K, the rule of the Azure reader. Every row is a request that
 arrived: the rows whose `Response tokens` is 0 (requests that failed upstream, which the
-"without_fails" files leave out) are kept, since they loaded the server all the same; `Model`
-and `Log Type` (conversation or API) are checked to be present but do not change the arrival.
+"without_fails" files leave out) are kept, since they loaded the server all the same; `Model`,
+`Total tokens` and `Log Type` (conversation or API) are not read.
 Wang et al., "BurstGPT: A Real-world Workload Dataset to Optimize LLM Serving Systems"
 (arXiv 2401.17644) describe the trace.
 """
