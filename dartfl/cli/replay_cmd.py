@@ -259,7 +259,7 @@ def _workload_before_agent(args: argparse.Namespace, profile: DeviceProfile | No
 
     if args.target_load is None or profile is not None:
         return arrivals_from_args(args, profile)
-    arrivals_from_args(args, get_profile(STAND_IN_PROFILE))
+    arrivals_from_args(args, get_profile(STAND_IN_PROFILE), say_load=False)  # said once, sized for real
     return None
 
 

@@ -228,8 +228,11 @@ def parse_params(items: Sequence[str]) -> dict[str, float]:
     return params
 
 
-def arrivals_from_args(args: argparse.Namespace, profile: DeviceProfile | None) -> Arrivals:
-    """Build the workload the flags describe; with --target-load, size it against `profile`."""
+def arrivals_from_args(
+    args: argparse.Namespace, profile: DeviceProfile | None, *, say_load: bool = True
+) -> Arrivals:
+    """Build the workload the flags describe; with --target-load, size it against `profile`
+    (and, unless `say_load` is off, warn where a trace's busy part runs far from it)."""
     trace: Path | None = getattr(args, "trace", None)
     name: str | None = getattr(args, "workload", None)
     target_load: float | None = getattr(args, "target_load", None)
@@ -239,7 +242,7 @@ def arrivals_from_args(args: argparse.Namespace, profile: DeviceProfile | None) 
         )
     given = _given(args)
     if trace is not None:
-        return _trace_arrivals(args, trace, given, target_load, profile)
+        return _trace_arrivals(args, trace, given, target_load, profile, say_load)
     if name is None:
         raise ConfigError(
             f"no workload given: pass --workload NAME (one of {', '.join(WORKLOAD_NAMES)}) or --trace FILE"
@@ -288,6 +291,7 @@ def _trace_arrivals(
     given: set[str],
     target_load: float | None,
     profile: DeviceProfile | None,
+    say_load: bool,
 ) -> Arrivals:
     from workloads.rescale import rescale_to_load, scale_to_rate
     from workloads.traces.load import load_trace
@@ -303,7 +307,8 @@ def _trace_arrivals(
     arrivals = load_trace(trace, tasks, _rng(args.seed))
     if target_load is not None and profile is not None:
         arrivals = rescale_to_load(arrivals, profile, target_load)
-        _say_idle_stretch(arrivals, target_load)
+        if say_load:
+            _say_idle_stretch(arrivals, target_load)
     elif "rate" in given:
         arrivals = scale_to_rate(arrivals, float(args.rate))
     if "duration_s" in given:
@@ -313,7 +318,7 @@ def _trace_arrivals(
         if limit < arrivals.duration_s:  # a window is half-open: one as long as the trace drops its end
             whole = arrivals
             arrivals = arrivals.window(0.0, limit)
-            if target_load is not None:
+            if target_load is not None and say_load:
                 _say_window_load(whole, arrivals, target_load)
     return arrivals
 
