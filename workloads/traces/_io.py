@@ -10,7 +10,7 @@ import csv
 import gzip
 import logging
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TextIO
@@ -29,6 +29,7 @@ __all__ = [
     "finish",
     "first_line",
     "header_problem",
+    "parse_count",
     "parse_time",
     "parse_tokens",
     "rows",
@@ -131,22 +132,35 @@ def parse_time(path: Path, line: int, text: str, column: str) -> float:
     return value
 
 
-def parse_tokens(path: Path, line: int, text: str, column: str) -> int:
-    """A token count of an LLM trace: a whole number in [0, MAX_TOKENS]."""
+def parse_count(
+    path: Path, line: int, text: str, label: str, most: int, too_many: Callable[[int], str]
+) -> int:
+    """A whole number in [0, most] (`label` names it in errors; `too_many(value)` says what a
+    larger one means and how to check it)."""
     try:
         value = int(text)
     except ValueError:
-        raise TraceFormatError(str(path), line, f"{column} {text!r} is not a whole number") from None
+        raise TraceFormatError(str(path), line, f"{label} {text!r} is not a whole number") from None
     if value < 0:
-        raise TraceFormatError(str(path), line, f"{column} must be >= 0, got {value}")
-    if value > MAX_TOKENS:
-        raise TraceFormatError(
-            str(path),
-            line,
-            f"{column} {value} is too large: a request has at most {MAX_TOKENS:,} tokens; "
-            "check the column holds token counts",
-        )
+        raise TraceFormatError(str(path), line, f"{label} must be >= 0, got {value}")
+    if value > most:
+        raise TraceFormatError(str(path), line, too_many(value))
     return value
+
+
+def parse_tokens(path: Path, line: int, text: str, column: str) -> int:
+    """A token count of an LLM trace: a whole number in [0, MAX_TOKENS]."""
+    return parse_count(
+        path,
+        line,
+        text,
+        column,
+        MAX_TOKENS,
+        lambda value: (
+            f"{column} {value} is too large: a request has at most {MAX_TOKENS:,} tokens; "
+            "check the column holds token counts"
+        ),
+    )
 
 
 def check_task_names(task_names: Sequence[str] | None) -> tuple[str, ...] | None:

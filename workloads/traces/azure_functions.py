@@ -22,7 +22,14 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError, TraceFormatError
 from workloads._common import MAX_REQUESTS, IntArray
-from workloads.traces._io import DEFAULT_TASK_NAMES, check_task_names, finish, header_problem, rows
+from workloads.traces._io import (
+    DEFAULT_TASK_NAMES,
+    check_task_names,
+    finish,
+    header_problem,
+    parse_count,
+    rows,
+)
 
 __all__ = ["FUNCTIONS_KEY_COLUMNS", "FUNCTION_MAPPINGS", "read_azure_functions_csv"]
 
@@ -131,22 +138,17 @@ def _parse_counts(path: Path, line: int, texts: list[str]) -> IntArray:
 
 
 def _parse_count(path: Path, line: int, minute: int, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise TraceFormatError(
-            str(path), line, f"minute {minute}: count {text!r} is not a whole number"
-        ) from None
-    if value < 0:
-        raise TraceFormatError(str(path), line, f"minute {minute}: count must be >= 0, got {value}")
-    if value > MAX_REQUESTS:
-        raise TraceFormatError(
-            str(path),
-            line,
-            f"minute {minute}: count {value:,} is more than the {MAX_REQUESTS:,} invocations this tool "
-            "holds in memory; check the minute columns hold invocation counts",
-        )
-    return value
+    return parse_count(
+        path,
+        line,
+        text,
+        f"minute {minute}: count",
+        MAX_REQUESTS,
+        lambda value: (
+            f"minute {minute}: count {value:,} is more than the {MAX_REQUESTS:,} invocations "
+            "this tool holds in memory; check the minute columns hold invocation counts"
+        ),
+    )
 
 
 def _check_total(path: Path, line: int | None, total: int, which: str, fix: str) -> None:
