@@ -49,3 +49,17 @@ def test_a_steady_trace_says_nothing(
 ) -> None:
     steady = _trace(tmp_path / "steady.csv", [i * 0.5 for i in range(2000)])
     assert _warned(steady, caplog, "--duration-s", "100") == []
+
+
+def test_edge_replay_checking_its_flags_before_the_agent_is_up_says_nothing_yet(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The stand-in sizing only checks the flags; the warning comes once, sized on the agent.
+    from dartfl.cli.main import build_parser
+    from dartfl.cli.replay_cmd import _workload_before_agent
+
+    days = _trace(tmp_path / "days.csv", [float(i) for i in range(1000)] + [86400.0 + i for i in range(1000)])
+    args = build_parser().parse_args(["edge", "replay", "--trace", str(days), "--target-load", "0.3"])
+    with caplog.at_level(logging.WARNING):
+        assert _workload_before_agent(args, None) is None
+    assert [r for r in caplog.records if r.name == "dartfl.cli.workload_args"] == []
