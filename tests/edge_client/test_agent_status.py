@@ -46,3 +46,22 @@ def test_a_status_follows_a_price_that_moved_by_more_than_a_tenth_and_not_a_smal
     source.price = (9e-3, 9e-3)
     publisher._republish_if_repriced(link)  # type: ignore[arg-type]
     assert len(link.statuses) == 2
+
+
+def test_an_error_said_while_online_stands_in_every_later_online_status_not_in_the_offline_one() -> None:
+    # A failed policy (docs/plugins.md): a reconnect or a new price must not drop the reason.
+    source, link, stop = _Source(), _Link(), threading.Event()
+    publisher = StatusPublisher("dev", source, stop)
+    publisher.status(link, online=True)  # type: ignore[arg-type]
+    publisher.status(link, online=True, error="policy 'x' failed")  # type: ignore[arg-type]
+    publisher.republish_online(link)  # type: ignore[arg-type]
+    source.price = (2e-3, 2e-3)
+    publisher._republish_if_repriced(link)  # type: ignore[arg-type]
+    publisher.status(link, online=False, error="the agent failed")  # type: ignore[arg-type]
+    assert [s.error for s in link.statuses] == [
+        None,
+        "policy 'x' failed",
+        "policy 'x' failed",
+        "policy 'x' failed",
+        "the agent failed",
+    ]
