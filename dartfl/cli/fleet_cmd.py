@@ -40,6 +40,11 @@ ASSIGNMENTS = ("round-robin", "random")
 # a run may take.
 CHUNK_CELLS = 25_000_000
 DEVICE_PERIODS = 1e9
+# The fluid model orders a period's batches over every pair of tasks (`turn_fraction`), so a
+# chunk's arrays hold tasks^2 cells per device: at most this many per array (32 MB), which
+# bounds the chunk; and at most this many tasks, past which a device-period alone is too dear.
+PAIR_CELLS = 4_000_000
+MAX_TASKS = 256
 
 
 def register(sub: Any) -> None:
@@ -127,8 +132,25 @@ def _check(args: argparse.Namespace) -> None:
         raise ConfigError(f"--workers must be >= 1, got {args.workers}")
     if not (math.isfinite(args.period_s) and args.period_s > 0):
         raise ConfigError(f"--period-s must be > 0, got {args.period_s}")
+    if args.period_s >= args.duration_s:
+        raise ConfigError(
+            f"--period-s {args.period_s:g} is not shorter than --duration-s {args.duration_s:g}: "
+            "a run of one control period trains nothing; lengthen --duration-s or shorten --period-s"
+        )
     periods = args.duration_s / args.period_s
-    cells = periods * len(parse_tasks(args.tasks))
+    if abs(periods - round(periods)) > 1e-6 * periods:
+        raise ConfigError(
+            f"--duration-s {args.duration_s:g} is not a whole number of --period-s {args.period_s:g} "
+            f"periods ({periods:.4g}), and the fleet simulates whole periods; use --duration-s "
+            f"{math.ceil(periods) * args.period_s:g} or a --period-s that divides it"
+        )
+    n_tasks = len(parse_tasks(args.tasks))
+    if n_tasks > MAX_TASKS:
+        raise ConfigError(
+            f"--tasks names {n_tasks:,} tasks; the fleet simulator models at most {MAX_TASKS} per device "
+            "(each period orders every pair of tasks' batches); name fewer tasks"
+        )
+    cells = periods * n_tasks
     if cells > CHUNK_CELLS:
         raise ConfigError(
             f"one device's {args.duration_s:g} s at --period-s {args.period_s:g} is {periods:.3g} "
@@ -187,7 +209,15 @@ def run(args: argparse.Namespace) -> int:
     )
     workers = args.workers or max(1, min(2, os.cpu_count() or 1))
     cells = args.duration_s / args.period_s * len(task_names)
-    chunk = max(1, min(500, math.ceil(args.devices / workers), int(CHUNK_CELLS // cells)))
+    chunk = max(
+        1,
+        min(
+            500,
+            math.ceil(args.devices / workers),
+            int(CHUNK_CELLS // cells),
+            PAIR_CELLS // len(task_names) ** 2,
+        ),
+    )
     started = time.perf_counter()
     results = _with_progress(
         sys.stderr.isatty() and not args.json,

@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import math
 import multiprocessing
+import os
+import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
@@ -258,10 +261,23 @@ def simulate_fleet(
 # Worker processes add the device-runs they finish here (set by `_init_worker`).
 _SHARED_DONE: Any = None
 
+# How often a worker checks that the process that started it is still there.
+PARENT_CHECK_S = 0.5
 
-def _init_worker(done: Any) -> None:
+
+def _init_worker(done: Any, parent_pid: int) -> None:
     global _SHARED_DONE
     _SHARED_DONE = done
+    # A parent killed by SIGTERM or SIGKILL runs no pool shutdown: its workers would finish
+    # their chunks for nobody and then wait on the pool's queue for ever.
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="parent-watch", daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this worker once its parent is gone (it is then re-parented, so getppid changes)."""
+    while os.getppid() == parent_pid:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(1)
 
 
 def _chunk_job(
@@ -360,7 +376,10 @@ def _run_in_workers(
     context = multiprocessing.get_context()
     done = context.Value("d", 0.0)
     with ProcessPoolExecutor(
-        max_workers=min(workers, len(bounds)), mp_context=context, initializer=_init_worker, initargs=(done,)
+        max_workers=min(workers, len(bounds)),
+        mp_context=context,
+        initializer=_init_worker,
+        initargs=(done, os.getpid()),
     ) as pool:
         futures = [
             pool.submit(_chunk_job, source, lo, hi, profile, tasks, specs, config) for lo, hi in bounds

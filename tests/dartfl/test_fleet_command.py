@@ -83,6 +83,9 @@ def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[st
         ["--duration-s", "1e9"],  # a MemoryError traceback before the guard
         ["--period-s", "1e-7"],  # ran until killed
         ["--devices", "100000000"],  # likewise
+        ["--period-s", "7"],  # ran 35 s, not 30, and said 30: a horizon rounded up to periods
+        ["--period-s", "30"],  # one period: trained nothing, silently
+        ["--tasks", ",".join(f"t{i}" for i in range(300))],  # tasks^2 memory: 20,000 took 12 GB
     ],
 )
 def test_fleet_bad_input_exits_2(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
