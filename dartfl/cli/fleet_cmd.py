@@ -177,7 +177,7 @@ def _mix(text: str) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dartfl.cli.simulation import device_profile
+    from dartfl.cli.simulation import device_profile, say_unused_task_costs
     from dartfl.sim.fleet import FleetConfig, run_fleet
     from dartfl.sim.fleet_policies import make_fleet_policy
     from dartfl.types import TaskSpec
@@ -193,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
 
         check_store(args.store)  # and a damaged or read-only store
     task_names = parse_tasks(args.tasks)
+    say_unused_task_costs(profile, task_names)
     config = FleetConfig(period_s=args.period_s, round_s=args.round_s, round_target_samples=args.round_target)
     tasks = [TaskSpec(name, args.slo_ms / 1e3, args.queue_capacity) for name in task_names]
     workloads = FleetWorkloads(

@@ -110,11 +110,12 @@ def add_store_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dartfl.cli.output_paths import check_image_path
-    from dartfl.cli.simulation import device_setup, run_policies
+    from dartfl.cli.simulation import device_setup, run_policies, say_unused_task_costs
 
     plot_path = None if args.no_plot or args.plot is None else check_image_path(args.plot, "--plot")
     profile, config = device_setup(args)
     arrivals = arrivals_from_args(args, profile)
+    say_unused_task_costs(profile, arrivals.task_names)
     specs = args.policies or list(DEFAULT_POLICIES)
     if not args.no_store:
         from dartfl.cli.recording import check_store

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Sequence
 
 from dartfl.arrivals import Arrivals
@@ -34,6 +35,23 @@ def device_profile(args: argparse.Namespace) -> DeviceProfile:
     if args.profile is None and args.profile_file is None:
         raise ConfigError("give a device profile: --profile NAME (pi4, pi5, ...) or --profile-file F.toml")
     return on_cores(resolve_profile(args.profile, args.profile_file), args.cores)
+
+
+def say_unused_task_costs(profile: DeviceProfile, task_names: Sequence[str]) -> None:
+    """Warn of per-task inference costs the profile gives for tasks this run does not have: a
+    misspelt `[inference.tasks.NAME]` would otherwise leave its task on the default cost
+    without a word. (A profile may price more tasks than one run uses, so this is no error.)"""
+    unused = sorted(set(profile.task_inference) - set(task_names))
+    if not unused:
+        return
+    defaulted = [t for t in task_names if t not in profile.task_inference]
+    also = f"; {', '.join(defaulted)} cost the default [inference]" if defaulted else ""
+    print(
+        f"dartfl: warning: profile {profile.name!r} prices task(s) {', '.join(unused)} that this run "
+        f"does not have (its tasks: {', '.join(task_names)}){also}; check the names in "
+        "[inference.tasks.*]",
+        file=sys.stderr,
+    )
 
 
 def check_slo_and_queue(args: argparse.Namespace) -> None:

@@ -256,3 +256,27 @@ def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 141, err.decode()
     assert b"Traceback" not in err and b"BrokenPipe" not in err
+
+
+@pytest.mark.parametrize("command", ["sim", "fleet"])
+def test_a_task_cost_for_a_task_the_run_lacks_is_named(
+    command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A misspelt [inference.tasks.NAME] left its task on the default cost without a word (the
+    reviewer's `nosuchtask` moved the run's requests by 14%); the warning names both sides."""
+    costs = 'name = "typo"\n[inference]\nbatch-fixed-s = 0.004\nper-request-s = 0.002\nmax-batch = 32\n'
+    costs += "[training]\nmicrobatch-fixed-s = 0.01\nper-sample-s = 0.006\nmax-microbatch = 32\n"
+    task = "[inference.tasks.{}]\nper-request-s = 0.003\n"
+    args = [command, "--duration-s", "10", "--tasks", "digits,fashion", "--json", "--no-store"]
+    args += ["--policy", "inference-only", "--profile-file"]
+    if command == "sim":
+        args = [*args[:1], "--workload", "poisson", *args[1:]]
+    typo, right = tmp_path / "typo.toml", tmp_path / "right.toml"
+    typo.write_text(costs + task.format("fashoin"))
+    right.write_text(costs + task.format("fashion"))
+    assert main([*args, str(typo)]) == 0
+    err = capsys.readouterr().err
+    assert "profile 'typo' prices task(s) fashoin that this run does not have" in err
+    assert "digits, fashion cost the default [inference]" in err
+    assert main([*args, str(right)]) == 0
+    assert "prices task(s)" not in capsys.readouterr().err
