@@ -227,10 +227,12 @@ class ExperienceQueue:
 
     def capacity(self, version: int, running: int) -> tuple[int, int, int, int]:
         """(admissions left, groups buffered, groups dropped so far, groups sampleable at
-        `version`). AReaL's rule: (eta + version + 1) * batch - (accepted + running)."""
+        `version`). AReaL's rule: (eta + version + 1) * batch - (accepted + running).
+        Groups past the bound are dropped first: kept, they would hold admissions while a lent
+        trainer (verl-dynamic) takes nothing and waits for a threshold they keep it from."""
+        self._drop_stale(version)
         left = (self.eta + version + 1) * self.batch - (self.accepted + running)
-        sampleable = sum(1 for g in self.groups if version - g["version"] <= self.eta)
-        return left, len(self.groups), self.dropped, sampleable
+        return left, len(self.groups), self.dropped, len(self.groups)
 
     def put(self, groups: list[dict[str, Any]]) -> None:
         self.groups.extend(groups)
@@ -238,13 +240,16 @@ class ExperienceQueue:
 
     def take(self, version: int) -> list[dict[str, Any]] | None:
         """The oldest `batch` groups within the bound, or None while too few are ready."""
-        keep = [g for g in self.groups if version - g["version"] <= self.eta]
-        stale = len(self.groups) - len(keep)
-        self.dropped += stale
-        self.accepted -= stale  # a dropped group frees its admission
-        self.groups = keep
+        self._drop_stale(version)
         if len(self.groups) < self.batch:
             return None
         self.groups.sort(key=lambda g: g["version"])
         batch, self.groups = self.groups[: self.batch], self.groups[self.batch :]
         return batch
+
+    def _drop_stale(self, version: int) -> None:
+        keep = [g for g in self.groups if version - g["version"] <= self.eta]
+        stale = len(self.groups) - len(keep)
+        self.dropped += stale
+        self.accepted -= stale  # a dropped group frees its admission
+        self.groups = keep

@@ -135,6 +135,11 @@ class HybridLending(LendingBooks):
             self.last_lend_s = self.lend_s
             self._count_switch()
             return False
+        if self.state == "rollout":
+            # Groups past the bound can never be trained, and while they sit in the buffer they
+            # hold admissions: nothing new is generated, the threshold is never reached, and a
+            # lent trainer waits for ever (the trainer drops them only when it starts a step).
+            t.drop_stale()
         if self.state == "rollout" and t.sampleable() >= self.policy.reclaim_groups(self.c.batch_groups):
             roles.hybrid -= self.lent_gpus
             self.run.recompute_gpu_s += self.engine.abort(self.lent_gpus // self.c.model.tp, now)

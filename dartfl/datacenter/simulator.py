@@ -142,7 +142,7 @@ class Simulation:
             self.engine.pool.inflight_samples == 0
             and self.trainer.train_until < self.now
             and not self.roles.dead
-            and self.buffer.groups < self.c.batch_groups
+            and self.trainer.sampleable() < self.c.batch_groups
         )
 
     def _trainer_events(self) -> None:
