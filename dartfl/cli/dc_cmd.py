@@ -217,6 +217,13 @@ def _lengths(args: argparse.Namespace, values: dict[str, Any]) -> Any:
         return LogNormalLengths(
             values["median_tokens"], max_tokens=values["max_tokens"], drift=values["length_drift"]
         )
+    # The trace's own lengths replace the log-normal's median; --max-tokens and --length-drift
+    # still cap and grow them.
+    if args.median_tokens is not None:
+        raise ConfigError(
+            "--median-tokens applies to --lengths lognormal, not --lengths trace (the trace gives the "
+            "lengths); drop --median-tokens"
+        )
     from workloads.traces import read_azure_llm_requests
 
     if args.trace is None:
@@ -288,11 +295,13 @@ def run_sim(args: argparse.Namespace) -> int:
 
 
 def run_real(args: argparse.Namespace) -> int:
-    import ray_engine
     from dartfl.datacenter.policies import RAY_POLICIES
     from dartfl.store import to_jsonable
 
+    # A spec the Ray engine cannot run is refused before Ray and PyTorch load (seconds).
     specs = _distinct_specs(args.policies or ["sync", "dart"], RAY_POLICIES)
+    import ray_engine
+
     cfg = ray_engine.RayRunConfig(
         workers=args.workers, eta=args.eta, steps=args.steps, seed=args.seed, task=args.task
     )

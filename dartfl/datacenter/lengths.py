@@ -32,6 +32,11 @@ class LengthModel:
         raise NotImplementedError
 
 
+def _check_max_tokens(max_tokens: int) -> None:
+    if not (isinstance(max_tokens, int) and max_tokens >= 1):
+        raise ConfigError(f"--max-tokens must be an integer >= 1, got {max_tokens!r}")
+
+
 def _drift_factor(drift: float, progress: float) -> float:
     return float(drift ** min(1.0, max(0.0, progress)))
 
@@ -51,11 +56,11 @@ class LogNormalLengths(LengthModel):
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.median_tokens) and self.median_tokens >= 1):
-            raise ConfigError(f"median length must be >= 1 token, got {self.median_tokens}")
+            # :g, as the flag was typed: argparse reads "0" as 0.0
+            raise ConfigError(f"--median-tokens must be a number >= 1, got {self.median_tokens:g}")
         if not (math.isfinite(self.sigma) and self.sigma >= 0):
             raise ConfigError(f"length sigma must be >= 0, got {self.sigma}")
-        if self.max_tokens < 1:
-            raise ConfigError(f"max length must be >= 1 token, got {self.max_tokens}")
+        _check_max_tokens(self.max_tokens)
         if not (math.isfinite(self.drift) and self.drift > 0):
             raise ConfigError(f"--length-drift must be a number > 0 (1 = no drift), got {self.drift}")
         if not 0.0 <= self.group_share <= 1.0:
@@ -90,6 +95,7 @@ class TraceLengths(LengthModel):
     def __post_init__(self) -> None:
         if not self.tokens or min(self.tokens) < 1:
             raise ConfigError("a length trace needs at least one positive GeneratedTokens value")
+        _check_max_tokens(self.max_tokens)  # unchecked, 0 ran with every length clipped to 0
         if not (math.isfinite(self.drift) and self.drift > 0):
             raise ConfigError(f"--length-drift must be a number > 0 (1 = no drift), got {self.drift}")
         object.__setattr__(self, "_values", np.asarray(self.tokens, dtype=np.float64))

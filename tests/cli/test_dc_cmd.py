@@ -85,7 +85,12 @@ def test_a_policy_given_twice_exits_2(capsys: pytest.CaptureFixture[str], argv: 
 @pytest.mark.parametrize(
     ("extra", "needle"),
     [
-        (["--gpus", "100000000"], "more than the 4,194,304 the simulator holds"),  # was a MemoryError
+        (["--gpus", "100000000"], "--gpus must be an integer from 2 to 100,000, got 100000000"),
+        (  # the largest cluster, with a batch over the limit (was a MemoryError at 10^8 GPUs)
+            ["--gpus", "100000", "--group-size", "16"],
+            "more than the 4,194,304 the simulator holds in memory; lower --group-size or --gpus (4 prompts "
+            "per GPU) or --batch-prompts",
+        ),
         (["--gpus", "8", "--period-s", "1e-6"], "--period-s must be a finite number >= 0.1"),  # ran for hours
     ],
 )

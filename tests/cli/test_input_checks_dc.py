@@ -4,6 +4,7 @@ run too long to finish end it with the same kind of line."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,53 @@ def test_steps_beyond_a_million_exit_2_before_simulating(
     # 10^23 steps ran until memory ran out.
     assert main([*QUICK, "--steps", steps]) == 2
     assert f"--steps must be an integer from 1 to 1,000,000, got {steps}" in one_line_error(capsys)
+
+
+@pytest.mark.usefixtures("no_simulating")
+@pytest.mark.parametrize("gpus", ["10000000000", "100001", "1"])
+def test_gpus_beyond_a_hundred_thousand_exit_2_before_simulating(
+    capsys: pytest.CaptureFixture[str], gpus: str
+) -> None:
+    # With one prompt a step the batch limit let any cluster through: 10^8 GPUs took a minute a
+    # step, 10^12 a numpy MemoryError (7.28 TiB) from DART's candidate splits.
+    assert main([*QUICK, "--gpus", gpus, "--batch-prompts", "1", "--policy", "dart"]) == 2
+    assert one_line_error(capsys).endswith(f"--gpus must be an integer from 2 to 100,000, got {gpus}")
+
+
+def test_the_largest_cluster_allowed_still_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["dc", "sim", "--gpus", "100000", "--batch-prompts", "1", "--steps", "1", "--no-store"]
+    assert main([*argv, "--policy", "dart", "--json"]) == 0
+    assert '"steps": 1' in capsys.readouterr().out
+
+
+@pytest.mark.usefixtures("no_simulating")
+@pytest.mark.parametrize(
+    ("flags", "complaint"),
+    [
+        (["--median-tokens", "0"], "--median-tokens must be a number >= 1, got 0"),  # was "median length"
+        (["--median-tokens", "nan"], "--median-tokens must be a number >= 1, got nan"),
+        (["--max-tokens", "0"], "--max-tokens must be an integer >= 1, got 0"),  # was "max length"
+        # ran, every length clipped to 0 tokens
+        (["--lengths", "trace", "--max-tokens", "0"], "--max-tokens must be an integer >= 1, got 0"),
+    ],
+)
+def test_length_bounds_name_the_flag(
+    capsys: pytest.CaptureFixture[str], flags: list[str], complaint: str
+) -> None:
+    assert main([*QUICK, "--policy", "dart", *flags]) == 2
+    assert one_line_error(capsys) == f"dartfl: error: {complaint}"
+
+
+@pytest.mark.usefixtures("no_simulating")
+def test_median_tokens_with_trace_lengths_exits_2_instead_of_being_ignored(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The trace sets the lengths: 100 and 5,000 gave the same numbers as no --median-tokens.
+    assert main([*QUICK, "--lengths", "trace", "--median-tokens", "100"]) == 2
+    assert one_line_error(capsys).endswith(
+        "--median-tokens applies to --lengths lognormal, not --lengths trace (the trace gives the "
+        "lengths); drop --median-tokens"
+    )
 
 
 @pytest.mark.parametrize(
@@ -196,3 +244,36 @@ def test_help_says_when_a_plot_is_written_and_what_the_switch_cost_does_not_touc
         "0 to 3600 s (default: by model size); not used by sync, whose offload/onload between phases "
         "is a fixed 3 s" in text
     )
+
+
+@pytest.fixture
+def no_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`import ray_engine` fails: a spec must be refused before Ray and PyTorch load."""
+    monkeypatch.setitem(sys.modules, "ray_engine", None)
+
+
+@pytest.mark.usefixtures("no_ray")
+def test_dc_run_lists_dart_with_only_the_knobs_the_ray_engine_takes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The list offered dart's smooth=W, which the Ray engine then refused.
+    assert main(["dc", "run", "--policy", "one-step", "--no-store", "--no-plot"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown Ray engine policy 'one-step'; valid policies:" in err
+    assert "  dart[:kappa=K,hysteresis=H,hold=P]  drift-plus-penalty" in err and "smooth" not in err
+
+
+@pytest.mark.usefixtures("no_ray")
+def test_dc_run_refuses_dart_smooth_as_an_unknown_knob_naming_the_valid_ones(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["dc", "run", "--policy", "dart:smooth=0.5", "--no-store", "--no-plot"]) == 2
+    assert one_line_error(capsys).endswith(
+        "policy 'dart:smooth=0.5': unknown key 'smooth'; valid: kappa, hysteresis, hold"
+    )
+
+
+@pytest.mark.usefixtures("no_simulating")
+def test_dc_sim_still_lists_dart_smooth(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*QUICK, "--policy", "greedy"]) == 2
+    assert "dart[:kappa=K,hysteresis=H,hold=P,smooth=W]" in capsys.readouterr().err

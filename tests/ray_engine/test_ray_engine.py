@@ -68,7 +68,7 @@ def test_unknown_policies_and_bad_configs_are_refused_before_ray_starts() -> Non
         run_ray(RayRunConfig(), ["one-step"])  # the simulator has it, the Ray engine does not
     with pytest.raises(ConfigError, match="fraction"):
         run_ray(RayRunConfig(), ["static:1.5"])
-    with pytest.raises(ConfigError, match="smooth is the simulator's"):
+    with pytest.raises(ConfigError, match=r"unknown key 'smooth'; valid: kappa, hysteresis, hold$"):
         run_ray(RayRunConfig(), ["dart:smooth=0.5"])  # a knob the Ray controller lacks
     with pytest.raises(ConfigError, match="--workers"):
         RayRunConfig(workers=1)

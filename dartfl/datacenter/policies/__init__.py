@@ -47,6 +47,17 @@ def _verl(**knobs: float) -> VerlDynamic:
     return VerlDynamic(VerlDynamicConfig(**knobs))  # type: ignore[arg-type]
 
 
+# DART's knobs but smooth: the Ray engine's controller judges measured rates and smooths no
+# score, so its entry (RAY_POLICIES) takes these alone.
+_DART_KNOBS = (
+    Knob("kappa", float, "weight of the buffer's drift against throughput"),
+    Knob("hysteresis", float, "least relative gain of the smoothed score worth a move"),
+    Knob("hold", float, "periods a move must repay its dead time in", field="hold_periods"),
+)
+_SMOOTH = Knob("smooth", float, "EWMA weight of a period's scores, in (0, 1]", field="score_smoothing")
+_DART_SUMMARY = "drift-plus-penalty, GPUs move at run time"
+
+
 def _ratio(value: float) -> str | None:
     return None if 0.0 < value <= 1.0 else "must lie in (0, 1]"
 
@@ -80,14 +91,9 @@ DC_POLICIES: Registry[DcPolicy] = Registry.of(
         Entry(
             "dart",
             "dart[:kappa=K,hysteresis=H,hold=P,smooth=W]",
-            "drift-plus-penalty, GPUs move at run time",
+            _DART_SUMMARY,
             _dart,
-            (
-                Knob("kappa", float, "weight of the buffer's drift against throughput"),
-                Knob("hysteresis", float, "least relative gain of the smoothed score worth a move"),
-                Knob("hold", float, "periods a move must repay its dead time in", field="hold_periods"),
-                Knob("smooth", float, "EWMA weight of a period's scores, in (0, 1]", field="score_smoothing"),
-            ),
+            (*_DART_KNOBS, _SMOOTH),
         ),
         Entry(
             "verl-dynamic",
@@ -109,9 +115,16 @@ DC_POLICIES: Registry[DcPolicy] = Registry.of(
     ],
 )
 DC_POLICY_FORMS = tuple(DC_POLICIES.help_lines())
-# The policies the Ray engine runs (ray_engine/), with the same spec forms and knobs.
+# The policies the Ray engine runs (ray_engine/): the simulator's spec forms and knobs, but
+# DART's without smooth, so that its list of valid policies offers no knob it would refuse.
 RAY_POLICIES: Registry[DcPolicy] = Registry.of(
-    "Ray engine policy", [DC_POLICIES.entries[name] for name in ("sync", "static", "dart", "verl-dynamic")]
+    "Ray engine policy",
+    [
+        DC_POLICIES.entries["sync"],
+        DC_POLICIES.entries["static"],
+        Entry("dart", "dart[:kappa=K,hysteresis=H,hold=P]", _DART_SUMMARY, _dart, _DART_KNOBS),
+        DC_POLICIES.entries["verl-dynamic"],
+    ],
 )
 
 
