@@ -303,12 +303,14 @@ def _record(
 
     from dartfl.cli.recording import run_config
     from dartfl.paths import default_store_path
+    from dartfl.profiles import profile_to_toml
     from dartfl.store import RunStore
 
     config = run_config(args, leave_out=frozenset({"store"}))
     spec = asdict(workloads)
     spec["profile"] = workloads.profile.name
     config["workloads"] = spec
+    config["profile_toml"] = profile_to_toml(workloads.profile)  # the profile as run: files move
     config["wall_s"] = wall_s
     label = f"fleet of {args.devices} x {args.duration_s:g} s on {workloads.profile.name}"
     path = Path(args.store) if args.store else default_store_path()

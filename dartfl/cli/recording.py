@@ -12,6 +12,7 @@ from dartfl.arrivals import Arrivals
 from dartfl.cli.plots import windowed_p99_s
 from dartfl.metrics import RunRecord
 from dartfl.paths import default_store_path
+from dartfl.profiles import profile_to_toml
 from dartfl.store import DecisionRow, RunStore
 from dartfl.types import DeviceProfile
 
@@ -117,7 +118,9 @@ def record_sim(
 ) -> int:
     label = f"{arrivals.num_requests:,} req / {arrivals.duration_s:.0f} s on {profile.name}"
     pairs = list(zip(outcome.records, outcome.summaries, strict=True))
-    extra: dict[str, Any] = {"profile_name": profile.name}
+    # The profile as run (after --cores), not only its name or the path it was read from: a
+    # profile file edited or moved later would otherwise leave the run impossible to repeat.
+    extra: dict[str, Any] = {"profile_name": profile.name, "profile_toml": profile_to_toml(profile)}
     from dartfl.policies import EDGE_POLICIES
     from dartfl.policies.plugins import plugin_sources
 

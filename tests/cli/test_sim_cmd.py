@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dartfl.cli.main import main
+from dartfl.profiles import get_profile, parse_profile
 from dartfl.store import RunStore
 from tests.dartfl.test_profiles import CONTRACT_EXAMPLE as PROFILE_TOML
 
@@ -116,6 +118,8 @@ def test_table_output_records_the_run_and_writes_the_plot(
         (info,) = runs.list_runs()
         assert info.kind == "sim"
         assert info.config["profile"] == "pi4" and not any(k.startswith("_") for k in info.config)
+        # the profile as run, so that an edited or moved profile file cannot orphan the run
+        assert parse_profile(tomllib.loads(info.config["profile_toml"])) == get_profile("pi4")
         results = runs.results(info.run_id)
         assert set(results) == {"dart", "inference-first:4"}
         decisions = runs.decisions(info.run_id, "dart")

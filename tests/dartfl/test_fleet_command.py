@@ -4,11 +4,13 @@ numbers for the same seed, and bad input refused with exit code 2."""
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from dartfl.cli.main import main
+from dartfl.profiles import get_profile, parse_profile
 from dartfl.store import RunStore
 
 CONTRACT_KEYS = {
@@ -57,6 +59,8 @@ def test_fleet_json_has_the_contract_keys_and_is_recorded(
         run = runs.get_run(out["run_id"])
         assert run is not None and run.kind == "fleet" and run.status == "ok"
         assert set(runs.results(out["run_id"])) == {"dart", "inference-first:4"}
+        recorded = parse_profile(tomllib.loads(run.config["profile_toml"]))
+        assert recorded == get_profile("pi4").with_cores(1)  # as run: --cores 1
 
 
 def test_fleet_table_and_same_seed_same_numbers(capsys: pytest.CaptureFixture[str]) -> None:
