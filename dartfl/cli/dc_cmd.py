@@ -276,14 +276,15 @@ def run_sim(args: argparse.Namespace) -> int:
     check_fits(config, lengths)
     specs = _distinct_specs(args.policies or DEFAULT_POLICIES, DC_POLICIES)
     policies = [make_dc_policy(spec) for spec in specs]  # fail fast on a bad name
+    static_gpus = _static_rollout_gpus(config, policies)
     plot_path = _checked_outputs(args)
     started_s = time.time()  # the run store's start of the run, which is recorded once it is over
     runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
     sweep: list[tuple[float, float]] = []
     if args.sweep_static:
         best, sweep = sweep_static(config, lengths, args.seed)
-        if best.policy not in {r.policy for r in runs}:
-            runs.append(best)
+        if _rollout_gpus(config, float(best.policy.partition(":")[2])) not in static_gpus:
+            runs.append(best)  # unless a --policy static:F already ran that very split
     summaries = [to_jsonable(r.summary()) for r in runs]
     if plot_path:  # written before the run is recorded: a run in the store had all its outputs
         what = f", {args.workload}" if args.workload else ""
@@ -314,6 +315,44 @@ def run_real(args: argparse.Namespace) -> int:
         _write_plot(runs, plot_path, title=title, time_unit="s", resource="workers", rewards=True)
     run_id = None if args.no_store else _record(args, runs, summaries, [], started_s=started_s)
     return _report(args, summaries, run_id, plot_path)
+
+
+def _rollout_gpus(config: Any, fraction: float) -> int:
+    from dartfl.datacenter.policies.base import split_gpus
+
+    return split_gpus(fraction, config.gpus, config.model.tp, config.model.train_min_gpus)
+
+
+def _static_rollout_gpus(config: Any, policies: Iterable[Any]) -> set[int]:
+    """The rollout GPUs of each `static:F` given, refusing two that run the same split and
+    saying when F cannot be met (one engine at least, the trainer's minimum left): the run's
+    name keeps the F asked for, so the table would otherwise show a split it did not run."""
+    from dartfl.datacenter.policies.static import StaticSplit
+
+    tp, gpus = config.model.tp, config.gpus
+    seen: dict[int, str] = {}
+    for policy in policies:
+        if not isinstance(policy, StaticSplit):
+            continue
+        rollout = _rollout_gpus(config, policy.fraction)
+        if rollout in seen:
+            raise ConfigError(
+                f"{seen[rollout]} and {policy.name} both run {rollout} of {gpus} GPUs on rollout "
+                f"(splits move in engines of {tp}): the same run twice; give one of them"
+            )
+        seen[rollout] = policy.name
+        if abs(rollout / gpus - policy.fraction) > tp / (2 * gpus) + 1e-9:  # more than rounding
+            why = (
+                f"the trainer keeps at least {config.model.train_min_gpus} GPUs"
+                if rollout / gpus < policy.fraction
+                else f"rollout keeps at least one engine of {tp} GPU{'s' if tp > 1 else ''}"
+            )
+            print(
+                f"dartfl: warning: {policy.name} runs {rollout} of {gpus} GPUs on rollout "
+                f"({rollout / gpus:.3g}): {why}",
+                file=sys.stderr,
+            )
+    return set(seen)
 
 
 def _distinct_specs(specs: Iterable[str], registry: Registry[Any]) -> list[str]:

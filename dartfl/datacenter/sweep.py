@@ -38,14 +38,17 @@ def sweep_fractions(
     pool, so a rival gets the best fraction a user could tune for it too.
     """
     m = config.model
-    seen: set[int] = set()
-    best: DcRun | None = None
-    curve: list[tuple[float, float]] = []
+    # One run per distinct split, named by the fraction nearest what it runs: on 4 GPUs 0.1,
+    # 0.15, ..., 0.35 all run one GPU of four, which is static:0.25, not static:0.1.
+    by_gpus: dict[int, float] = {}
     for f in fractions:
         gpus = split_gpus(f, config.gpus, m.tp, m.train_min_gpus)
-        if gpus in seen:
-            continue
-        seen.add(gpus)
+        share = gpus / config.gpus
+        if gpus not in by_gpus or abs(f - share) < abs(by_gpus[gpus] - share):
+            by_gpus[gpus] = f
+    best: DcRun | None = None
+    curve: list[tuple[float, float]] = []
+    for f in by_gpus.values():
         run = simulate(config, make(f), lengths, np.random.default_rng(seed))
         rate = run.trained_samples / run.makespan_s
         curve.append((f, rate))

@@ -3,6 +3,8 @@ and the plots are tested in tests/dartfl/datacenter/test_dc_cli.py)."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from dartfl.cli.dc_cmd import MODEL_SIZE_NAMES
@@ -100,3 +102,38 @@ def test_a_run_too_large_to_hold_or_finish_exits_2(
     assert main(["dc", "sim", "--steps", "5", *extra, "--no-store", "--no-plot"]) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def test_two_static_splits_that_run_the_same_gpus_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    # static:0.47 and static:0.5 both run 8 of 16 GPUs: two identical rows under two names.
+    argv = ["dc", "sim", "--gpus", "16", "--steps", "2", "--no-store", "--no-plot"]
+    assert main([*argv, "--policy", "static:0.47", "--policy", "static:0.5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (
+        "dartfl: error: static:0.47 and static:0.5 both run 8 of 16 GPUs on rollout (splits move in "
+        "engines of 1): the same run twice; give one of them"
+    )
+
+
+def test_a_static_split_that_cannot_be_met_says_what_it_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    # static:0.99 ran 13 of 16 GPUs and static:0.01 one, each under the fraction asked for.
+    argv = ["dc", "sim", "--gpus", "16", "--steps", "2", "--no-store", "--no-plot", "--json"]
+    assert main([*argv, "--policy", "static:0.99", "--policy", "static:0.01", "--policy", "static:0.5"]) == 0
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line]
+    assert warnings == [
+        "dartfl: warning: static:0.99 runs 13 of 16 GPUs on rollout (0.812): the trainer keeps at least "
+        "3 GPUs",
+        "dartfl: warning: static:0.01 runs 1 of 16 GPUs on rollout (0.0625): rollout keeps at least one "
+        "engine of 1 GPU",
+    ]
+
+
+def test_the_sweeps_best_split_is_named_by_what_it_ran(capsys: pytest.CaptureFixture[str]) -> None:
+    # On 4 GPUs every fraction from 0.1 to 0.35 runs one GPU of four: that is static:0.25.
+    argv = ["dc", "sim", "--gpus", "4", "--steps", "4", "--no-store", "--no-plot", "--json"]
+    assert main([*argv, "--policy", "dart", "--sweep-static"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    fractions = [point["fraction"] for point in out["static_sweep"]]
+    assert fractions == [0.25, 0.5, 0.75][: len(fractions)] and 0.1 not in fractions
+    for result in out["results"][1:]:
+        assert float(result["policy"].partition(":")[2]) == result["rollout_gpu_fraction"]
