@@ -23,7 +23,7 @@ from dartfl.cli.dc_plot import plot_dc
 from dartfl.cli.output_paths import plot_path as checked_plot_path
 from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
-from dartfl.errors import ConfigError
+from dartfl.errors import ConfigError, DartflError
 from dartfl.registry import Registry, distinct
 
 __all__ = ["CONTRACT_KEYS", "MODEL_SIZE_NAMES", "plot_dc", "register"]
@@ -279,7 +279,18 @@ def run_sim(args: argparse.Namespace) -> int:
     static_gpus = _static_rollout_gpus(config, policies)
     plot_path = _checked_outputs(args)
     started_s = time.time()  # the run store's start of the run, which is recorded once it is over
-    runs = [simulate(config, p, lengths, np.random.default_rng(args.seed)) for p in policies]
+    runs, failures = [], []
+    for policy in policies:  # one policy's failure leaves the others' results standing
+        try:
+            runs.append(simulate(config, policy, lengths, np.random.default_rng(args.seed)))
+        except DartflError as e:
+            failures.append({"policy": policy.name, "error": str(e)})
+            print(f"dartfl: failed: {e}", file=sys.stderr)
+    if not runs:
+        if args.json:
+            json.dump({"results": [], "run_id": None, "failed": failures}, sys.stdout)
+            sys.stdout.write("\n")
+        return 1
     sweep: list[tuple[float, float]] = []
     if args.sweep_static:
         best, sweep = sweep_static(config, lengths, args.seed)
@@ -290,9 +301,15 @@ def run_sim(args: argparse.Namespace) -> int:
         what = f", {args.workload}" if args.workload else ""
         title = f"{args.gpus} GPUs, {config.model.name}{what}, {args.steps} steps, eta {args.eta}"
         _write_plot(runs, plot_path, title=title)
-    run_id = None if args.no_store else _record(args, runs, summaries, sweep, started_s=started_s)
-    extra = {"static_sweep": [{"fraction": f, "samples_per_s": v} for f, v in sweep]} if sweep else {}
-    return _report(args, summaries, run_id, plot_path, extra)
+    run_id = (
+        None
+        if args.no_store
+        else _record(args, runs, summaries, sweep, started_s=started_s, failures=failures)
+    )
+    extra: dict[str, Any] = {"failed": failures} if failures else {}
+    if sweep:
+        extra["static_sweep"] = [{"fraction": f, "samples_per_s": v} for f, v in sweep]
+    return max(_report(args, summaries, run_id, plot_path, extra), 1 if failures else 0)
 
 
 def run_real(args: argparse.Namespace) -> int:
@@ -420,6 +437,7 @@ def _record(
     sweep: list[tuple[float, float]],
     *,
     started_s: float,
+    failures: list[dict[str, str]] | None = None,
 ) -> int:
     """One run in the store: each policy's summary and its per-period decisions (roles,
     buffer, samples trained), which the dashboard's Datacenter page charts. `started_s` is
@@ -430,6 +448,8 @@ def _record(
 
     config = run_config(args)
     config["static_sweep"] = sweep
+    if failures:  # the run is `failed`: some results are missing, and this says why
+        config["failed"] = failures
     size = f"{args.gpus} GPUs" if hasattr(args, "gpus") else f"{args.workers} workers"
     label = f"dc {args.dc_command}: {size}"
     if getattr(args, "workload", None):
@@ -443,7 +463,7 @@ def _record(
         except BaseException:
             store.finish_run(run_id, "failed")
             raise
-        store.finish_run(run_id, "ok")
+        store.finish_run(run_id, "failed" if failures else "ok")
     return run_id
 
 

@@ -4,12 +4,16 @@ and the plots are tested in tests/dartfl/datacenter/test_dc_cli.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dartfl.cli.dc_cmd import MODEL_SIZE_NAMES
 from dartfl.cli.main import main
 from dartfl.datacenter.model import ALIASES, MODEL_SIZES, model_spec
+from dartfl.errors import DartflError
+from dartfl.store import RunStore
 
 
 @pytest.mark.parametrize(
@@ -137,3 +141,33 @@ def test_the_sweeps_best_split_is_named_by_what_it_ran(capsys: pytest.CaptureFix
     assert fractions == [0.25, 0.5, 0.75][: len(fractions)] and 0.1 not in fractions
     for result in out["results"][1:]:
         assert float(result["policy"].partition(":")[2]) == result["rollout_gpu_fraction"]
+
+
+def test_one_policy_that_fails_leaves_the_others_results_standing(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # A policy that stalled threw away every other policy's minutes of simulation with it.
+    import dartfl.datacenter
+
+    real = dartfl.datacenter.simulate
+
+    def simulate(config: Any, policy: Any, *rest: Any) -> Any:
+        if policy.name == "static:0.5":
+            raise DartflError("static:0.5: the run stalled at t=12 s")
+        return real(config, policy, *rest)
+
+    monkeypatch.setattr(dartfl.datacenter, "simulate", simulate)
+    store = tmp_path / "runs.sqlite"
+    argv = ["dc", "sim", "--gpus", "16", "--steps", "2", "--no-plot", "--json", "--store", str(store)]
+    assert main([*argv, "--policy", "static:0.5", "--policy", "sync"]) == 1
+    out = capsys.readouterr()
+    assert "dartfl: failed: static:0.5: the run stalled at t=12 s" in out.err
+    report = json.loads(out.out)
+    assert [r["policy"] for r in report["results"]] == ["sync"]
+    assert report["failed"] == [{"policy": "static:0.5", "error": "static:0.5: the run stalled at t=12 s"}]
+    with RunStore(store) as runs:
+        run = runs.get_run(report["run_id"])
+        assert run is not None and run.status == "failed" and run.config["failed"] == report["failed"]
+        assert set(runs.results(report["run_id"])) == {"sync"}
+    assert main([*argv, "--policy", "static:0.5"]) == 1  # nothing to show: the failure alone
+    assert json.loads(capsys.readouterr().out) == {"results": [], "run_id": None, "failed": report["failed"]}
