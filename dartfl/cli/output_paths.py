@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 from dartfl.errors import ConfigError
+from dartfl.files import exists_or_explain
 
 __all__ = ["IMAGE_SUFFIXES", "check_image_path", "check_output_path", "plot_path"]
 
@@ -34,6 +35,7 @@ def check_output_path(path: Path, flag: str, example_name: str) -> Path:
     The commands measure or simulate first and write last; a bad name found only then
     throws the work away. example_name is the file name suggested inside a directory.
     """
+    exists_or_explain(path, flag)  # a name too long fails every later look-up with a traceback
     if path.is_dir():
         raise ConfigError(
             f"{flag} {path} is a directory; give a file name inside it, e.g. {path / example_name}"

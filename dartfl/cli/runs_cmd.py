@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Mapping
 from datetime import datetime
@@ -15,11 +16,14 @@ from typing import Any
 
 from dartfl.cli.tables import number
 from dartfl.errors import InputError
-from dartfl.paths import default_store_path
+from dartfl.files import exists_or_explain
+from dartfl.paths import STORE_ENV, default_store_path
 from dartfl.store import RUN_KINDS, RunInfo, RunStore, StoreDamagedError, check_store_file
 from dartfl.store.jsonable import to_jsonable
 
 _LIST_CELL_CHARS = 48  # a longer list is summarized: it would fill the value column
+# Where runs are recorded when neither --store nor $DARTFL_STORE says (docs/store.md).
+DEFAULT_STORE_PLACES = "$XDG_DATA_HOME/dartfl/runs.sqlite or ~/.local/share/dartfl/runs.sqlite"
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -59,14 +63,34 @@ def _store_path(args: argparse.Namespace) -> Path:
     return args.store if args.store is not None else default_store_path()
 
 
-def _existing_store(args: argparse.Namespace, *, missing_ok: bool) -> Path:
-    """The store to read; InputError if it is missing (unless `missing_ok`: the default store
-    before any run) or is not a run store."""
+def _named_by(args: argparse.Namespace) -> str | None:
+    """The flag or variable that named the store; None for the per-user default."""
+    if args.store is not None:
+        return "--store"
+    return f"${STORE_ENV}" if os.environ.get(STORE_ENV) else None
+
+
+def _existing_store(args: argparse.Namespace, *, missing_default_ok: bool) -> Path:
+    """The store to read; InputError if it is not a run store, or is missing (unless
+    `missing_default_ok` and it is the default store, which no run has made yet)."""
     path = _store_path(args)
-    if not path.exists() and not missing_ok:
-        raise InputError(f"run store {path} does not exist; pass --store PATH or set DARTFL_STORE")
-    check_store_file(path)
+    if exists_or_explain(path, "run store"):
+        check_store_file(path)
+    elif not (missing_default_ok and _named_by(args) is None):
+        raise InputError(_missing_store(path, _named_by(args)))
     return path
+
+
+def _missing_store(path: Path, named_by: str | None) -> str:
+    if named_by is None:
+        return (
+            f"run store {path} does not exist: no run is recorded yet; pass --store PATH or set {STORE_ENV}"
+        )
+    # A mistyped path: reading it as an empty store would hide the mistake.
+    return (
+        f"run store {path} (from {named_by}) does not exist; check the path (runs are recorded in "
+        f"{DEFAULT_STORE_PLACES} unless --store or ${STORE_ENV} names another file)"
+    )
 
 
 def _reader(path: Path) -> RunStore:
@@ -85,7 +109,7 @@ def _warn(line: str) -> None:
 def _list(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise InputError(f"--limit must be >= 1, got {args.limit}")
-    path = _existing_store(args, missing_ok=True)  # "no runs in PATH" says enough
+    path = _existing_store(args, missing_default_ok=True)
     runs: list[RunInfo] = []
     if path.exists():  # reading must not create a store as a side effect
         with _reader(path) as store:
@@ -102,6 +126,9 @@ def _list(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     console = Console()
+    if not path.exists():  # printed plain: a path is not to be wrapped
+        print(f"no run store yet at {path}; commands such as dartfl sim record their runs there")
+        return 0
     if not runs:
         console.print(f"no runs in {path}")
         return 0
@@ -131,7 +158,7 @@ def _list(args: argparse.Namespace) -> int:
 
 def _show(args: argparse.Namespace) -> int:
     """Shows what reads; exit code 1 when part of the run is damaged (each part named)."""
-    path = _existing_store(args, missing_ok=False)
+    path = _existing_store(args, missing_default_ok=False)
     with _reader(path) as store:
         run = store.get_run(args.run_id)
         if run is None:
@@ -209,7 +236,7 @@ def _policy_groups(flat: Mapping[str, Mapping[str, str]], names: list[str], widt
 
 
 def _delete(args: argparse.Namespace) -> int:
-    path = _existing_store(args, missing_ok=False)
+    path = _existing_store(args, missing_default_ok=False)
     with RunStore(path) as store:  # a writer: refuses a newer schema, repairs a missing table
         results, decisions = store.delete_run(args.run_id)
     if args.json:

@@ -61,11 +61,12 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     plot.set_defaults(handler=_plot)
 
 
-def _load(args: argparse.Namespace) -> Arrivals:
-    from workloads.traces.load import load_trace
+def _load(args: argparse.Namespace) -> tuple[str, Arrivals]:
+    """The trace's format and arrivals, from one reading: FILE may be a pipe, or the bundled trace's name."""
+    from workloads.traces.load import load_trace_and_format
 
     tasks = parse_tasks(args.tasks) if args.tasks is not None else None
-    return load_trace(args.file, tasks)
+    return load_trace_and_format(args.file, tasks)
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -90,16 +91,15 @@ def _generate(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from dartfl.store import to_jsonable
     from workloads.stats import summarize
-    from workloads.traces.load import detect_format
 
-    arrivals = _load(args)
+    trace_format, arrivals = _load(args)
     try:
         summary = summarize(arrivals)
     except ConfigError as exc:  # a span too long to count: name the file it came from
         raise ConfigError(f"{args.file}: {exc}") from None
     rate = _mean_rate(arrivals)
     if args.json:
-        record = {"file": str(args.file), "format": detect_format(args.file), **summary.to_dict()}
+        record = {"file": str(args.file), "format": trace_format, **summary.to_dict()}
         record["mean_rate_per_s"] = rate
         print(json.dumps(to_jsonable(record)))  # non-finite as null, as the run store keeps them
         return 0
@@ -107,7 +107,7 @@ def _inspect(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{args.file} ({detect_format(args.file)})", show_header=False)
+    table = Table(title=f"{args.file} ({trace_format})", show_header=False)
     table.add_column("statistic")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{summary.requests:,}")
@@ -129,13 +129,14 @@ def _plot(args: argparse.Namespace) -> int:
 
     from dartfl.cli.output_paths import check_image_path
     from dartfl.cli.plots import pyplot
+    from dartfl.files import replaced_when_written
 
     check_image_path(args.output, "-o")
     plt = pyplot()
 
     from workloads.stats import binned_counts
 
-    arrivals = _load(args)
+    _, arrivals = _load(args)
     try:
         starts, counts = binned_counts(arrivals, args.bin_s)
     except ConfigError as exc:
@@ -162,7 +163,8 @@ def _plot(args: argparse.Namespace) -> int:
     ax.legend(title="task", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     try:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(args.output, dpi=120)
+        with replaced_when_written(args.output) as tmp:  # a failed write leaves no partial image
+            fig.savefig(tmp, dpi=120, format=args.output.suffix[1:].lower())
     except OSError as exc:
         raise ConfigError(
             f"cannot write {args.output}: {exc.strerror or exc}; check the directory is writable"

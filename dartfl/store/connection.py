@@ -26,6 +26,7 @@ from typing import NoReturn, Self
 from urllib.parse import quote
 
 from dartfl.errors import ConfigError
+from dartfl.files import exists_or_explain
 from dartfl.store.errors import (
     FIX_PATH,
     StoreDamagedError,
@@ -307,7 +308,7 @@ def check_store_file(path: Path, *, empty_ok: bool = False) -> None:
     Called before every open: opening would turn a mistyped file into a new, empty run store
     (or an SQLite error) instead of naming the mistake. A writer passes `empty_ok`: another
     process creating the same store leaves it empty until its first commit."""
-    if not path.exists():
+    if not exists_or_explain(path, "run store"):
         return
     if path.is_dir():
         raise ConfigError(f"run store {path} is a directory, expected a file; {FIX_PATH}")

@@ -58,14 +58,17 @@ def test_runs_list_table_uses_default_store_from_env(
     assert "bursty" in out and "running" in out
 
 
-def test_runs_list_on_a_missing_store_is_empty_and_creates_nothing(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+def test_runs_list_on_a_missing_default_store_is_empty_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    path = tmp_path / "none" / "runs.sqlite"
-    assert main(["runs", "list", "--store", str(path), "--json"]) == 0
+    # The default store, before any run; a missing --store is a mistyped path (test_runs_store_paths.py).
+    monkeypatch.delenv("DARTFL_STORE")
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "none"))
+    path = tmp_path / "none" / "dartfl" / "runs.sqlite"
+    assert main(["runs", "list", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
-    assert main(["runs", "list", "--store", str(path)]) == 0
-    assert "no runs" in capsys.readouterr().out
+    assert main(["runs", "list"]) == 0
+    assert "no run store yet" in capsys.readouterr().out
     assert not path.parent.exists()
 
 

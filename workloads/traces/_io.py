@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import csv
 import gzip
+import io
 import logging
 import math
+import os
+import shutil
+import stat
+import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +37,7 @@ __all__ = [
     "parse_count",
     "parse_time",
     "parse_tokens",
+    "read_once",
     "rows",
 ]
 
@@ -42,6 +48,52 @@ DEFAULT_TASK_NAMES: tuple[str, ...] = ("digits", "fashion", "uci-digits")
 # Most tokens one LLM request may read or write. Context windows are at most about 10 M tokens
 # (2025), so a larger count is a corrupt field; the bound also keeps counts in int64.
 MAX_TOKENS = 10**9
+# Bytes read at a time when looking for the line that holds a byte that is not UTF-8.
+_SCAN_BLOCK = 1 << 20
+# The temporary copy of each stream (pipe) `read_once` holds, opened in its place by `_open`.
+_COPIES: dict[Path, Path] = {}
+
+
+@contextmanager
+def read_once(path: Path) -> Iterator[None]:
+    """While held, every reading of `path` here reads one copy of it if it is a stream.
+
+    A pipe (`/dev/stdin`, a shell's `<(...)`) gives its content to its first reader only, and
+    loading a trace reads the file twice (the header names the format, then the reader runs).
+    Errors and log lines still name `path`, not the copy. A regular file is read in place.
+    """
+    if path in _COPIES or not _is_stream(path):
+        yield
+        return
+    _COPIES[path] = _copy_to_temporary(path)
+    try:
+        yield
+    finally:
+        _COPIES.pop(path).unlink(missing_ok=True)
+
+
+def _is_stream(path: Path) -> bool:
+    """Neither a regular file nor a directory; a path that cannot be looked up is left to `_open`
+    to name."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _copy_to_temporary(path: Path) -> Path:
+    """The stream's bytes in a new file of the system's temporary folder (the caller deletes it)."""
+    fd, name = tempfile.mkstemp(prefix="dartfl-trace-")
+    try:
+        with os.fdopen(fd, "wb") as copy, open(path, "rb") as stream:
+            shutil.copyfileobj(stream, copy, _SCAN_BLOCK)
+    except OSError as exc:
+        Path(name).unlink(missing_ok=True)
+        raise TraceFormatError(
+            str(path), None, f"cannot copy the stream to a temporary file: {exc.strerror or exc}"
+        ) from None
+    return Path(name)
 
 
 @contextmanager
@@ -50,11 +102,12 @@ def _open(path: Path) -> Iterator[TextIO]:
 
     Opened outside a `with` so only opening errors are translated here; the handle is closed below.
     """
+    source = _COPIES.get(path, path)
     try:
         if path.suffix == ".gz":
-            handle: TextIO = gzip.open(path, "rt", encoding="utf-8-sig", newline="")  # noqa: SIM115
+            handle: TextIO = gzip.open(source, "rt", encoding="utf-8-sig", newline="")  # noqa: SIM115
         else:
-            handle = open(path, encoding="utf-8-sig", newline="")  # noqa: SIM115
+            handle = open(source, encoding="utf-8-sig", newline="")  # noqa: SIM115
     except FileNotFoundError:
         raise TraceFormatError(str(path), None, "no such file; check the path") from None
     except IsADirectoryError:
@@ -77,11 +130,58 @@ def rows(path: Path) -> Iterator[tuple[int, list[str]]]:
                 if any(stripped):
                     yield line, stripped
         except UnicodeDecodeError:
-            raise TraceFormatError(str(path), line + 1, "not UTF-8 text; is this a CSV file?") from None
+            bad = _line_of_bad_byte(path)
+            raise TraceFormatError(str(path), bad, "not UTF-8 text; is this a CSV file?") from None
         except csv.Error as exc:
             raise TraceFormatError(str(path), reader.line_num, f"malformed CSV: {exc}") from None
         except (OSError, EOFError) as exc:  # a corrupt .gz shows up while reading
             raise TraceFormatError(str(path), None, f"cannot read: {exc}") from None
+
+
+def _line_of_bad_byte(path: Path) -> int | None:
+    """The line holding the first byte that is not UTF-8, found in a second, binary pass only
+    once decoding failed: the text reader decodes in blocks ahead of the CSV reader, so the CSV
+    reader's count is off by up to a block's lines. None for a stream, which cannot be reread."""
+    source = _COPIES.get(path, path)
+    if _is_stream(source):
+        return None
+    line = 1
+    try:
+        with _open_binary(path, source) as handle:
+            pending = b""
+            while block := handle.read(_SCAN_BLOCK):
+                data = pending + block
+                # Whole lines only: the bytes of a character never include a newline.
+                end = data.rfind(b"\n") + 1
+                bad = _bad_byte_line(data[:end], line)
+                if bad is not None:
+                    return bad
+                line += _line_breaks(data[:end])
+                pending = data[end:]
+            return _bad_byte_line(pending, line)
+    except (OSError, EOFError):
+        return None
+
+
+def _open_binary(path: Path, source: Path) -> io.BufferedIOBase:
+    """`source` (the file `path` names, or its copy) for bytes, unpacked when `path` ends in .gz."""
+    if path.suffix == ".gz":
+        return gzip.open(source, "rb")
+    return open(source, "rb")
+
+
+def _bad_byte_line(data: bytes, first_line: int) -> int | None:
+    """The line of the first byte of `data` (which starts at line `first_line`) that is not UTF-8."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return first_line + _line_breaks(data[: exc.start])
+    return None
+
+
+def _line_breaks(data: bytes) -> int:
+    """Line ends as the CSV reader counts them (newline=""): \n, \r\n and a lone \r."""
+    return data.count(b"\n") + data.count(b"\r") - data.count(b"\r\n")
 
 
 def first_line(path: Path) -> tuple[int, list[str]]:

@@ -12,7 +12,7 @@ import numpy as np
 from dartfl.arrivals import Arrivals
 from dartfl.errors import TraceFormatError
 from workloads import data as _data
-from workloads.traces._io import first_line, header_problem
+from workloads.traces._io import first_line, header_problem, read_once
 from workloads.traces.azure_functions import FUNCTIONS_KEY_COLUMNS, read_azure_functions_csv
 from workloads.traces.azure_llm import AZURE_LLM_HEADER, read_azure_llm_csv
 from workloads.traces.burstgpt import BURSTGPT_HEADER, read_burstgpt_csv
@@ -26,6 +26,7 @@ __all__ = [
     "bundled_azure_conv_file",
     "detect_format",
     "load_trace",
+    "load_trace_and_format",
 ]
 
 # Format name -> the leading header columns that identify it.
@@ -63,19 +64,31 @@ def load_trace(
     task_names: for `time_s,task` files, the order (and allowed set) of tasks, else the file's
     own names; for the Azure and BurstGPT traces, the K tasks requests are mapped onto (default
     digits, fashion, uci-digits). rng seeds the within-minute spread of Azure Functions counts.
-    The path `azure-conv` (BUNDLED_TRACE_NAME) is the bundled Azure LLM conversation hour.
+    The path `azure-conv` (BUNDLED_TRACE_NAME) is the bundled Azure LLM conversation hour. A
+    pipe (`/dev/stdin`, `<(...)`) is read once, like a file.
     """
-    if str(path) == BUNDLED_TRACE_NAME and not Path(path).exists():  # a file of that name wins
+    return load_trace_and_format(path, task_names, rng)[1]
+
+
+def load_trace_and_format(
+    path: str | Path,
+    task_names: Sequence[str] | None = None,
+    rng: np.random.Generator | None = None,
+) -> tuple[str, Arrivals]:
+    """`load_trace`, with the format it detected (a TRACE_FORMATS name)."""
+    path = Path(path)
+    if str(path) == BUNDLED_TRACE_NAME and not path.exists():  # a file of that name wins
         with resources.as_file(bundled_azure_conv_file()) as bundled:
-            return load_trace(bundled, task_names, rng)
-    kind = detect_format(path)
-    if kind == "time-task":
-        return read_time_task_csv(path, task_names)
-    if kind == "azure-llm":
-        return read_azure_llm_csv(path, task_names)
-    if kind == "burstgpt":
-        return read_burstgpt_csv(path, task_names)
-    return read_azure_functions_csv(path, task_names, rng)
+            return load_trace_and_format(bundled, task_names, rng)
+    with read_once(path):  # detecting the format and reading are two passes over the file
+        kind = detect_format(path)
+        if kind == "time-task":
+            return kind, read_time_task_csv(path, task_names)
+        if kind == "azure-llm":
+            return kind, read_azure_llm_csv(path, task_names)
+        if kind == "burstgpt":
+            return kind, read_burstgpt_csv(path, task_names)
+        return kind, read_azure_functions_csv(path, task_names, rng)
 
 
 def bundled_azure_conv(task_names: Sequence[str] | None = None) -> Arrivals:

@@ -2,20 +2,26 @@
 
 `time_s` is seconds from the workload start; `task` is a name or an integer (integers are
 kept as their canonical string form, "07" -> "7"). This is also what `dartfl workload
-generate` writes, so any workload can be saved, inspected and replayed.
+generate` writes, so any workload can be saved, inspected and replayed; it refuses a task name
+that would read back as another one.
 """
 
 from __future__ import annotations
 
 import csv
+import gzip
+import io
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
 from dartfl.arrivals import Arrivals
 from dartfl.errors import ConfigError, TraceFormatError
+from dartfl.files import replaced_when_written
 from workloads.traces._io import check_task_names, finish, header_problem, parse_time, rows
 
 __all__ = ["TIME_TASK_HEADER", "read_time_task_csv", "write_time_task_csv"]
@@ -35,7 +41,7 @@ def read_time_task_csv(path: str | Path, task_names: Sequence[str] | None = None
     one of them. Rows out of time order are sorted, with a warning in the log.
     """
     path = Path(path)
-    wanted = check_task_names(task_names)
+    wanted = _canonical_names(check_task_names(task_names))
     index: dict[str, int] = {name: i for i, name in enumerate(wanted or ())}
     times: list[float] = []
     tasks: list[int] = []
@@ -52,8 +58,7 @@ def read_time_task_csv(path: str | Path, task_names: Sequence[str] | None = None
         time_text, task = fields
         if not task:
             raise TraceFormatError(str(path), line, "task is empty; give a task name or number")
-        if _INTEGER.fullmatch(task):
-            task = str(int(task))
+        task = _canonical_task(task)
         k = index.get(task)
         if k is None:
             if wanted is not None:
@@ -80,16 +85,37 @@ def _reject_unix_time(path: Path, first_s: float) -> None:
         )
 
 
+def _canonical_task(name: str) -> str:
+    """The task a `task` field names: an integer as its canonical string ("07" -> "7")."""
+    return str(int(name)) if _INTEGER.fullmatch(name) else name
+
+
+def _canonical_names(names: tuple[str, ...] | None) -> tuple[str, ...] | None:
+    """Given task names as the file's tasks read: `--tasks 07` matches a file's `07` and `7`."""
+    if names is None:
+        return None
+    canonical = tuple(_canonical_task(name) for name in names)
+    if len(set(canonical)) != len(canonical):
+        raise ConfigError(f"task names {list(names)} name the same integer task twice; give each once")
+    return canonical
+
+
 def write_time_task_csv(arrivals: Arrivals, path: str | Path) -> None:
-    """Write arrivals as a `time_s,task` CSV; times keep full precision (shortest round-trip form).
+    """Write arrivals as a `time_s,task` CSV (gzip-compressed if the name ends in .gz, as the
+    reader expects); times keep full precision (shortest round-trip form).
 
     The horizon is not stored: reading the file back gives a duration equal to the last arrival.
+    The file is written whole or not at all: a failed write leaves any old file as it was.
     """
     path = Path(path)
     names = arrivals.task_names
+    _check_names_read_back(names)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8", newline="") as handle:
+        with (
+            replaced_when_written(path) as tmp,
+            _text_output(tmp, gzip_as=path.name if path.suffix == ".gz" else None) as handle,
+        ):
             writer = csv.writer(handle, lineterminator="\n")
             writer.writerow(TIME_TASK_HEADER)
             writer.writerows(
@@ -103,3 +129,31 @@ def write_time_task_csv(arrivals: Arrivals, path: str | Path) -> None:
         raise ConfigError(
             f"cannot write {path}: {exc.strerror or exc}; check the directory is writable"
         ) from None
+
+
+@contextmanager
+def _text_output(path: Path, *, gzip_as: str | None) -> Iterator[TextIO]:
+    """`path` opened to write text, gzip-compressed when `gzip_as` names the output to record in
+    the gzip header (not the temporary `path`); mtime 0 keeps a seeded workload's file identical."""
+    if gzip_as is None:
+        with open(path, "w", encoding="utf-8", newline="") as handle:
+            yield handle
+        return
+    with (
+        open(path, "wb") as raw,
+        gzip.GzipFile(gzip_as, "wb", fileobj=raw, mtime=0) as zipped,
+        io.TextIOWrapper(zipped, encoding="utf-8", newline="") as handle,
+    ):
+        yield handle
+
+
+def _check_names_read_back(names: Sequence[str]) -> None:
+    """Refuse a task name the reader would turn into another (an integer not in canonical form,
+    blanks around a name): the saved workload would not replay as the one generated."""
+    for name in names:
+        read_back = _canonical_task(name.strip())
+        if read_back != name:
+            raise ConfigError(
+                f"task name {name!r} would read back from a time_s,task file as {read_back!r} "
+                f"(integers are canonicalised, blanks stripped); name the task {read_back!r} instead"
+            )
