@@ -82,6 +82,18 @@ def register(edge_sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    trace = getattr(args, "trace", None)
+    if trace is None:
+        return _run(args)
+    from workloads.traces import read_once
+
+    # The trace is loaded twice (checked on a stand-in profile before the agent is up, then
+    # sized on the agent's), and a pipe gives its content to its first reader only.
+    with read_once(Path(trace)):
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     from dartfl.profiles import load_profile_toml
 
     security = _check_flags(args)

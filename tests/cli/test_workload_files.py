@@ -151,3 +151,25 @@ def test_an_output_name_too_long_is_one_line_naming_it(
     assert main([str(trace) if a == "TRACE" else a for a in argv]) == 2
     err = one_line_error(capsys)
     assert LONG_NAME in err and "the name is too long" in err and "pick a shorter one" in err
+
+
+def test_replay_reads_a_piped_trace_for_both_of_its_loads(
+    trace: Path, pipe_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `edge replay --trace <(...) --target-load L` loads the trace on a stand-in profile before
+    # the agent is up and again on the agent's: the second load found the pipe empty.
+    from dartfl.cli import replay_cmd
+    from dartfl.cli.workload_args import arrivals_from_args
+    from dartfl.profiles import get_profile
+
+    loads: list[int] = []
+
+    def two_loads(args: Any) -> int:
+        assert replay_cmd._workload_before_agent(args, None) is None  # sized later, on the agent's
+        loads.append(arrivals_from_args(args, get_profile("pi4")).num_requests)
+        return 0
+
+    monkeypatch.setattr(replay_cmd, "_run", two_loads)
+    source = pipe_path(trace.read_bytes())
+    assert main(["edge", "replay", "--spawn-agent", "--trace", source, "--target-load", "0.5"]) == 0
+    assert loads == [200]

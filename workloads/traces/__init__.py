@@ -1,6 +1,6 @@
 """Trace readers and the writer of the generic `time_s,task` format."""
 
-from workloads.traces._io import DEFAULT_TASK_NAMES
+from workloads.traces._io import DEFAULT_TASK_NAMES, read_once
 from workloads.traces.azure_functions import FUNCTION_MAPPINGS, read_azure_functions_csv
 from workloads.traces.azure_llm import LLMRequests, read_azure_llm_csv, read_azure_llm_requests
 from workloads.traces.load import TRACE_FORMATS, bundled_azure_conv, detect_format, load_trace
@@ -17,6 +17,7 @@ __all__ = [
     "read_azure_functions_csv",
     "read_azure_llm_csv",
     "read_azure_llm_requests",
+    "read_once",
     "read_time_task_csv",
     "write_time_task_csv",
 ]
