@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -85,7 +86,27 @@ def _generate(args: argparse.Namespace) -> int:
         f"wrote {arrivals.num_requests:,} requests ({_fmt_rate(_mean_rate(arrivals))} req/s over "
         f"{arrivals.duration_s:g} s, tasks {', '.join(arrivals.task_names)}) to {args.output}"
     )
+    _say_lost_tail(arrivals)
     return 0
+
+
+# A quiet end shorter than this share of the horizon moves the rate read back by less than it.
+TAIL_SHARE = 0.01
+
+
+def _say_lost_tail(arrivals: Arrivals) -> None:
+    """Warn when the file's horizon, its last request, falls short of the generated one: a
+    bursty source's quiet end is lost, and the trace read back is shorter and busier."""
+    last = float(arrivals.times_s[-1])
+    if arrivals.duration_s - last <= TAIL_SHARE * arrivals.duration_s:
+        return
+    print(
+        f"dartfl: warning: a time_s,task file ends at its last request: read back (inspect, sim "
+        f"--trace), this workload lasts {last:.4g} s, not {arrivals.duration_s:g} s, at "
+        f"{_fmt_rate(arrivals.num_requests / last)} req/s; its quiet last "
+        f"{arrivals.duration_s - last:.3g} s are not stored",
+        file=sys.stderr,
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:

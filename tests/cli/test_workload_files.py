@@ -173,3 +173,17 @@ def test_replay_reads_a_piped_trace_for_both_of_its_loads(
     source = pipe_path(trace.read_bytes())
     assert main(["edge", "replay", "--spawn-agent", "--trace", source, "--target-load", "0.5"]) == 0
     assert loads == [200]
+
+
+def test_generate_warns_when_the_quiet_end_is_not_stored(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A bursty source that ends in an OFF period read back 26 s long at 69 req/s, generated as
+    # 60 s at 30 req/s, without a word.
+    argv = ["workload", "generate", "pareto-onoff", "--duration-s", "60", "--rate", "30", "--seed", "7"]
+    assert main([*argv, "-o", str(tmp_path / "bursty.csv")]) == 0
+    err = capsys.readouterr().err
+    assert "this workload lasts 25.99 s, not 60 s, at 69.49 req/s; its quiet last 34 s are not stored" in err
+    steady = ["workload", "generate", "poisson", "--duration-s", "60", "--rate", "30", "--seed", "7"]
+    assert main([*steady, "-o", str(tmp_path / "steady.csv")]) == 0
+    assert capsys.readouterr().err == ""
