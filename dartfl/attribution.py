@@ -24,7 +24,9 @@ socket buffers, while the agent's network thread is short of CPU (edge_client/tr
 measures that wait). Training competes for that CPU, on any lane, so a refusal also counts the
 training time that ran during the request's transit (`TrainingTimeline.seconds_since`), up to
 the transit wait itself: without that term the closed loop never sees the requests a step
-starved on their way in, and keeps training while the broker's queue grows (issue 13).
+starved on their way in, and keeps training while the broker's queue grows (issue 13). Only
+training since the request path last came up counts (`MissCauses.request_path_up_since_s`):
+a request that waited out a broker outage waited for the broker, not for the CPU.
 
 The trackers are plain floats, updated at a few points of the executor's loop
 (dartfl/executor/device.py), which the simulator and the agent share.

@@ -175,8 +175,10 @@ class Agent:
     def _start(self) -> str:
         from edge_client.agent_link import DeviceLink, open_agent_link
 
+        self._request_path_up()
         link, broker, url = open_agent_link(self.config, self._on_message, self._stop)
         link.on_reconnected = self._republish_online
+        link.on_connected = self._request_path_up
         self._link = DeviceLink(self.config.device_id, link, broker)
         if self.profile.request_path == RequestPathCost():  # the profile prices the model alone
             self._price_request_path(link)
@@ -424,6 +426,12 @@ class Agent:
             return build_report(
                 self.config, self.device, self.stats, self.counters, self.runtime.version, profile
             )
+
+    def _request_path_up(self) -> None:
+        """The broker link is up (again): what waited while it was down did not wait for the
+        CPU, so the training that ran meanwhile is not blamed for it (paho's thread)."""
+        with self._cond:
+            self.device.request_path_up(time.monotonic())
 
     def _republish_online(self) -> None:
         """After a reconnect (paho's thread); not once stopping, when "offline" must stand."""

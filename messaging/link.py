@@ -116,6 +116,9 @@ class MqttLink(AbstractContextManager["MqttLink"]):
         self._last_sent: paho.MQTTMessageInfo | None = None
         # Called on paho's thread each time the link is ready again after a reconnect.
         self.on_reconnected: Callable[[], None] | None = None
+        # Called on paho's thread each time the broker accepts a connection, before any message
+        # it delivers (a persistent session's queued ones come at once, before the resubscription).
+        self.on_connected: Callable[[], None] | None = None
         client.on_connect = self._handle_connect
         client.on_disconnect = self._handle_disconnect
         client.on_subscribe = self._handle_subscribe
@@ -161,6 +164,11 @@ class MqttLink(AbstractContextManager["MqttLink"]):
             if self._clash is not None:
                 self._clash.connected(time.monotonic())
             subs = list(self._subs.standing.items())
+        if self.on_connected is not None:
+            try:
+                self.on_connected()
+            except Exception:
+                log.exception("%s: on_connected failed", self._label)
         if not subs:
             self._mark_ready()
             return

@@ -162,6 +162,11 @@ class DeviceExecutor(Generic[R]):
         self.causes.delay.request_queued(now_s)  # training can hold it back from now on
         return "queued"
 
+    def request_path_up(self, now_s: float) -> None:
+        """The requests' way in (an agent's broker link) is up, again, from `now_s`: a transit
+        wait is blamed on training that ran from then on only (dartfl/attribution.py)."""
+        self.causes.request_path_up_since_s = now_s
+
     def _in_time(self, now_s: float, arrival_s: float, task: int, waited_s: float = 0.0) -> bool:
         if not self.config.deadline_admission:
             return True

@@ -45,7 +45,16 @@ class MissCauses:
     started, the device free and empty); `refused`, `expired` and `answered` count the causes
     of the misses of the three kinds into `counts`."""
 
-    __slots__ = ("counts", "delay", "lanes", "serving_step", "slo_s", "split_misses_total", "timeline")
+    __slots__ = (
+        "counts",
+        "delay",
+        "lanes",
+        "request_path_up_since_s",
+        "serving_step",
+        "slo_s",
+        "split_misses_total",
+        "timeline",
+    )
 
     def __init__(self, slo_s: Sequence[float], counts: PeriodCounts, lanes: CoreLanes | None) -> None:
         self.slo_s = tuple(slo_s)
@@ -54,6 +63,9 @@ class MissCauses:
         # Which late answers training caused: the training time of each busy period.
         self.delay = BusyPeriodDelay()
         self.timeline = TrainingTimeline()  # what training may have cost a request in transit
+        # Since when the request path (an agent's broker link) is up: training that ran while it
+        # was down held no request back on its way in (`request_path_up`).
+        self.request_path_up_since_s = -math.inf
         self.serving_step: tuple[float, float] | None = None  # (start, expected end)
         self.split_misses_total = 0  # every miss the split alone explained, never reset
 
@@ -85,7 +97,11 @@ class MissCauses:
         self.split_miss(task, finish_s, deadline, split_s)
         if waited_s > 0.0:  # training starves the request path too: its part of the transit wait
             # At most the wait itself: the timeline caps its sum at the window [arrival, now].
-            starved = self.timeline.seconds_since(arrival_s, now_s, self._steps_running())
+            # Not before the path was last up: while the broker was unreachable, requests waited
+            # for it, not for the CPU, and the idle device trained all along (a 10-s broker
+            # restart charged thousands of refusals to training and stopped it for good).
+            since = max(arrival_s, self.request_path_up_since_s)
+            starved = self.timeline.seconds_since(since, now_s, self._steps_running())
             if starved > 0.0:
                 delay, cause = delay + starved, now_s
         if delay > 0.0 and finish_s - delay <= deadline and busy.charge(delay, catch_up_per_s(costs)):

@@ -249,3 +249,20 @@ def test_deadline_admission_refuses_only_what_could_not_have_made_its_slo(worklo
     assert without.finish_s[first] - without.arrival_s[first] > 0.25
     met = {a: float(np.mean(r.finish_s - r.arrival_s <= 0.25)) for a, r in runs.items()}
     assert met[True] >= met[False]
+
+
+def test_a_transit_wait_while_the_request_path_was_down_is_not_training_caused() -> None:
+    # A broker restart: requests wait for the broker, not for the CPU, while the idle device
+    # trains. Blamed on that training, a 10-s outage's refusals pushed the miss debt past its
+    # limit and stopped training for good.
+    device = _device(spec="inference-first:16")
+    device.tick(0.25)
+    step = device.next_work(0.25)
+    assert isinstance(step, TrainingStep)
+    device.step_done(step, 0.50, 0.25)
+    device.request_path_up(0.51)  # the broker link is back
+    # Sent at 0.32, read at 0.52: of its 0.2 s transit, only 0.01 s came after the link was up,
+    # and no step ran then: late because of the outage, not of the step.
+    assert device.admit(0.52, 0, "stuck in the broker", waited_s=0.20) == "queue-full"
+    assert device.refusal_training_delay_s == 0.0
+    assert device.observation(0.6).training_misses_since_last == (0, 0)
