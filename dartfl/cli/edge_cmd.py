@@ -273,7 +273,7 @@ def _run(args: argparse.Namespace) -> int:
     config = _agent_config(args)
     profile = load_profile_toml(args.profile_file) if args.profile_file else None
     agent = Agent.create(config, profile)
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: its terminal closed
         signal.signal(sig, lambda *_: agent.request_stop())
     try:
         url = agent.start()  # waits for a broker that is not up yet

@@ -11,8 +11,10 @@ import argparse
 import importlib
 import logging
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from dartfl import __version__
@@ -34,6 +36,34 @@ SUBCOMMAND_MODULES = (
     "dartfl.cli.broker_cmd",
     "dartfl.cli.dc_cmd",
 )
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread so that a command's cleanups run as they do
+    for Ctrl-C: a spawned agent and broker stopped, temporary files removed. Commands that stop
+    on a signal of their own (`edge run`, `record`) install their handlers over this one."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated(signum)
+
+
+def _terminate_as_interrupt() -> Callable[[], None]:
+    """Turn SIGTERM and SIGHUP into `Terminated` while a command runs; returns the undo. Only the
+    main thread may set handlers (a caller in another thread keeps the defaults)."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def undo() -> None:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+    return undo
 
 
 class _Parser(argparse.ArgumentParser):
@@ -66,7 +96,6 @@ _EXTRA_OF_MODULE = {
     "flwr": "fl",
     "ray": "fl",
     "streamlit": "dashboard",
-    "playwright": "dashboard",
 }
 
 
@@ -119,6 +148,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if handler is None:
         parser.print_help()
         return 2
+    undo_signals = _terminate_as_interrupt()
     try:
         code = int(handler(args))
         sys.stdout.flush()  # a reader that went away shows here, not in the interpreter's exit
@@ -134,6 +164,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DartflError as exc:
         print(f"dartfl: failed: {exc}", file=sys.stderr)
         return 1
+    except Terminated as stop:
+        print(f"dartfl: stopped by {signal.Signals(stop.signum).name}", file=sys.stderr)
+        return 128 + stop.signum
     except KeyboardInterrupt:
         print("dartfl: interrupted", file=sys.stderr)
         return 130
@@ -143,6 +176,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"dartfl: failed: {fix}", file=sys.stderr)
         return 1
+    finally:
+        undo_signals()
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -268,6 +269,12 @@ PARENT_CHECK_S = 0.5
 def _init_worker(done: Any, parent_pid: int) -> None:
     global _SHARED_DONE
     _SHARED_DONE = done
+    # A fork keeps the parent's handlers, which raise in the parent's main thread to run its
+    # cleanups; here a signal should just end the worker (SIGINT: the parent, in the same
+    # process group, handles Ctrl-C and stops the workers itself).
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     # A parent killed by SIGTERM or SIGKILL runs no pool shutdown: its workers would finish
     # their chunks for nobody and then wait on the pool's queue for ever.
     threading.Thread(target=_exit_with_parent, args=(parent_pid,), name="parent-watch", daemon=True).start()
@@ -375,12 +382,13 @@ def _run_in_workers(
 ) -> list[dict[str, FleetResult]]:
     context = multiprocessing.get_context()
     done = context.Value("d", 0.0)
-    with ProcessPoolExecutor(
+    pool = ProcessPoolExecutor(
         max_workers=min(workers, len(bounds)),
         mp_context=context,
         initializer=_init_worker,
         initargs=(done, os.getpid()),
-    ) as pool:
+    )
+    try:
         futures = [
             pool.submit(_chunk_job, source, lo, hi, profile, tasks, specs, config) for lo, hi in bounds
         ]
@@ -389,4 +397,15 @@ def _run_in_workers(
             _, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             if on_progress is not None:
                 on_progress(min(1.0, done.value / total))
-        return [f.result() for f in futures]
+        results = [f.result() for f in futures]
+    except BaseException:
+        # Ctrl-C or SIGTERM: stop the chunks under way rather than wait minutes for them (the
+        # interpreter's exit joins the pool). No public way to before Python 3.14's
+        # terminate_workers; a worker left over ends with its parent anyway (`_exit_with_parent`).
+        processes = list((pool._processes or {}).values())  # shutdown forgets them
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+    pool.shutdown()
+    return results

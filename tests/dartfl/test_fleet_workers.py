@@ -9,9 +9,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+
+from tests.process_fixtures import alive, children
 
 FLEET = [
     sys.executable,
@@ -32,29 +33,6 @@ FLEET = [
 ]
 
 
-def _children(pid: int) -> set[int]:
-    """The processes whose parent is `pid`, read from /proc (field 4 of stat is the ppid)."""
-    found = set()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # gone meanwhile
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.add(int(entry.name))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
-
-
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["SIGKILL", "SIGTERM"])
 def test_workers_end_with_a_killed_parent(sig: signal.Signals) -> None:
     parent = subprocess.Popen(FLEET, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -63,7 +41,7 @@ def test_workers_end_with_a_killed_parent(sig: signal.Signals) -> None:
         workers: set[int] = set()
         while len(workers) < 2 and time.monotonic() < deadline:
             assert parent.poll() is None, "the fleet run ended before its workers started"
-            workers = _children(parent.pid)
+            workers = children(parent.pid)
             time.sleep(0.1)
         assert len(workers) >= 2, f"no worker processes seen: {workers}"
         parent.send_signal(sig)
@@ -71,9 +49,9 @@ def test_workers_end_with_a_killed_parent(sig: signal.Signals) -> None:
         # A worker checks on its parent twice a second; 400 device-hours take far longer than
         # this to finish, so a worker still here at the deadline is one that ignored its parent.
         deadline = time.monotonic() + 10
-        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        while any(alive(w) for w in workers) and time.monotonic() < deadline:
             time.sleep(0.1)
-        left = {w for w in workers if _alive(w)}
+        left = {w for w in workers if alive(w)}
         for w in left:
             os.kill(w, signal.SIGKILL)
         assert not left, f"workers {sorted(left)} outlived their parent"
