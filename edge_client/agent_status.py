@@ -8,8 +8,10 @@ agent (`StatusSource`), through the agent's `DeviceLink`."""
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 from dartfl.protocol import DeviceStatus, FinalReport, Telemetry
@@ -20,10 +22,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PAYLOADS", "REPRICE", "StatusPublisher", "StatusSource"]
+__all__ = ["PAYLOADS", "REPRICE", "REPRICE_EVERY_S", "StatusPublisher", "StatusSource"]
 
 PAYLOADS = ("json", "binary")  # the request forms the agent decodes, advertised in its status
 REPRICE = 0.1  # a change of a request's price that is worth a new status
+# At most one such status this often: under load the measured price moves by a tenth from one
+# telemetry snapshot to the next, and the retained status (with its whole profile) went out
+# about once a second (a review counted 37 in 100 s).
+REPRICE_EVERY_S = 30.0
 
 
 class StatusSource(Protocol):
@@ -39,8 +45,16 @@ class StatusSource(Protocol):
 class StatusPublisher:
     """The agent's retained status and its telemetry loop, on one device's link."""
 
-    def __init__(self, device_id: str, source: StatusSource, stop: threading.Event) -> None:
+    def __init__(
+        self,
+        device_id: str,
+        source: StatusSource,
+        stop: threading.Event,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.device_id = device_id
+        self._clock = clock
+        self._repriced_at = -math.inf  # when the price last brought a new status
         self.source = source
         self.stop = stop  # set once the agent stops: "offline" must stand from then on
         self.price: tuple[float, ...] | None = None  # per-request costs the status last said
@@ -81,7 +95,11 @@ class StatusPublisher:
     def _republish_if_repriced(self, link: DeviceLink) -> None:
         """A new retained status when what a request costs has moved by REPRICE since the last:
         a replayer sizes `--target-load` from the status, so it must not keep the start's guess."""
+        now = self._clock()
+        if now - self._repriced_at < REPRICE_EVERY_S:
+            return
         price = self.source.request_price()
         last = self.price
         if last is None or any(abs(p - q) > REPRICE * q for p, q in zip(price, last, strict=True)):
+            self._repriced_at = now
             self.republish_online(link)

@@ -6,7 +6,7 @@ import threading
 from typing import Any
 
 from dartfl.profiles import get_profile
-from edge_client.agent_status import StatusPublisher
+from edge_client.agent_status import REPRICE_EVERY_S, StatusPublisher
 
 
 class _Source:
@@ -33,7 +33,8 @@ class _Link:
 
 def test_a_status_follows_a_price_that_moved_by_more_than_a_tenth_and_not_a_smaller_one() -> None:
     source, link, stop = _Source(), _Link(), threading.Event()
-    publisher = StatusPublisher("dev", source, stop)
+    now = [0.0]
+    publisher = StatusPublisher("dev", source, stop, clock=lambda: now[0])
     publisher.status(link, online=True)  # type: ignore[arg-type]
     source.price = (1.05e-3, 2e-3)  # 5%: not worth a status
     publisher._republish_if_repriced(link)  # type: ignore[arg-type]
@@ -42,10 +43,20 @@ def test_a_status_follows_a_price_that_moved_by_more_than_a_tenth_and_not_a_smal
     publisher._republish_if_repriced(link)  # type: ignore[arg-type]
     assert len(link.statuses) == 2 and link.statuses[-1].online
     assert publisher.price == (1.05e-3, 2.5e-3)
+    # Under load the price moves by a tenth from one snapshot to the next: one status in
+    # REPRICE_EVERY_S at most (it went out about once a second).
+    source.price = (2e-3, 4e-3)
+    now[0] = REPRICE_EVERY_S - 1.0
+    publisher._republish_if_repriced(link)  # type: ignore[arg-type]
+    assert len(link.statuses) == 2
+    now[0] = REPRICE_EVERY_S
+    publisher._republish_if_repriced(link)  # type: ignore[arg-type]
+    assert len(link.statuses) == 3 and publisher.price == (2e-3, 4e-3)
+    now[0] = 2 * REPRICE_EVERY_S
     stop.set()  # stopping: "offline" must stand, whatever the price does
     source.price = (9e-3, 9e-3)
     publisher._republish_if_repriced(link)  # type: ignore[arg-type]
-    assert len(link.statuses) == 2
+    assert len(link.statuses) == 3
 
 
 def test_an_error_said_while_online_stands_in_every_later_online_status_not_in_the_offline_one() -> None:
