@@ -122,6 +122,7 @@ class Agent:
         self._own_model_dir: tempfile.TemporaryDirectory[str] | None = None  # create()'s; removed on stop
         self._model_dir_lock: ModelDirLock | None = None  # create()'s on a given model dir; released on stop
         self._last_tick_s = now  # when the last control period ended
+        self._trained_at_publish = 0  # samples trained when the weights were last exported
 
     # -- construction -------------------------------------------------------------------------
 
@@ -245,6 +246,17 @@ class Agent:
         finally:
             self._training.stop_lane()
 
+    def _publish_if_trained(self, now: float, every: float, due: float) -> float:
+        """Export the weights if they trained since the last export (an export of the same
+        weights made a new version that looked like progress); the next time one is due."""
+        trained = sum(self.device.trained_per_task)
+        if trained == self._trained_at_publish:
+            return now + every
+        if not self.runtime.publish_in_background():
+            return due  # the last export still runs: try again at the next tick
+        self._trained_at_publish = trained
+        return now + every
+
     def _serve_lane(self, next_tick: float, period: float, every: float, next_publish: float) -> None:
         """The executor thread: ticks, and the serving lane's items (every item when not split)."""
         while not self._stop.is_set():
@@ -254,8 +266,8 @@ class Agent:
             if now >= next_tick:
                 self._tick(now)
                 next_tick = max(next_tick + period, now + 0.5 * period)
-                if now >= next_publish and self.runtime.publish_in_background():
-                    next_publish = now + every
+                if now >= next_publish:
+                    next_publish = self._publish_if_trained(now, every, next_publish)
             with self._cond:
                 if (hold := self.device.hold_left_s(time.monotonic())) > 0.0:
                     self._cond.wait(hold)  # let a few more requests join this batch

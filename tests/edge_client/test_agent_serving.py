@@ -136,6 +136,18 @@ def test_a_standalone_agent_serves_its_locally_trained_model(broker: BrokerHandl
         running.stop()
 
 
+def test_an_agent_that_did_not_train_exports_no_new_version(broker: BrokerHandle) -> None:
+    # The same weights were exported every --publish-every-s as a new version (v56 -> v87 with
+    # identical files in a review), which looked like progress on the dashboard.
+    running = start_agent(broker.url, publish_every_s=0.3, policy="inference-only")
+    try:
+        time.sleep(3.0)  # ten exports would have been due
+        assert sum(running.agent.device.trained_per_task) == 0
+        assert running.agent.runtime.version == 1
+    finally:
+        running.stop()
+
+
 def test_telemetry_says_where_the_devices_time_went(broker: BrokerHandle) -> None:
     running = start_agent(broker.url)
     client = Client(broker.url)
