@@ -279,18 +279,19 @@ def run_sim(args: argparse.Namespace) -> int:
     static_gpus = _static_rollout_gpus(config, policies)
     plot_path = _checked_outputs(args)
     started_s = time.time()  # the run store's start of the run, which is recorded once it is over
-    runs, failures = [], []
+    runs, failures, errors = [], [], []
     for policy in policies:  # one policy's failure leaves the others' results standing
         try:
             runs.append(simulate(config, policy, lengths, np.random.default_rng(args.seed)))
         except DartflError as e:
             failures.append({"policy": policy.name, "error": str(e)})
-            print(f"dartfl: failed: {e}", file=sys.stderr)
-    if not runs:
-        if args.json:
-            json.dump({"results": [], "run_id": None, "failed": failures}, sys.stdout)
-            sys.stdout.write("\n")
-        return 1
+            errors.append(e)
+    if not runs:  # nothing to show: the first error is the command's (a run too long: exit 2)
+        for error in errors[1:]:
+            print(f"dartfl: failed: {error}", file=sys.stderr)
+        raise errors[0]
+    for error in errors:
+        print(f"dartfl: failed: {error}", file=sys.stderr)
     sweep: list[tuple[float, float]] = []
     if args.sweep_static:
         best, sweep = sweep_static(config, lengths, args.seed)
