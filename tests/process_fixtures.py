@@ -1,15 +1,15 @@
-"""Child processes of a process, read from /proc: what a stopped command may have left running."""
+"""Processes read from /proc: what a stopped command may have left running."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["alive", "children"]
+__all__ = ["alive", "children", "in_session_or_group"]
 
 
-def children(pid: int) -> set[int]:
-    """The processes whose parent is `pid` (field 4 of /proc/PID/stat is the parent's pid)."""
-    found = set()
+def _stats() -> Iterator[tuple[int, list[str]]]:
+    """(pid, the fields of /proc/PID/stat after its name: state, ppid, pgrp, session, ...)."""
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -17,9 +17,17 @@ def children(pid: int) -> set[int]:
             stat = (entry / "stat").read_text()
         except OSError:
             continue  # gone meanwhile
-        if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-            found.add(int(entry.name))
-    return found
+        yield int(entry.name), stat.rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> set[int]:
+    """The processes whose parent is `pid`."""
+    return {child for child, fields in _stats() if int(fields[1]) == pid}
+
+
+def in_session_or_group(pid: int) -> list[int]:
+    """Live (non-zombie) processes whose session or process group leader is `pid`."""
+    return [p for p, fields in _stats() if fields[0] != "Z" and pid in (int(fields[2]), int(fields[3]))]
 
 
 def alive(pid: int) -> bool:

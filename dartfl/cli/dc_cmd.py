@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dartfl.cli.dc_plot import plot_dc
 from dartfl.cli.output_paths import plot_path as checked_plot_path
@@ -25,6 +25,9 @@ from dartfl.cli.sim_cmd import add_store_arguments
 from dartfl.cli.workload_args import seed_arg
 from dartfl.errors import ConfigError, DartflError
 from dartfl.registry import Registry, distinct
+
+if TYPE_CHECKING:
+    from dartfl.datacenter import DcConfig, DcPolicy
 
 __all__ = ["CONTRACT_KEYS", "MODEL_SIZE_NAMES", "plot_dc", "register"]
 
@@ -335,13 +338,13 @@ def run_real(args: argparse.Namespace) -> int:
     return _report(args, summaries, run_id, plot_path)
 
 
-def _rollout_gpus(config: Any, fraction: float) -> int:
+def _rollout_gpus(config: DcConfig, fraction: float) -> int:
     from dartfl.datacenter.policies.base import split_gpus
 
     return split_gpus(fraction, config.gpus, config.model.tp, config.model.train_min_gpus)
 
 
-def _static_rollout_gpus(config: Any, policies: Iterable[Any]) -> set[int]:
+def _static_rollout_gpus(config: DcConfig, policies: Iterable[DcPolicy]) -> set[int]:
     """The rollout GPUs of each `static:F` given, refusing two that run the same split and
     saying when F cannot be met (one engine at least, the trainer's minimum left): the run's
     name keeps the F asked for, so the table would otherwise show a split it did not run."""

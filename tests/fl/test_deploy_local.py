@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from orchestration.deploy_local import deploy_local
+from tests.process_fixtures import in_session_or_group
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -21,23 +22,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def _loopback_only() -> bool:
     lines = Path("/proc/net/dev").read_text().splitlines()[2:]
     return sorted(line.split(":")[0].strip() for line in lines) == ["lo"]
-
-
-def _children_of_session(pid: int) -> list[int]:
-    """Live (non-zombie) processes whose session or group leader is `pid`."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        state, pgrp, session = fields[0], int(fields[2]), int(fields[3])
-        if state != "Z" and pid in (pgrp, session):
-            out.append(int(entry.name))
-    return out
 
 
 @pytest.mark.skipif(not _loopback_only(), reason="run the Flower tests under scripts/loopback-run")
@@ -66,10 +50,10 @@ def test_two_devices_two_rounds_through_flower(tmp_path: Path) -> None:
         assert load["sent"] > 0 and load["ok"] > 0.9 * load["sent"]
     assert len(out["pids"]) == 4  # 2 agents + 2 SuperNodes (+ the SuperLink and the broker)
     deadline = time.monotonic() + 10
-    left = [p for pid in out["pids"] for p in _children_of_session(pid)]
+    left = [p for pid in out["pids"] for p in in_session_or_group(pid)]
     while left and time.monotonic() < deadline:
         time.sleep(0.3)
-        left = [p for pid in out["pids"] for p in _children_of_session(pid)]
+        left = [p for pid in out["pids"] for p in in_session_or_group(pid)]
     assert left == [], f"processes left: {left}"
     for pid in out["pids"]:
         with pytest.raises(ProcessLookupError):

@@ -24,6 +24,7 @@ import pytest
 
 from orchestration.deploy_local import DeployFaults
 from orchestration.faults import processes_of
+from tests.process_fixtures import alive
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -31,14 +32,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 def _loopback_only() -> bool:
     lines = Path("/proc/net/dev").read_text().splitlines()[2:]
     return sorted(line.split(":")[0].strip() for line in lines) == ["lo"]
-
-
-def _live(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 @pytest.mark.skipif(not _loopback_only(), reason="run the Flower tests under scripts/loopback-run")
@@ -85,7 +78,7 @@ def test_a_killed_server_resumes_from_its_last_checkpoint(
 def _left(pids: list[int], flwr_home: Path, wait_s: float = 15.0) -> list[int]:
     deadline = time.monotonic() + wait_s
     while True:
-        left = [p for p in pids if _live(p)] + processes_of(flwr_home)
+        left = [p for p in pids if alive(p)] + processes_of(flwr_home)
         if not left or time.monotonic() >= deadline:
             return left
         time.sleep(0.3)
