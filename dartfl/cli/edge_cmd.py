@@ -266,6 +266,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from dartfl.cli.loaded_heap import loaded_heap_frozen
     from dartfl.profiles import load_profile_toml
     from edge_client.agent import Agent
     from messaging.errors import MqttWaitStoppedError
@@ -281,7 +282,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"dartfl edge agent {config.device_id} stopped before its broker came up", file=sys.stderr)
         return 0
     print(f"dartfl edge agent {config.device_id} serving {','.join(config.tasks)} on {url}", file=sys.stderr)
-    report = agent.run()
+    with loaded_heap_frozen():  # no collector pause walks the models and libraries mid-burst
+        report = agent.run()
     json.dump(report.to_json(), sys.stdout)
     sys.stdout.write("\n")
     return 0
