@@ -37,8 +37,8 @@ from bench_output import print_json
 
 from dartfl import protocol
 from dartfl.arrivals import Arrivals
-from dartfl.cli.loaded_heap import loaded_heap_frozen
 from dartfl.errors import DartflError
+from dartfl.loaded_heap import loaded_heap_frozen
 from dartfl.profiles import get_profile
 from fltask.data import load_tasks
 from messaging.brokers import start_mosquitto

@@ -266,7 +266,7 @@ def _agent_config(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from dartfl.cli.loaded_heap import loaded_heap_frozen
+    from dartfl.loaded_heap import loaded_heap_frozen
     from dartfl.profiles import load_profile_toml
     from edge_client.agent import Agent
     from messaging.errors import MqttWaitStoppedError

@@ -165,7 +165,7 @@ def _run_replay(
     arrivals: Arrivals | None,
     security: MqttSecurity | None,
 ) -> _Replayed:
-    from dartfl.cli.loaded_heap import loaded_heap_frozen
+    from dartfl.loaded_heap import loaded_heap_frozen
     from fltask.data import load_tasks
     from orchestration.replay import ReplayOptions, profile_of, replay, request_images
 
@@ -189,7 +189,7 @@ def _run_replay(
         arrivals = arrivals_from_args(args, profile)
         sized_per_s = profile.capacity_per_s(names, (1.0,) * len(names))
     # A collector pause here would delay sends and the stamping of replies alike: both count
-    # against the agent in the report (dartfl/cli/loaded_heap.py).
+    # against the agent in the report (dartfl/loaded_heap.py).
     started_s = time.time()  # the run store's start of the run, recorded once it is over
     with loaded_heap_frozen(), _Progress(arrivals.num_requests, args.device) as on_progress:
         outcome = replay(arrivals, options, images, profile, args.policy, on_progress)

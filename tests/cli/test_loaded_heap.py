@@ -1,5 +1,5 @@
 """The agent serves, and the replayer sends, with what they loaded at start-up frozen out of the
-cyclic collector (dartfl/cli/loaded_heap.py): a full collection over a loaded agent's ~400,000
+cyclic collector (dartfl/loaded_heap.py): a full collection over a loaded agent's ~400,000
 objects stopped it for 170-215 ms, and a 100 ms SLO refused a second of traffic behind it."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 
 from dartfl.arrivals import Arrivals
 from dartfl.cli import replay_cmd
-from dartfl.cli.loaded_heap import loaded_heap_frozen
 from dartfl.cli.main import main
+from dartfl.loaded_heap import loaded_heap_frozen
 from dartfl.profiles import get_profile
 from edge_client.agent import Agent
 
