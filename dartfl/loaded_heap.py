@@ -5,12 +5,12 @@ models holds about 400,000 objects that live as long as it does. CPython's oldes
 collection walks every tracked object, so each one stops the process (the interpreter lock is
 held throughout) for as long as the walk takes: 170-215 ms on the 2-core development VM, longer
 on a slower core. On a 100 ms SLO one such pause turns a second of traffic into
-refusals: at 3,000 requests/s, 370-570 requests refused in one second of a 10-s replay that
+refusals: at 3,000 requests/s, 373-574 requests refused in one second of a 10-s replay that
 otherwise refused none (docs/benchmarks.md, "The request path").
 
 `gc.freeze()` moves every object alive now into a generation the collector never walks; what
 the process allocates afterwards is collected as before. So the pause shrinks to the walk over
-what serving keeps (the agent's request record, ~20,000 objects: 6-9 ms). Collecting first
+what serving keeps (~20,000 objects in a serving agent: 6-9 ms). Collecting first
 frees today's garbage instead of freezing it. The cost: a reference cycle among objects alive at
 the freeze that becomes unreachable while they are frozen is freed only when they thaw (memory
 freed by reference counting, most of it, is freed at once), so the leak is bounded by what the

@@ -22,10 +22,11 @@ def test_the_highest_clean_step_is_the_sustained_rate() -> None:
 
 
 def test_a_step_with_refusals_is_not_sustained() -> None:
-    # Before the agent froze its start-up heap a collector pause refused 760 requests at
-    # 5,000/s while its p99 stayed near the SLO; 6,000/s happened to be clean.
-    rows = [_step(4000), _step(5000, rejected=760), _step(6000, lost=1), _step(7000, late=3)]
-    assert request_path.sustained(rows) == 4000
+    # Before the agent froze its start-up heap, a collector pause refused 423 requests of a
+    # 3,000/s step whose p99 (75 ms) was within the SLO: that step counted as sustained.
+    rows = [_step(2000), _step(3000, rejected=423, p99_latency_s=0.075), _step(4000, lost=1)]
+    assert request_path.sustained(rows) == 2000
+    assert request_path.sustained([*rows, _step(5000, late=3)]) == 2000
 
 
 def test_no_clean_step_sustains_nothing() -> None:

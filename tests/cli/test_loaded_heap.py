@@ -94,7 +94,6 @@ def test_a_replay_sends_with_its_start_up_heap_frozen(monkeypatch: pytest.Monkey
     import orchestration.replay
 
     frozen_while = []
-
     outcome = SimpleNamespace(record="the record")
 
     def replay(*_args: Any) -> SimpleNamespace:
@@ -103,16 +102,9 @@ def test_a_replay_sends_with_its_start_up_heap_frozen(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(orchestration.replay, "replay", replay)
     arrivals = Arrivals(np.array([0.1]), np.array([0]), ("uci-digits",), 1.0)
-    args = SimpleNamespace(slo_ms=100.0, payload="json", settle_s=1.0, device="edge-1", policy="dart")
+    args: Any = SimpleNamespace(slo_ms=100.0, payload="json", settle_s=1.0, device="edge-1", policy="dart")
     sighting: Any = SimpleNamespace(status=None)
-    done = replay_cmd._run_replay(
-        args,
-        "mqtt://127.0.0.1:9",
-        sighting,
-        get_profile("pi4"),
-        arrivals,
-        None,  # type: ignore[arg-type]
-    )
+    done = replay_cmd._run_replay(args, "mqtt://127.0.0.1:9", sighting, get_profile("pi4"), arrivals, None)
     assert done.outcome is outcome
     assert frozen_while and frozen_while[0] > 0
     assert gc.get_freeze_count() == 0
